@@ -1,0 +1,172 @@
+"""The Python API: ``perfsight.analyse`` (write outputs) and ``perfsight.load`` (tables in memory).
+
+Both accept a trace file, a folder of trace files (one per rank), or a folder
+``perfsight analyse`` already wrote (then ``load`` reads the Parquet cache and
+never re-parses the traces).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from perfsight.ingest import TraceReadError, find_traces, read_trace
+from perfsight.model import Trace
+from perfsight.pipeline import Options, RankResult, analyse_trace, write_outputs
+
+log = logging.getLogger(__name__)
+
+_TRACE_SUFFIX = re.compile(r"(\.pt)?(\.trace)?\.json(\.gz)?$")
+
+
+class InputError(ValueError):
+    """Nothing analysable at the given path; the message says what was found instead."""
+
+
+@dataclasses.dataclass
+class Analysis:
+    """The result of analysing one run: per-rank tables, as Arrow or pandas."""
+
+    ranks: dict[int, RankResult]
+    output_root: Path | None = None
+
+    def table(self, name: str) -> pa.Table:
+        """One analysis table over all ranks (see docs/ANALYSIS_CONTRACT.md for names)."""
+        parts = [r.tables[name] for r in self.ranks.values() if name in r.tables]
+        if not parts:
+            raise KeyError(f"no table named {name!r}; have {sorted(self.table_names)}")
+        return pa.concat_tables(parts, promote_options="permissive")
+
+    @property
+    def table_names(self) -> list[str]:
+        return sorted({n for r in self.ranks.values() for n in r.tables})
+
+    def df(self, name: str) -> Any:
+        """``table(name)`` as a pandas DataFrame, for notebooks."""
+        return self.table(name).to_pandas()
+
+    def trace(self, rank: int | None = None) -> Trace:
+        return self.ranks[rank if rank is not None else min(self.ranks)].trace
+
+    def __getattr__(self, name: str) -> Any:
+        # analysis.step_trace, analysis.kernel_details, ... as DataFrames
+        if name.startswith("_") or name in {"ranks", "output_root"}:
+            raise AttributeError(name)
+        try:
+            return self.df(name)
+        except KeyError as exc:
+            raise AttributeError(str(exc)) from None
+
+    @property
+    def slices(self) -> Any:
+        return pa.concat_tables([r.trace.slices for r in self.ranks.values()]).to_pandas()
+
+
+def trace_files(path: Path) -> list[Path]:
+    """The trace files a path stands for; raises InputError with a reason when there are none."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file or folder")
+    if path.is_file():
+        return [path]
+    files = find_traces(path)
+    if not files:
+        raise InputError(f"{path}: no trace files (*.json, *.json.gz) found under this folder")
+    return files
+
+
+def default_output_root(path: Path) -> Path:
+    """Outputs go next to the input: ``<stem>_perfsight/`` beside a file, inside a folder otherwise."""
+    if path.is_file():
+        return path.parent / (_TRACE_SUFFIX.sub("", path.name) + "_perfsight")
+    return path / "perfsight_output"
+
+
+def _rank_dirs(results: Iterable[tuple[Path, RankResult]], root: Path) -> list[tuple[RankResult, Path]]:
+    seen: dict[int, int] = {}
+    placed = []
+    for source, result in results:
+        rank = result.trace.rank
+        seen[rank] = seen.get(rank, 0) + 1
+        name = f"rank{rank}" if seen[rank] == 1 else f"rank{rank}_{_TRACE_SUFFIX.sub('', source.name)}"
+        placed.append((result, root / name))
+    return placed
+
+
+def read_all(path: Path, options: Options, progress: Any = None) -> list[tuple[Path, Trace]]:
+    """Read every trace under ``path``; an unreadable file is a warning, not a failure, when others read."""
+    traces = []
+    errors = []
+    files = trace_files(path)
+    for file in files:
+        try:
+            traces.append((file, read_trace(file, rank=options.rank)))
+        except TraceReadError as exc:
+            errors.append(str(exc))
+            log.warning("%s", exc)
+        if progress is not None:
+            progress.update(1)
+    if not traces:
+        raise InputError("; ".join(errors) or f"{path}: nothing readable")
+    for _, trace in traces:
+        trace.meta.warnings.extend(f"skipped {e}" for e in errors)
+    return traces
+
+
+def analyse(
+    path: str | Path,
+    out: str | Path | None = None,
+    *,
+    fp_point: str | None = None,
+    bp_point: str | None = None,
+    export_types: Iterable[str] = ("text",),
+    rank: int | None = None,
+    progress: Any = None,
+) -> Analysis:
+    """Analyse a trace (or a folder of per-rank traces) and write the outputs; returns the tables.
+
+    ``progress`` is an optional tqdm-like object: ``update(1)`` is called per stage.
+    """
+    path = Path(path)
+    options = Options.from_env(fp_point=fp_point, bp_point=bp_point, export_types=tuple(export_types), rank=rank)
+    unknown = set(options.export_types) - {"text", "db"}
+    if unknown:
+        raise InputError(f"unknown export type(s) {sorted(unknown)}; choose from text, db")
+    root = Path(out) if out is not None else default_output_root(path)
+    results = []
+    for source, trace in read_all(path, options, progress):
+        results.append((source, analyse_trace(trace, options)))
+        if progress is not None:
+            progress.update(1)
+    ranks: dict[int, RankResult] = {}
+    for result, rank_dir in _rank_dirs(results, root):
+        write_outputs(result, rank_dir, options)
+        ranks.setdefault(result.trace.rank, result)
+        if progress is not None:
+            progress.update(1)
+    return Analysis(ranks=ranks, output_root=root)
+
+
+def load(path: str | Path, *, rank: int | None = None) -> Analysis:
+    """Tables for a notebook: from the Parquet cache of an analysed folder, else analysed in memory."""
+    from perfsight.store import cache
+
+    path = Path(path)
+    cached = sorted(p.parent for p in path.glob("**/cache/meta.json")) if path.is_dir() else []
+    if cached:
+        ranks = {}
+        for folder in cached:
+            trace = cache.load_trace(folder)
+            ranks[trace.rank] = RankResult(trace=trace, tables=cache.load_tables(folder),
+                                           output_dir=folder.parent / "PROFILER_OUTPUT")
+        return Analysis(ranks=ranks, output_root=path)
+    options = Options.from_env(rank=rank)
+    ranks = {}
+    for _, trace in read_all(path, options):
+        ranks.setdefault(trace.rank, analyse_trace(trace, options))
+    return Analysis(ranks=ranks)

@@ -1,0 +1,82 @@
+"""Unit conversion at the export edge: the only place nanoseconds and bytes become µs, MB and KB.
+
+The trace model and every analysis keep integer nanoseconds and bytes.  Files a MindSpore user
+reads (``*.csv``, ``trace_view.json``) show microseconds with three decimals, megabytes and
+kilobytes.  Each target unit has exactly one helper here, so a number in an output file can be
+traced back to one conversion.
+
+Microseconds are exact: an integer nanosecond count ``n`` becomes the decimal ``n / 1000`` with
+three places (an Arrow ``decimal128(38, 3)`` whose unscaled value *is* ``n``), never a float, so an
+absolute timestamp such as ``1736408883704643.212`` survives CSV writing digit for digit.  A float
+input (an average) is rounded to three places instead.  MB and KB are binary (2**20 and 2**10
+bytes, as Ascend writes them) and float64, which is exact for any byte count below 2**53.
+
+This module must not read tables, choose columns or write files.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+US_TYPE = pa.decimal128(38, 3)
+"""Arrow type of an exact microsecond value with three decimals."""
+
+BYTES_PER_MB = 2**20
+BYTES_PER_KB = 2**10
+
+ArrayOrChunked = pa.Array | pa.ChunkedArray
+
+
+def _combined(values: ArrayOrChunked) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
+def ns_to_us(ns: ArrayOrChunked) -> pa.Array:
+    """Nanoseconds -> microseconds with three decimals.
+
+    Integer input is converted exactly to ``decimal128(38, 3)`` (nulls kept); floating input
+    (averages, ratios of durations) is divided by 1000 and rounded half-to-even to three places.
+    """
+    arr = _combined(ns)
+    if pa.types.is_floating(arr.type):
+        return pc.round(pc.divide(arr.cast(pa.float64()), 1000.0), 3, round_mode="half_to_even")
+    if not pa.types.is_integer(arr.type) and not pa.types.is_null(arr.type):
+        raise TypeError(f"ns_to_us expects integer or float nanoseconds, got {arr.type}")
+    as_int = arr.cast(pa.int64())
+    values = as_int.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    words = np.empty((len(values), 2), dtype=np.int64)  # little-endian int128: low word, sign word
+    words[:, 0] = values
+    words[:, 1] = values >> 63
+    validity = pc.is_valid(as_int).buffers()[1] if as_int.null_count else None  # a fresh, offset-0 bitmap
+    return pa.Array.from_buffers(US_TYPE, len(values), [validity, pa.py_buffer(words.tobytes())],
+                                 null_count=as_int.null_count)
+
+
+def us_text(ns: ArrayOrChunked) -> pa.Array:
+    """Integer nanoseconds -> exact microsecond text with three decimals (``"1234.567"``).
+
+    Used where a number is written inside JSON text (``trace_view.json``); nulls stay null.
+    """
+    return ns_to_us(ns).cast(pa.string())
+
+
+def bytes_to_mb(nbytes: ArrayOrChunked) -> pa.Array:
+    """Bytes -> binary megabytes (MiB, what Ascend's ``(MB)`` columns hold) as float64."""
+    return pc.divide(_combined(nbytes).cast(pa.float64()), float(BYTES_PER_MB))
+
+
+def bytes_to_kb(nbytes: ArrayOrChunked) -> pa.Array:
+    """Bytes -> binary kilobytes (KiB, what Ascend's ``Size(KB)`` holds) as float64."""
+    return pc.divide(_combined(nbytes).cast(pa.float64()), float(BYTES_PER_KB))
+
+
+def round3(values: ArrayOrChunked) -> pa.Array:
+    """A value already in its output unit (a percentage) -> float64 rounded to three decimals."""
+    return pc.round(_combined(values).cast(pa.float64()), 3, round_mode="half_to_even")
+
+
+def ratio_to_pct(ratio: ArrayOrChunked) -> pa.Array:
+    """A 0..1 share -> percent rounded to three decimals, as Ascend's ``Ratio(%)``."""
+    return pc.round(pc.multiply(_combined(ratio).cast(pa.float64()), 100.0), 3, round_mode="half_to_even")

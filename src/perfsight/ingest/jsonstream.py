@@ -1,0 +1,359 @@
+"""Stream the event array of a Chrome-trace JSON file in bounded memory.
+
+A Chrome trace is either ``{"traceEvents": [...], ...other keys}`` (Kineto) or a
+bare ``[...]`` (Ascend's ``trace_view.json``).  Files reach a gigabyte, so we
+never hold the whole document: the file is decompressed in blocks, a vectorised
+structural scan (NumPy over the raw bytes) finds where each top-level event
+ends, and complete events are handed on in batches of raw bytes whose
+separating commas are blanked, ready for a columnar JSON parser.
+
+The scan tracks strings (with escapes), nesting depth and the end of the array
+across block boundaries.  What it cannot place -- bytes after the last
+complete event of a truncated file, or text that breaks the structure -- is
+reported through :class:`StreamReport` and never raised: the caller keeps
+every complete event before the damage.
+
+This module knows nothing about Kineto fields; it only splits JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import orjson
+
+READ_BLOCK = 1 << 20
+"""Compressed bytes read per I/O call."""
+
+MAX_BLOCK = 8 << 20
+"""Most decompressed bytes produced per block (gzip traces inflate 20x)."""
+
+BATCH_BYTES = 16 << 20
+"""Decompressed bytes of complete events handed on per batch: bounds peak memory."""
+
+_QUOTE, _BACKSLASH, _OPEN, _CLOSE, _COMMA = 1, 2, 3, 4, 5
+_LUT = np.zeros(256, dtype=np.uint8)
+_LUT[ord('"')] = _QUOTE
+_LUT[ord("\\")] = _BACKSLASH
+_LUT[ord("{")] = _OPEN
+_LUT[ord("[")] = _OPEN
+_LUT[ord("}")] = _CLOSE
+_LUT[ord("]")] = _CLOSE
+_LUT[ord(",")] = _COMMA
+
+
+class NotATraceError(ValueError):
+    """The file is not a Chrome-trace JSON document (wrong format, empty, binary)."""
+
+
+@dataclasses.dataclass
+class StreamReport:
+    """What the stream saw besides events: the document's other keys and any damage."""
+
+    header: dict[str, Any] = dataclasses.field(default_factory=dict)
+    events: int = 0
+    truncated: bool = False  # the file ended inside the event array
+    damage_offset: int | None = None  # decompressed byte offset where parsing stopped
+    problem: str | None = None  # one line describing the damage
+
+
+@dataclasses.dataclass
+class EventBatch:
+    """Complete events, back to back, separated by whitespace only."""
+
+    data: bytes
+    ends: np.ndarray  # offsets (exclusive) of each event's end within data
+    offset: int  # decompressed offset of data[0] in the file
+
+
+def _decompressed_blocks(handle: BinaryIO) -> Iterator[bytes]:
+    """Yield decompressed blocks of a plain, gzip or zlib file; stops quietly at a cut."""
+    head = handle.read(READ_BLOCK)
+    if head[:2] == b"\x1f\x8b":
+        inflater = zlib.decompressobj(wbits=47)
+        chunk = head
+        while chunk:
+            try:
+                while chunk:
+                    out = inflater.decompress(chunk, MAX_BLOCK)
+                    chunk = inflater.unconsumed_tail
+                    if out:
+                        yield out
+            except zlib.error:
+                return
+            chunk = handle.read(READ_BLOCK)
+        try:
+            tail = inflater.flush()
+        except zlib.error:
+            tail = b""
+        if tail:
+            yield tail
+        return
+    chunk = head
+    while chunk:
+        yield chunk
+        chunk = handle.read(READ_BLOCK)
+
+
+class _Scanner:
+    """Carries string/escape/depth state of the structural scan across blocks."""
+
+    def __init__(self) -> None:
+        self.in_string = False
+        self.backslash_run = 0  # trailing backslashes of the previous block
+        self.depth = 0  # 0 = directly inside the event array
+
+    def scan(self, block: np.ndarray) -> tuple[np.ndarray, np.ndarray, int | None]:
+        """Return (event end offsets, top-level comma offsets, array end offset or None)."""
+        codes = _LUT[block]
+        pos = np.flatnonzero(codes)
+        kinds = codes[pos]
+        quote_mask = kinds == _QUOTE
+        if np.any(kinds == _BACKSLASH) or self.backslash_run:
+            quote_idx = np.flatnonzero(quote_mask)
+            quote_mask[quote_idx[self._escaped(block, pos[quote_idx])]] = False
+        else:
+            self.backslash_run = 0
+        # a structural character is inside a string when an odd number of real quotes precede it
+        quotes_so_far = np.cumsum(quote_mask) - quote_mask
+        inside = ((quotes_so_far + int(self.in_string)) & 1).astype(bool)
+        self.in_string = bool((int(quote_mask.sum()) + int(self.in_string)) & 1)
+        structural = ~inside & ~quote_mask & (kinds != _BACKSLASH)
+        spos = pos[structural]
+        skind = kinds[structural]
+        step = np.where(skind == _OPEN, 1, np.where(skind == _CLOSE, -1, 0)).astype(np.int64)
+        depth_after = self.depth + np.cumsum(step)
+        array_end = None
+        closes_array = np.flatnonzero((skind == _CLOSE) & (depth_after < 0))
+        if len(closes_array):
+            first = closes_array[0]
+            array_end = int(spos[first])
+            spos, skind, depth_after = spos[:first], skind[:first], depth_after[:first]
+        ends = spos[(skind == _CLOSE) & (depth_after == 0)] + 1
+        commas = spos[(skind == _COMMA) & (depth_after == 0)]
+        if len(depth_after):
+            self.depth = int(depth_after[-1])
+        return ends, commas, array_end
+
+    def _escaped(self, block: np.ndarray, quotes: np.ndarray) -> np.ndarray:
+        """True for quotes preceded by an odd run of backslashes (runs may span blocks)."""
+        is_bs = block == ord("\\")
+        # length of the backslash run ending just before each quote
+        idx = np.arange(len(block), dtype=np.int64)
+        last_non_bs = np.maximum.accumulate(np.where(is_bs, -1, idx))
+        run_before = np.zeros(len(quotes), dtype=np.int64)
+        has_prev = quotes > 0
+        prev = quotes[has_prev] - 1
+        run_before[has_prev] = np.where(is_bs[prev], prev - last_non_bs[prev], 0)
+        # a run that starts at the block's first byte continues the previous block's run
+        starts_at_zero = has_prev.copy()
+        starts_at_zero[has_prev] = last_non_bs[prev] < 0
+        run_before[starts_at_zero] += self.backslash_run
+        run_before[~has_prev] = self.backslash_run
+        tail = len(block) - 1 - int(last_non_bs[-1]) if len(block) else 0
+        self.backslash_run = tail + (self.backslash_run if tail == len(block) else 0)
+        return (run_before & 1).astype(bool)
+
+
+class _KinetoLineScanner:
+    """Fast path for Kineto's own pretty-printing, where every event closes on a line
+    that reads exactly ``  },`` (the last one ``  }``).  JSON strings cannot hold a raw
+    newline, so such a line is always structural.  Blocks must end at a newline."""
+
+    @staticmethod
+    def applies(body_head: bytes) -> bool:
+        return body_head.startswith(b"\n  {\n")
+
+    def scan(self, block: np.ndarray) -> tuple[np.ndarray, np.ndarray, int | None]:
+        closes = np.flatnonzero(block == ord("}"))
+        closes = closes[(closes >= 2) & (closes + 1 < len(block))]
+        line_start = closes - 2
+        ok = (block[line_start] == 0x20) & (block[line_start + 1] == 0x20)
+        ok &= (line_start == 0) | (block[np.maximum(line_start - 1, 0)] == 0x0A)
+        closes = closes[ok]
+        after = block[closes + 1]
+        commas = closes[(after == ord(",")) & (block[np.minimum(closes + 2, len(block) - 1)] == 0x0A)] + 1
+        last = closes[after == 0x0A]
+        array_end = None
+        ends = commas - 1 + 1
+        if len(last):
+            tail = bytes(block[int(last[0]) + 1 :])
+            bracket = tail.find(b"]")
+            if bracket >= 0 and not tail[:bracket].strip():
+                array_end = int(last[0]) + 1 + bracket
+                ends = np.append(ends[ends <= last[0]], last[0] + 1)
+                commas = commas[commas < last[0]]
+        return ends, commas, array_end
+
+
+def _line_aligned(blocks: Iterator[bytes]) -> Iterator[bytes]:
+    """Re-cut blocks so that each ends just after a newline (the fast scanner needs whole lines)."""
+    carry = b""
+    for block in blocks:
+        cut = block.rfind(b"\n")
+        if cut < 0:
+            carry += block
+            continue
+        yield carry + block[: cut + 1]
+        carry = block[cut + 1 :]
+    if carry:
+        yield carry
+
+
+def _find_array_start(buffer: bytes) -> tuple[int, bool] | None:
+    """Offset just after the event array's ``[``, and whether the document is a bare array."""
+    stripped = buffer.lstrip()
+    if not stripped:
+        return None
+    lead = len(buffer) - len(stripped)
+    if stripped[:1] == b"[":
+        return lead + 1, True
+    if stripped[:1] != b"{":
+        raise NotATraceError("does not start with a JSON object or array")
+    key = buffer.find(b'"traceEvents"')
+    if key < 0:
+        return None
+    colon = buffer.find(b":", key + len(b'"traceEvents"'))
+    if colon < 0:
+        return None
+    rest = buffer[colon + 1 :]
+    body = rest.lstrip()
+    if not body:
+        return None
+    if body[:1] != b"[":
+        raise NotATraceError('"traceEvents" is not an array')
+    return colon + 1 + (len(rest) - len(body)) + 1, False
+
+
+_HEADER_LIMIT = 64 << 20
+
+
+def stream_events(path: Path) -> tuple[Iterator[EventBatch], StreamReport]:
+    """Open ``path`` and return (batches of complete events, report filled as they stream).
+
+    Raises :class:`NotATraceError` at once if the file does not look like a trace.
+    """
+    handle = open(path, "rb")  # noqa: SIM115 - closed by the generator
+    blocks = _decompressed_blocks(handle)
+    report = StreamReport()
+    prefix = b""
+    start: tuple[int, bool] | None = None
+    try:
+        for block in blocks:
+            prefix += block
+            start = _find_array_start(prefix)
+            if start is not None or len(prefix) > _HEADER_LIMIT:
+                break
+    except NotATraceError:
+        handle.close()
+        raise
+    except OSError as exc:
+        handle.close()
+        raise NotATraceError(f"cannot be read: {exc}") from exc
+    if start is None:
+        handle.close()
+        if not prefix.strip():
+            raise NotATraceError("is empty")
+        if b'"traceEvents"' not in prefix and prefix.lstrip()[:1] == b"{":
+            raise NotATraceError('has no "traceEvents" array')
+        raise NotATraceError("ends before its event array begins")
+    body_start, bare = start
+    header_text = prefix[:body_start]
+    return _batches(handle, blocks, prefix[body_start:], body_start, bare, header_text, report), report
+
+
+def _batches(
+    handle: BinaryIO,
+    blocks: Iterator[bytes],
+    first: bytes,
+    first_offset: int,
+    bare: bool,
+    header_text: bytes,
+    report: StreamReport,
+) -> Iterator[EventBatch]:
+    kineto_layout = _KinetoLineScanner.applies(first[:8])
+    scanner: _Scanner | _KinetoLineScanner = _KinetoLineScanner() if kineto_layout else _Scanner()
+    source = _line_aligned(_chain(first, blocks)) if kineto_layout else _chain(first, blocks)
+    pending = bytearray()  # bytes not yet handed on, starting at an event boundary
+    pending_offset = first_offset  # file offset of pending[0]
+    pending_ends: list[np.ndarray] = []  # event ends found in pending, relative to pending[0]
+    trailer = b""
+    finished = False
+
+    def emit() -> EventBatch:
+        nonlocal pending, pending_offset, pending_ends
+        ends = np.concatenate(pending_ends)
+        cut = int(ends[-1])
+        batch = EventBatch(data=bytes(pending[:cut]), ends=ends, offset=pending_offset)
+        del pending[:cut]
+        pending_offset += cut
+        pending_ends = []
+        report.events += len(ends)
+        return batch
+
+    try:
+        for block in source:
+            if finished:
+                trailer += block
+                if len(trailer) > _HEADER_LIMIT:
+                    break
+                continue
+            ends, commas, array_end = scanner.scan(np.frombuffer(block, dtype=np.uint8))
+            base = len(pending)
+            pending += block
+            if len(commas):
+                np.frombuffer(pending, dtype=np.uint8)[base + commas] = 0x20
+            if len(ends):
+                pending_ends.append(base + ends.astype(np.int64))
+            if array_end is not None:
+                finished = True
+                trailer = bytes(pending[base + array_end + 1 :])
+                del pending[base + array_end :]
+            if pending_ends and (finished or len(pending) >= BATCH_BYTES):
+                yield emit()
+        if not finished:
+            if pending_ends:
+                yield emit()
+            leftover = bytes(pending).strip()
+            report.truncated = True
+            report.damage_offset = pending_offset
+            report.problem = f"file ends inside the event array after {report.events} complete events" + (
+                f"; {len(leftover)} bytes of a cut event were dropped" if leftover else ""
+            )
+    finally:
+        handle.close()
+    report.header = _parse_header(header_text, trailer, bare)
+
+
+def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    if first:
+        yield first
+    yield from rest
+
+
+def _parse_header(header_text: bytes, trailer: bytes, bare: bool) -> dict[str, Any]:
+    """The document's keys other than traceEvents, best effort (damage leaves them partial)."""
+    if bare:
+        return {}
+    text = header_text + b"]" + trailer
+    try:
+        doc = orjson.loads(text)
+        if isinstance(doc, dict):
+            doc.pop("traceEvents", None)
+            return doc
+    except orjson.JSONDecodeError:
+        pass
+    # trailer missing or cut: the header alone, closed by hand
+    try:
+        doc = orjson.loads(header_text + b"]}")
+        if isinstance(doc, dict):
+            doc.pop("traceEvents", None)
+            return doc
+    except orjson.JSONDecodeError:
+        pass
+    return {}

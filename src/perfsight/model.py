@@ -1,0 +1,241 @@
+"""The one trace model: typed Arrow tables with explicit units.
+
+Every reader (``perfsight.ingest``) produces a :class:`Trace`; every analysis
+(``perfsight.analysis``) consumes one.  Times are integer nanoseconds (``*_ns``),
+sizes are integer bytes (``*_bytes``); conversion to the microseconds and
+megabytes of MindSpore-style files happens only at the export edge.
+
+This module holds schemas and small constructors only.  It must not parse
+files or compute metrics.  The schema is documented for users in
+``docs/TRACE_MODEL.md``; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+import pyarrow as pa
+
+NO_ID = -1
+"""Sentinel for integer ids that are absent (correlation, external id, step, stream)."""
+
+
+class SliceKind(str, enum.Enum):
+    """What a slice is, independent of the framework that recorded it."""
+
+    CPU_OP = "cpu_op"  # a framework operator on a host thread (aten::mm, ...)
+    PYTHON = "python"  # a Python function frame (with_stack)
+    ANNOTATION = "annotation"  # a user range (record_function / perfsight.range)
+    STEP = "step"  # a training step marker (ProfilerStep#N)
+    DATA_LOADING = "data_loading"  # waiting for / producing the next batch
+    RUNTIME = "runtime"  # a host-side accelerator API call (cudaLaunchKernel)
+    KERNEL = "kernel"  # a compute kernel on an accelerator stream
+    MEMCPY = "memcpy"  # a copy on an accelerator stream
+    MEMSET = "memset"  # a fill on an accelerator stream
+    COMMUNICATION = "communication"  # a collective/p2p op (device kernel or host op)
+    DEVICE_ANNOTATION = "device_annotation"  # a user range mirrored on a stream
+    SYNC = "sync"  # a host/device synchronisation wait
+    OTHER = "other"
+
+
+DEVICE_KINDS = (
+    SliceKind.KERNEL.value,
+    SliceKind.MEMCPY.value,
+    SliceKind.MEMSET.value,
+)
+"""Kinds that occupy an accelerator stream (communication kernels are told apart by ``is_device``)."""
+
+_DICT = pa.dictionary(pa.int32(), pa.string())
+
+SLICE_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("kind", _DICT, nullable=False),
+        pa.field("category", _DICT),  # the source's own category, kept for reference
+        pa.field("name", _DICT, nullable=False),
+        pa.field("is_device", pa.bool_(), nullable=False),  # runs on an accelerator timeline
+        pa.field("pid", pa.int64(), nullable=False),  # source process id (device id for GPU rows)
+        pa.field("tid", pa.int64(), nullable=False),  # source thread id (stream for GPU rows)
+        pa.field("track", pa.int32(), nullable=False),  # index into Trace.tracks
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("dur_ns", pa.int64(), nullable=False),
+        pa.field("depth", pa.int16(), nullable=False),  # nesting level on its track, 0 = top
+        pa.field("correlation", pa.int64(), nullable=False),  # runtime call <-> device work
+        pa.field("external_id", pa.int64(), nullable=False),  # host op <-> its launches
+        pa.field("step", pa.int32(), nullable=False),  # training step number, NO_ID if outside
+        pa.field("input_dims", pa.list_(pa.list_(pa.int64()))),  # one shape per input; [] = not a tensor
+        pa.field("input_types", pa.list_(pa.string())),  # one dtype name per input
+        pa.field("grid", pa.list_(pa.int64())),  # [x, y, z] for kernels
+        pa.field("block", pa.list_(pa.int64())),
+        pa.field("occupancy_pct", pa.float32()),  # estimated achieved occupancy
+        pa.field("bytes", pa.int64()),  # memcpy/memset size
+    ]
+)
+"""One row per timed interval (Chrome ``ph: X``), on host threads and device streams."""
+
+TRACK_SCHEMA = pa.schema(
+    [
+        pa.field("track", pa.int32(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("pid", pa.int64(), nullable=False),
+        pa.field("tid", pa.int64(), nullable=False),
+        pa.field("is_device", pa.bool_(), nullable=False),
+        pa.field("device_index", pa.int32(), nullable=False),  # NO_ID for host threads
+        pa.field("stream", pa.int64(), nullable=False),  # NO_ID for host threads
+        pa.field("name", pa.string(), nullable=False),  # "thread 1234 (python)", "stream 7"
+    ]
+)
+"""One row per timeline lane: a host thread or a device stream of one rank."""
+
+MEMORY_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("device_type", _DICT, nullable=False),  # "cpu", "cuda", "npu", ...
+        pa.field("device_index", pa.int32(), nullable=False),
+        pa.field("ts_ns", pa.int64(), nullable=False),
+        pa.field("tid", pa.int64(), nullable=False),  # host thread that (de)allocated
+        pa.field("addr", pa.int64(), nullable=False),
+        pa.field("bytes", pa.int64(), nullable=False),  # > 0 allocation, < 0 release
+        pa.field("allocated_bytes", pa.int64()),  # allocator total after the event
+        pa.field("reserved_bytes", pa.int64()),
+        pa.field("active_bytes", pa.int64()),
+    ]
+)
+"""Allocator events (Kineto ``[memory]``): the counters behind memory curves and peaks."""
+
+FLOW_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("kind", _DICT, nullable=False),  # "launch" (runtime -> device), "fwdbwd"
+        pa.field("src", pa.int64(), nullable=False),  # row index into Trace.slices
+        pa.field("dst", pa.int64(), nullable=False),
+    ]
+)
+"""Causal arrows between slices, by row index into ``Trace.slices``."""
+
+STEP_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("start_ns", pa.int64(), nullable=False),  # host-side step marker
+        pa.field("end_ns", pa.int64(), nullable=False),
+        pa.field("device_start_ns", pa.int64()),  # first device work of the step, null if none
+        pa.field("device_end_ns", pa.int64()),  # last device work of the step
+        pa.field("complete", pa.bool_(), nullable=False),  # False: cut by the window or a truncation
+        pa.field("inferred", pa.bool_(), nullable=False),  # True: no step marker, whole trace used
+    ]
+)
+"""One row per training step of a rank."""
+
+COMM_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("slice", pa.int64(), nullable=False),  # row index into Trace.slices
+        pa.field("is_device", pa.bool_(), nullable=False),
+        pa.field("collective", pa.string(), nullable=False),  # all_reduce, send, ...
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("dur_ns", pa.int64(), nullable=False),
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("in_bytes", pa.int64()),
+        pa.field("out_bytes", pa.int64()),
+        pa.field("dtype", pa.string()),
+        pa.field("group", pa.string()),  # process group name
+        pa.field("group_ranks", pa.string()),  # JSON list of global ranks
+        pa.field("seq", pa.int64()),  # per-group sequence number, when recorded
+        pa.field("peer", pa.int64()),  # global rank of the peer for send/recv
+    ]
+)
+"""One row per communication op instance seen by a rank (host op or device kernel)."""
+
+
+@dataclasses.dataclass
+class DeviceInfo:
+    """An accelerator as the trace describes it."""
+
+    index: int
+    name: str
+    memory_bytes: int | None = None
+    sm_count: int | None = None
+    compute_capability: str | None = None
+
+
+@dataclasses.dataclass
+class RunMetadata:
+    """Facts about the run that are not timed events.  Never guessed from file names
+    unless ``rank_source`` says so (then a warning was emitted)."""
+
+    rank: int = 0
+    world_size: int = 1
+    rank_source: str = "default"  # "trace", "file name", "option", "default"
+    host: str | None = None
+    framework: str = "pytorch"
+    versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    devices: list[DeviceInfo] = dataclasses.field(default_factory=list)
+    process_groups: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    backend: str | None = None
+    base_time_ns: int | None = None  # add to start_ns for wall-clock Unix time, when known
+    sources: list[str] = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunMetadata:
+        known = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs["devices"] = [DeviceInfo(**d) for d in kwargs.get("devices", [])]
+        return cls(**kwargs)
+
+
+@dataclasses.dataclass
+class Trace:
+    """All tables of one rank.  Cheap to pass around; tables are immutable."""
+
+    slices: pa.Table
+    tracks: pa.Table
+    memory: pa.Table
+    flows: pa.Table
+    steps: pa.Table
+    comm: pa.Table
+    meta: RunMetadata
+
+    @property
+    def rank(self) -> int:
+        return self.meta.rank
+
+
+TABLE_SCHEMAS: dict[str, pa.Schema] = {
+    "slices": SLICE_SCHEMA,
+    "tracks": TRACK_SCHEMA,
+    "memory": MEMORY_SCHEMA,
+    "flows": FLOW_SCHEMA,
+    "steps": STEP_SCHEMA,
+    "comm": COMM_SCHEMA,
+}
+"""Every table of a :class:`Trace` by attribute name: used by the cache and the docs test."""
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """A zero-row table of ``schema`` (readers return these rather than ``None``)."""
+    return schema.empty_table()
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Select and cast ``table``'s columns to ``schema``, in schema order.
+
+    Missing nullable columns become nulls, so readers can build only what their
+    format has.  Raises ``KeyError`` naming a missing non-nullable column.
+    """
+    columns = []
+    for field in schema:
+        if field.name in table.column_names:
+            columns.append(table.column(field.name).cast(field.type))
+        elif field.nullable:
+            columns.append(pa.nulls(table.num_rows, field.type))
+        else:
+            raise KeyError(f"table lacks required column {field.name!r}")
+    return pa.Table.from_arrays(columns, schema=schema)

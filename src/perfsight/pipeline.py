@@ -1,0 +1,90 @@
+"""Run every single-device analysis on one trace and write its outputs.
+
+This is the one place that knows the order of work for a rank: read (or take
+from the cache), analyse, export.  It holds no metric logic of its own: every
+number comes from a function in ``perfsight.analysis``.  The CLI and the
+Python API both call it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+
+from perfsight.analysis import flops, kernels, memory, operators, overlap, step_trace
+from perfsight.model import Trace
+
+EXPORT_TYPES = ("text", "db")
+
+
+@dataclasses.dataclass
+class Options:
+    """What the user chose; defaults follow the seed (text export, automatic FP/BP points)."""
+
+    fp_point: str | None = None
+    bp_point: str | None = None
+    export_types: tuple[str, ...] = ("text",)
+    rank: int | None = None
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> Options:
+        """Options with PERFSIGHT_FP_POINT / PERFSIGHT_BP_POINT as defaults (the seed's FP_POINT/BP_POINT)."""
+        base = cls(fp_point=os.environ.get("PERFSIGHT_FP_POINT") or None,
+                   bp_point=os.environ.get("PERFSIGHT_BP_POINT") or None)
+        for key, value in overrides.items():
+            if value is not None:
+                setattr(base, key, value)
+        return base
+
+
+@dataclasses.dataclass
+class RankResult:
+    """The analysis tables of one rank, by name (see docs/ANALYSIS_CONTRACT.md)."""
+
+    trace: Trace
+    tables: dict[str, pa.Table]
+    output_dir: Path | None = None
+
+
+ANALYSES: dict[str, Callable[[Trace, Options], pa.Table]] = {
+    "step_trace": lambda t, o: step_trace.step_trace(t, fp_point=o.fp_point, bp_point=o.bp_point),
+    "overlap": lambda t, o: overlap.overlap_breakdown(t),
+    "overlap_intervals": lambda t, o: overlap.overlap_intervals(t),
+    "operator_instances": lambda t, o: operators.operator_instances(t),
+    "operator_stats": lambda t, o: operators.operator_stats(t),
+    "kernel_details": lambda t, o: kernels.kernel_details(t),
+    "kernel_stats": lambda t, o: kernels.kernel_stats(t),
+    "flops_by_step": lambda t, o: flops.flops_by_step(t),
+    "memory_curve": lambda t, o: memory.memory_curve(t),
+    "memory_peaks": lambda t, o: memory.memory_peaks(t),
+    "operator_memory": lambda t, o: memory.operator_memory(t),
+}
+"""Every single-device analysis, by the name its table is stored under."""
+
+
+def analyse_trace(trace: Trace, options: Options) -> RankResult:
+    """All analysis tables of one rank (pure: nothing is written)."""
+    return RankResult(trace=trace, tables={name: run(trace, options) for name, run in ANALYSES.items()})
+
+
+def write_outputs(result: RankResult, rank_dir: Path, options: Options) -> Path:
+    """Write PROFILER_OUTPUT/ (seed-named files), the optional SQLite db, and the Parquet cache."""
+    from perfsight.export import mindspore_csv, sqlite_db, trace_view
+    from perfsight.store import cache
+
+    out = rank_dir / "PROFILER_OUTPUT"
+    out.mkdir(parents=True, exist_ok=True)
+    tables = result.tables
+    if "text" in options.export_types:
+        mindspore_csv.write_all(tables, out)
+        trace_view.write_trace_view(result.trace, out / "trace_view.json", tables["overlap_intervals"])
+    if "db" in options.export_types:
+        sqlite_db.write_db(out / f"perfsight_{result.trace.rank}.db", {**tables, "slices": result.trace.slices})
+    cache.save_trace(result.trace, rank_dir / "cache")
+    cache.save_tables(rank_dir / "cache", tables)
+    result.output_dir = out
+    return out

@@ -1,0 +1,121 @@
+"""Turn analysis tables into the summary ``perfsight analyse`` prints (text or JSON).
+
+Only selection and unit conversion for display happen here; every number is
+taken from an analysis table.  Names from traces are printed as plain text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from perfsight.pipeline import RankResult
+
+TOP_OPERATORS = 10
+
+_SHARE_COLUMNS = {
+    "computing": "computing_ns",
+    "communication_not_overlapped": "communication_not_overlapped_ns",
+    "free": "free_ns",
+    "preparing": "preparing_ns",
+}
+
+
+def _rows(table: pa.Table, columns: list[str]) -> list[dict[str, Any]]:
+    present = [c for c in columns if c in table.column_names]
+    return table.select(present).to_pylist()
+
+
+def rank_summary(result: RankResult) -> dict[str, Any]:
+    """Everything a user reads first about one rank, as plain JSON-able values (ns, bytes)."""
+    t = result.tables
+    overlap = t["overlap"]
+    steps = _rows(
+        t["step_trace"],
+        ["step", "duration_ns", "iteration_interval_ns", "fp_bp_ns", "tail_ns", "fp_op", "bp_op", "timeline"],
+    )
+    by_step = {row["step"]: row for row in _rows(overlap, ["step", *_SHARE_COLUMNS.values(), "overlapped_ns",
+                                                            "communication_ns"])}
+    for row in steps:
+        row.update({k: v for k, v in by_step.get(row["step"], {}).items() if k != "step"})
+    total_step = sum(overlap.column("step_ns").to_pylist()) if overlap.num_rows else 0
+    shares = {
+        label: (sum(overlap.column(col).to_pylist()) / total_step if total_step else 0.0)
+        for label, col in _SHARE_COLUMNS.items()
+    }
+    stats = t["operator_stats"]
+    sort_key = "device_total_ns" if stats.num_rows and pc.sum(stats.column("device_total_ns")).as_py() else (
+        "host_self_ns"
+    )
+    top = stats.sort_by([(sort_key, "descending")]).slice(0, TOP_OPERATORS) if stats.num_rows else stats
+    peaks = _rows(t["memory_peaks"], ["device_type", "device_index", "peak_allocated_bytes", "peak_reserved_bytes"])
+    flops_rows = _rows(t["flops_by_step"], ["step", "flops", "flops_per_s", "mfu"])
+    meta = result.trace.meta
+    return {
+        "rank": meta.rank,
+        "world_size": meta.world_size,
+        "devices": [d.name for d in meta.devices],
+        "steps": steps,
+        "time_shares": shares,
+        "top_operators_by": sort_key,
+        "top_operators": _rows(top, ["name", "count", "host_self_ns", "device_total_ns", "flops"]),
+        "memory_peaks": peaks,
+        "flops": flops_rows,
+        "output_dir": str(result.output_dir) if result.output_dir else None,
+        "warnings": list(meta.warnings),
+    }
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:,.3f}"
+
+
+def _gib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**30:,.3f} GiB"
+
+
+def format_text(summaries: list[dict[str, Any]]) -> str:
+    """A readable report: per-step breakdown, where time goes, top operators, memory peak."""
+    lines: list[str] = []
+    for s in summaries:
+        lines.append(f"== rank {s['rank']} of {s['world_size']}" + (f" on {', '.join(sorted(set(s['devices'])))}"
+                                                                    if s["devices"] else ""))
+        lines.append("step     total(ms)  gap(ms)  fwd+bwd(ms)  tail(ms)  compute(ms)  comm-exposed(ms)  free(ms)")
+        for row in s["steps"]:
+            lines.append(
+                f"{row['step']:<8} {_ms(row.get('duration_ns')):>9} {_ms(row.get('iteration_interval_ns')):>8} "
+                f"{_ms(row.get('fp_bp_ns')):>12} {_ms(row.get('tail_ns')):>9} {_ms(row.get('computing_ns')):>12} "
+                f"{_ms(row.get('communication_not_overlapped_ns')):>17} {_ms(row.get('free_ns')):>9}"
+            )
+        shares = s["time_shares"]
+        lines.append(
+            "where the time goes: "
+            + ", ".join(f"{label.replace('_', ' ')} {share:.1%}" for label, share in shares.items())
+        )
+        lines.append(f"top operators (by {s['top_operators_by'].replace('_ns', '').replace('_', ' ')}):")
+        for op in s["top_operators"]:
+            lines.append(
+                f"  {op['name'][:60]:<60} x{op['count']:<6} host self {_ms(op['host_self_ns'])} ms"
+                f"  device {_ms(op['device_total_ns'])} ms"
+            )
+        for peak in s["memory_peaks"]:
+            lines.append(
+                f"memory peak {peak['device_type']}:{peak['device_index']}: allocated "
+                f"{_gib(peak['peak_allocated_bytes'])}, reserved {_gib(peak['peak_reserved_bytes'])}"
+            )
+        if not s["memory_peaks"]:
+            lines.append("memory peak: no allocator events in the trace (profile_memory=False?)")
+        mfu = [f["mfu"] for f in s["flops"] if f.get("mfu") is not None]
+        total_flops = sum(f["flops"] or 0 for f in s["flops"])
+        lines.append(
+            f"FLOPs: {total_flops / 1e12:,.3f} TFLOP over {len(s['flops'])} steps"
+            + (f", MFU {sum(mfu) / len(mfu):.1%}" if mfu else "")
+        )
+        for warning in s["warnings"]:
+            lines.append(f"warning: {warning}")
+        if s["output_dir"]:
+            lines.append(f"outputs: {s['output_dir']}")
+        lines.append("")
+    return "\n".join(lines)
