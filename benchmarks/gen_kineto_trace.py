@@ -328,7 +328,10 @@ class TraceSimulator:
             )
         )
         out.append(self.layout.flow("s", corr, self.pid, tid, ts))
-        start = max(ts + self._jitter(6.0, 0.5), self.stream_free[stream], not_before)
+        # Back-to-back kernels on one stream are still ~1 us apart on real GPUs.
+        start = max(
+            ts + self._jitter(6.0, 0.5), self.stream_free[stream] + self._jitter(1.2, 0.5), not_before
+        )
         dur = max(1.0, self._jitter(gpu_us, 0.05))
         out.append(
             self.layout.complete(
@@ -369,7 +372,7 @@ class TraceSimulator:
             )
         )
         self.buffer.append(self.layout.flow("s", corr, self.pid, tid, ts))
-        start = max(ts + 4.0, self.stream_free[MAIN_STREAM])
+        start = max(ts + 4.0, self.stream_free[MAIN_STREAM] + 1.0)
         dur = max(1.5, nbytes / (25.0 * 1e3))  # 25 GB/s over PCIe
         label = "Memcpy HtoD (Pinned -> Device)" if kind == "HtoD" else "Memcpy DtoH (Device -> Pinned)"
         self.buffer.append(

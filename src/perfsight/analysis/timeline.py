@@ -10,11 +10,13 @@ decided here once:
   memset (``kind`` in :data:`perfsight.model.DEVICE_KINDS`; communication kernels
   have kind ``communication`` and are not compute); *communication* is every
   device slice of kind ``communication``.  Host timeline: *communication* is every
-  host slice of kind ``communication`` (``gloo:all_reduce``, ...); *compute* is the
-  union of ``cpu_op`` slices on host threads that carry no communication slice,
-  minus the time spent inside ``data_loading`` slices (collating a batch is data
-  preparation, not training compute).  Nesting does not matter: everything is a
-  union of intervals.  *Receive* is the part of communication done by
+  host slice of kind ``communication`` (``gloo:all_reduce`` on gloo's threads,
+  ``c10d::allreduce_`` on the caller's); *compute* is, per host thread, the union
+  of its ``cpu_op`` slices minus the time that thread spends inside its own
+  communication slices (a thread blocked in a collective is not computing, and a
+  pure communication thread contributes nothing), then minus the time inside
+  ``data_loading`` slices (collating a batch is data preparation, not training
+  compute).  Nesting needs no ``depth`` filter: everything is a union of intervals.  *Receive* is the part of communication done by
   point-to-point receive ops (pipeline parallelism): a communication slice whose
   name, whose ``comm`` row's ``collective``, or whose host op (same
   ``external_id``, directly or through the runtime call that launched it) says
@@ -45,6 +47,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from perfsight.analysis import intervals as iv
+from perfsight.analysis.hierarchy import launch_pairs
 from perfsight.model import DEVICE_KINDS, NO_ID, SliceKind, Trace
 
 Timeline = Literal["device", "host"]
@@ -53,8 +56,9 @@ COMMUNICATION = SliceKind.COMMUNICATION.value
 DEVICE_ACTIVITY_KINDS: tuple[str, ...] = (*DEVICE_KINDS, COMMUNICATION)
 """Kinds of device slices that occupy the device timeline."""
 
-RECEIVE_PATTERN = r"(?i)(^|[^a-z])i?recv([^a-z]|$)"
-"""A point-to-point receive by name or collective: ``nccl:recv``, ``c10d::irecv_``, ``recv`` (not ``SendRecv``)."""
+RECEIVE_PATTERN = r"(?i)(^|[^a-z_])i?recv([^a-z]|$)"
+"""A point-to-point receive by name or collective: ``nccl:recv``, ``c10d::irecv_``, ``recv``
+(not ``SendRecv`` nor ``send_recv``, which also send)."""
 
 WINDOW_SCHEMA = pa.schema(
     [
@@ -124,30 +128,13 @@ def names_of(table: pa.Table, rows: NDArray[np.int64]) -> list[str]:
 def launcher_rows(trace: Trace) -> NDArray[np.int64]:
     """For every slice row, the row of the runtime call that launched it, or ``-1``.
 
-    ``launch`` flows are used first; device rows they leave unlinked are joined
-    to host ``runtime`` rows on ``correlation``.
+    The links are :func:`perfsight.analysis.hierarchy.launch_pairs`' (``launch``
+    flows, then equal ``correlation``); this only spreads them over all rows.
     """
-    sl = trace.slices
-    n = sl.num_rows
-    out = np.full(n, -1, dtype=np.int64)
-    if n == 0:
-        return out
-    flows = trace.flows
-    if flows.num_rows:
-        launch = is_in(flows.column("kind"), ["launch"])
-        src, dst = int_column(flows, "src")[launch], int_column(flows, "dst")[launch]
-        ok = (src >= 0) & (src < n) & (dst >= 0) & (dst < n)
-        out[dst[ok]] = src[ok]
-    is_device = bool_column(sl, "is_device")
-    corr = int_column(sl, "correlation")
-    runtime = np.flatnonzero(is_in(sl.column("kind"), [SliceKind.RUNTIME.value]) & ~is_device & (corr != NO_ID))
-    todo = np.flatnonzero(is_device & (out < 0) & (corr != NO_ID))
-    if runtime.size and todo.size:
-        order = np.argsort(corr[runtime], kind="stable")
-        keys, rows = corr[runtime][order], runtime[order]
-        pos = np.minimum(np.searchsorted(keys, corr[todo]), keys.size - 1)
-        hit = keys[pos] == corr[todo]
-        out[todo[hit]] = rows[pos[hit]]
+    out = np.full(trace.slices.num_rows, -1, dtype=np.int64)
+    if trace.slices.num_rows:
+        src, dst = launch_pairs(trace.slices, trace.flows)
+        out[dst] = src
     return out
 
 
@@ -197,6 +184,30 @@ def _receive_mask(trace: Trace, comm_rows: NDArray[np.int64], launcher: NDArray[
     return recv_row[comm_rows] | linked
 
 
+def _host_compute(
+    trace: Trace, start: NDArray[np.int64], end: NDArray[np.int64], comm_rows: NDArray[np.int64]
+) -> iv.Intervals:
+    """Host compute: per thread, ``cpu_op`` time not spent inside that thread's communication
+    slices; then, across threads, minus data loading.  Loops over threads only."""
+    sl = trace.slices
+    host = ~bool_column(sl, "is_device")
+    track = int_column(sl, "track")
+    op = np.flatnonzero(host & is_in(sl.column("kind"), [SliceKind.CPU_OP.value]))
+    comm_track = track[comm_rows]
+    parts_s: list[NDArray[np.int64]] = []
+    parts_e: list[NDArray[np.int64]] = []
+    for t in np.unique(track[op]):
+        on_t = op[track[op] == t]
+        blocked = comm_rows[comm_track == t]
+        s_t, e_t = iv.subtract((start[on_t], end[on_t]), (start[blocked], end[blocked]))
+        parts_s.append(s_t)
+        parts_e.append(e_t)
+    if not parts_s:
+        return iv.empty()
+    loading = host & is_in(sl.column("kind"), [SliceKind.DATA_LOADING.value])
+    return iv.subtract((np.concatenate(parts_s), np.concatenate(parts_e)), (start[loading], end[loading]))
+
+
 def activity(trace: Trace, timeline: Timeline | None = None) -> Activity:
     """Compute, communication and receive intervals of ``trace`` on its timeline."""
     sl = trace.slices
@@ -213,11 +224,7 @@ def activity(trace: Trace, timeline: Timeline | None = None) -> Activity:
         compute = iv.union(start[is_device & is_in(kind, DEVICE_KINDS)], end[is_device & is_in(kind, DEVICE_KINDS)])
     else:
         comm_rows = np.flatnonzero(~is_device & is_comm)
-        track = int_column(sl, "track")
-        comm_tracks = np.unique(track[comm_rows])
-        op = ~is_device & is_in(kind, [SliceKind.CPU_OP.value]) & ~np.isin(track, comm_tracks)
-        loading = ~is_device & is_in(kind, [SliceKind.DATA_LOADING.value])
-        compute = iv.subtract((start[op], end[op]), (start[loading], end[loading]))
+        compute = _host_compute(trace, start, end, comm_rows)
     recv = _receive_mask(trace, comm_rows, launcher_rows(trace))
     return Activity(
         timeline=timeline,

@@ -1,0 +1,331 @@
+"""Measure perfsight against Holistic Trace Analysis (HTA) 0.5.0 on the same Kineto traces.
+
+Why this exists: perfsight claims to be faster and smaller than the best peer tools; this script is
+the reproducible evidence (results go to ``docs/BENCHMARKS.md``).  For each trace it runs, in fresh
+processes and alternating so that neither tool gets a warmer machine:
+
+* HTA: ``hta.trace_analysis.TraceAnalysis(trace_dir=...)`` -- HTA's parse, no analysis;
+* perfsight: ``perfsight.analyse(trace, out=...)`` -- the full analysis, outputs written.
+
+Import time is excluded from the wall time.  Peak RSS is the child's own ``ru_maxrss`` or that of
+its children (in case a tool uses a process pool), whichever is larger.  Each tool runs
+``--repeats`` times; medians are reported.  ``--big`` also generates a ~1 GiB synthetic trace with
+``gen_kineto_trace.py`` and measures perfsight alone on it (HTA is not run: it needs far more
+memory than this benchmark's machines have).
+
+It never crashes on a tool's failure: a run that fails is reported as such (with the last line of
+its error) and the script exits 1 after printing the table.  It never writes results that include
+a failure into ``--write-md``.
+
+Usage::
+
+    python benchmarks/bench_vs_hta.py [--big] [--repeats 3] [--write-md docs/BENCHMARKS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gzip
+import json
+import os
+import platform
+import resource
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_KINETO = ROOT.parent / "shared" / "data" / "kineto"
+DEFAULT_TRACES = (
+    SHARED_KINETO / "df_index_resolver" / "df_index_resolver.json.gz",
+    SHARED_KINETO / "nccl_parser_config" / "nccl_data.json.gz",
+)
+GENERATOR = Path(__file__).resolve().with_name("gen_kineto_trace.py")
+RESULT_PREFIX = "BENCH_RESULT "
+TOOLS = ("hta", "perfsight")
+MIB = 1024 * 1024
+
+
+# --------------------------------------------------------------------------------------------------
+# Child side: runs in a fresh interpreter, measures one tool once, prints one JSON line.
+# --------------------------------------------------------------------------------------------------
+def _peak_rss_mb() -> float:
+    """Peak resident set size of this process or any child it waited for, in MiB (Linux: KiB)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, children) / 1024
+
+
+def run_child(tool: str, trace: Path, out_dir: Path) -> int:
+    try:
+        if tool == "hta":
+            import logging
+
+            from hta.trace_analysis import TraceAnalysis
+
+            logging.disable(logging.CRITICAL)  # HTA logs every parse step; we only want numbers
+            started = time.perf_counter()
+            TraceAnalysis(trace_dir=str(trace.parent))
+        else:
+            import perfsight
+
+            analyse = getattr(perfsight, "analyse", None)
+            if analyse is None:
+                raise RuntimeError("perfsight.analyse does not exist yet")
+            started = time.perf_counter()
+            analyse(trace, out=out_dir)
+        wall_s = time.perf_counter() - started
+    except Exception as error:  # report any failure of the tool, never a traceback-only crash
+        print(RESULT_PREFIX + json.dumps({"error": f"{type(error).__name__}: {error}"}), flush=True)
+        return 1
+    print(RESULT_PREFIX + json.dumps({"wall_s": wall_s, "peak_rss_mb": _peak_rss_mb()}), flush=True)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# Parent side.
+# --------------------------------------------------------------------------------------------------
+@dataclass
+class Runs:
+    """All runs of one tool on one trace."""
+
+    wall_s: list[float] = field(default_factory=list)
+    peak_rss_mb: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.wall_s) and not self.errors
+
+    def median_wall_s(self) -> float:
+        return statistics.median(self.wall_s)
+
+    def median_rss_mb(self) -> float:
+        return statistics.median(self.peak_rss_mb)
+
+
+def measure_once(tool: str, trace: Path, work_dir: Path, timeout_s: float, runs: Runs) -> None:
+    """Copy ``trace`` into a fresh directory and measure ``tool`` on it in a fresh process."""
+    with tempfile.TemporaryDirectory(prefix=f"bench-{tool}-", dir=work_dir) as tmp:
+        input_dir = Path(tmp) / "input"
+        input_dir.mkdir()
+        copy = input_dir / trace.name
+        shutil.copyfile(trace, copy)
+        command = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            tool,
+            str(copy),
+            str(Path(tmp) / "out"),
+        ]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            runs.errors.append(f"timed out after {timeout_s:.0f} s")
+            return
+    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+    if not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        runs.errors.append(f"exit {done.returncode}: {tail}")
+        return
+    result = json.loads(lines[-1][len(RESULT_PREFIX) :])
+    if "error" in result:
+        runs.errors.append(result["error"])
+    else:
+        runs.wall_s.append(result["wall_s"])
+        runs.peak_rss_mb.append(result["peak_rss_mb"])
+
+
+def uncompressed_mb(trace: Path) -> float:
+    if trace.suffix != ".gz":
+        return trace.stat().st_size / MIB
+    size = 0
+    with gzip.open(trace, "rb") as handle:
+        while chunk := handle.read(MIB):
+            size += len(chunk)
+    return size / MIB
+
+
+def machine_description() -> str:
+    cpus = len(os.sched_getaffinity(0))
+    model = "unknown CPU"
+    ram_gib = 0.0
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                ram_gib = int(line.split()[1]) / MIB
+                break
+    except OSError:
+        pass
+    return f"{cpus} CPUs (nproc), {model}, {ram_gib:.1f} GiB RAM, Linux {platform.release()}"
+
+
+def versions() -> str:
+    found = []
+    for dist in ("HolisticTraceAnalysis", "perfsight", "pandas", "numpy", "pyarrow"):
+        try:
+            found.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{dist} not installed")
+    return f"Python {platform.python_version()}; " + ", ".join(found)
+
+
+def _cell(runs: Runs, what: str) -> str:
+    if not runs.ok:
+        return "failed"
+    return f"{runs.median_wall_s():.2f}" if what == "wall" else f"{runs.median_rss_mb():.0f}"
+
+
+def comparison_table(results: dict[Path, dict[str, Runs]]) -> str:
+    rows = [
+        "| trace | size MB (file / JSON) | HTA parse s | HTA peak RSS MB | perfsight analyse s "
+        "| perfsight peak RSS MB | HTA s / perfsight s | perfsight RSS / HTA RSS |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for trace, by_tool in results.items():
+        hta, ps = by_tool["hta"], by_tool["perfsight"]
+        both = hta.ok and ps.ok
+        time_ratio = f"{hta.median_wall_s() / ps.median_wall_s():.2f}x" if both else "n/a"
+        rss_ratio = f"{ps.median_rss_mb() / hta.median_rss_mb():.2f}" if both else "n/a"
+        size = f"{trace.stat().st_size / MIB:.1f} / {uncompressed_mb(trace):.1f}"
+        rows.append(
+            f"| `{trace.name}` | {size} | {_cell(hta, 'wall')} | {_cell(hta, 'rss')} | {_cell(ps, 'wall')} "
+            f"| {_cell(ps, 'rss')} | {time_ratio} | {rss_ratio} |"
+        )
+    return "\n".join(rows)
+
+
+def big_table(trace: Path, generator_s: float | None, runs: Runs) -> str:
+    generated = f"{generator_s:.1f}" if generator_s is not None else "reused"
+    return "\n".join(
+        [
+            "| trace | size MB | generator s | perfsight analyse s | perfsight peak RSS MB |",
+            "|---|---:|---:|---:|---:|",
+            f"| `{trace.name}` (synthetic) | {trace.stat().st_size / MIB:.0f} | {generated} "
+            f"| {_cell(runs, 'wall')} | {_cell(runs, 'rss')} |",
+        ]
+    )
+
+
+def failure_notes(results: dict[Path, dict[str, Runs]]) -> list[str]:
+    notes = []
+    for trace, by_tool in results.items():
+        for tool, runs in by_tool.items():
+            for error in dict.fromkeys(runs.errors):  # unique, in order
+                notes.append(f"- {tool} on `{trace.name}` failed: {error}")
+    return notes
+
+
+def generate_big(path: Path, size_mb: float, seed: int) -> float:
+    started = time.perf_counter()
+    command = [
+        sys.executable,
+        str(GENERATOR),
+        "--out",
+        str(path),
+        "--size-mb",
+        str(size_mb),
+        "--seed",
+        str(seed),
+    ]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="perfsight vs HTA 0.5.0 (see module docstring).")
+    parser.add_argument("--trace", type=Path, action="append", help="trace to compare on (repeatable)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--big", action="store_true", help="also measure perfsight on a ~1 GiB trace")
+    parser.add_argument("--big-size-mb", type=float, default=1024.0)
+    parser.add_argument("--big-trace", type=Path, help="reuse this big trace instead of generating one")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated big trace")
+    parser.add_argument("--work-dir", type=Path, help="where temporary copies go (default: system temp)")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per run")
+    parser.add_argument("--write-md", type=Path, help="append the results to this Markdown file")
+    parser.add_argument("--child", nargs=3, metavar=("TOOL", "TRACE", "OUT"), help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        tool, trace, out_dir = args.child
+        return run_child(tool, Path(trace), Path(out_dir))
+
+    traces = [path.resolve() for path in (args.trace or DEFAULT_TRACES)]
+    missing = [str(path) for path in traces if not path.is_file()]
+    if missing:
+        print(f"trace not found: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    if args.work_dir:
+        args.work_dir.mkdir(parents=True, exist_ok=True)
+
+    results: dict[Path, dict[str, Runs]] = {}
+    for trace in traces:
+        results[trace] = {tool: Runs() for tool in TOOLS}
+        for repeat in range(args.repeats):
+            for tool in TOOLS:
+                print(f"[{trace.name}] {tool} run {repeat + 1}/{args.repeats}", file=sys.stderr, flush=True)
+                measure_once(tool, trace, args.work_dir, args.timeout, results[trace][tool])
+
+    sections = [comparison_table(results)]
+    all_results = dict(results)
+    if args.big:
+        with tempfile.TemporaryDirectory(prefix="bench-big-", dir=args.work_dir) as tmp:
+            big = args.big_trace.resolve() if args.big_trace else Path(tmp) / "synthetic_rank0.pt.trace.json"
+            generator_s = None
+            if not args.big_trace:
+                print(f"generating {args.big_size_mb:.0f} MiB trace", file=sys.stderr, flush=True)
+                generator_s = generate_big(big, args.big_size_mb, args.seed)
+            big_runs = Runs()
+            print(f"[{big.name}] perfsight", file=sys.stderr, flush=True)
+            measure_once("perfsight", big, args.work_dir, args.timeout, big_runs)
+            sections.append(big_table(big, generator_s, big_runs))
+            all_results[big] = {"perfsight": big_runs}
+    notes = failure_notes(all_results)
+
+    header = [
+        f"## perfsight vs HTA 0.5.0 — {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
+        "",
+        f"Command: `{shlex.join(sys.orig_argv)}` (from the repository root)",
+        "",
+        f"Machine: {machine_description()}; {versions()}.",
+        "",
+        f"Median of {args.repeats} alternating runs per tool, each in a fresh process, import excluded. "
+        "HTA: `TraceAnalysis(trace_dir=...)` (parse only). perfsight: `perfsight.analyse(trace, out=...)` "
+        "(full analysis and outputs). Peak RSS: max(`ru_maxrss` of the process, of its children).",
+    ]
+    report = "\n".join([*header, "", *("\n\n".join(sections).splitlines()), *([""] + notes if notes else [])])
+    print(report)
+
+    if args.write_md:
+        if notes:
+            print(f"\nnot writing {args.write_md}: some measurements failed", file=sys.stderr)
+        else:
+            args.write_md.parent.mkdir(parents=True, exist_ok=True)
+            new_file = not args.write_md.exists()
+            with args.write_md.open("a", encoding="utf-8") as handle:
+                if new_file:
+                    handle.write("# Benchmarks\n\nProduced by `benchmarks/bench_vs_hta.py`; newest last.\n")
+                handle.write("\n" + report + "\n")
+            print(f"\nappended to {args.write_md}", file=sys.stderr)
+    return 1 if notes else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,435 @@
+"""Floating-point work of operators, achieved FLOPS per step and MFU.
+
+Kineto never writes ``with_flops`` numbers to its JSON, so FLOPs are computed here
+from each recognised operator's input shapes (``Trace.slices.input_dims``).
+Formulas are evaluated once per unique (operator name, input shapes) pair, then
+broadcast back to rows with Arrow, so the cost does not grow with the number of
+calls.  Totals count only the *outermost* recognised operator of a nesting chain
+on a thread (``aten::linear`` -> ``aten::addmm`` is counted once, as the linear).
+
+Formulas (multiply-add = 2 FLOPs; shapes as PyTorch records them):
+
+* ``mm``/``addmm`` ``[m,k] x [k,n]``: ``2mkn``; ``bmm``/``baddbmm``: ``2bmkn``;
+  ``matmul``: ``2 * prod(broadcast batch) * m * k * n`` (1-D operands count as 1 row/column).
+* ``linear`` ``x [..., in]``, ``w [out, in]``: ``2 * prod(x[:-1]) * in * out``.
+* convolutions ``x [N, Cin, *S]``, ``w [Cout, Cin/groups, *K]``:
+  ``2 * N * prod(out spatial) * Cout * (Cin/groups) * prod(K)``.  Stride, padding and
+  dilation are not in the trace, so the output size assumes stride 1, no padding,
+  dilation 1 (``S - K + 1``; ``S`` where that is < 1).  ``convolution_backward`` reads
+  the output size from ``grad_output`` (exact) and counts 2x the forward (input and
+  weight gradients).  Transposed convolutions are counted as ordinary ones.
+* scaled dot-product attention ``q [B, H, Sq, D]``, ``k [B, H, Sk, D]``, ``v [..., Dv]``:
+  ``2*B*H*Sq*Sk*D + 2*B*H*Sq*Sk*Dv`` (= ``4*B*H*Sq*Sk*D``), causal masks ignored;
+  ``_flash_attention_*``/``_efficient_attention_*`` use the ``[B, S, H, D]`` layout;
+  backward variants count 2.5x the forward.
+
+MFU = achieved FLOPs/s in a step / the device's dense peak for the step's dominant
+dtype class (``fp16_bf16`` when the recognised ops doing most FLOPs take Half or
+BFloat16 inputs, else ``fp32``).  Peaks: :data:`PEAK_FLOPS`, documented in
+``docs/FLOPS.md``.
+
+This module must not read files, and must not guess a device: no device in
+``trace.meta.devices`` (a CPU-only trace) or an unknown one gives a null peak and MFU.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from perfsight.analysis.hierarchy import host_op_mask, outermost
+from perfsight.analysis.jsontext import json_text
+from perfsight.model import NO_ID, RunMetadata, Trace
+
+Shapes = Sequence[Sequence[int]]
+
+# ---------------------------------------------------------------------------------------------
+# Peak throughput, dense (no 2:4 sparsity), FLOP/s.  Patterns are regular expressions searched
+# case-insensitively in the device name; the first match wins, so specific variants come first.
+# Classes: "fp32" (non-tensor FP32; on AMD the FP32 matrix peak, which rocBLAS SGEMM uses),
+# "tf32" (TF32 tensor cores; GPUs without TF32 repeat their FP32 peak), "fp16_bf16" (FP16/BF16
+# tensor cores, FP32 accumulate; GPUs without BF16 give their FP16 peak).
+# Sources (vendor datasheets halve the "with sparsity" figures to get dense):
+#   H100 SXM5 / PCIe: NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022), Table 3.
+#   H100 NVL, H200 SXM / NVL: NVIDIA H100 and H200 datasheets (nvidia.com/en-us/data-center/h100, /h200).
+#   A100 (SXM4 and PCIe, 40/80 GB): NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4).
+#   V100 SXM2 / PCIe / V100S: NVIDIA V100 datasheet (tesla-v100-datasheet-letter-fnl-web, Jan 2020).
+#   A10: NVIDIA A10 datasheet.  A10G (AWS-only, no NVIDIA datasheet): Baseten, "NVIDIA A10 vs A10G
+#   for ML model inference" (baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference).
+#   L4: NVIDIA L4 datasheet.  L40S: NVIDIA L40S datasheet.  T4: NVIDIA T4 datasheet.
+#   MI250X / MI250: AMD Instinct MI250X / MI250 product pages (amd.com/en/products/accelerators).
+#   MI300X: AMD Instinct MI300X data sheet.
+# ---------------------------------------------------------------------------------------------
+_T = 1e12
+PEAK_FLOPS: dict[str, dict[str, float]] = {
+    r"H100.*PCIe": {"fp32": 51.2 * _T, "tf32": 378.0 * _T, "fp16_bf16": 756.0 * _T},
+    r"H100.*NVL": {"fp32": 60.0 * _T, "tf32": 417.5 * _T, "fp16_bf16": 835.5 * _T},
+    r"H100": {"fp32": 66.9 * _T, "tf32": 494.7 * _T, "fp16_bf16": 989.4 * _T},  # SXM5
+    r"H200.*NVL": {"fp32": 60.0 * _T, "tf32": 417.5 * _T, "fp16_bf16": 835.5 * _T},
+    r"H200": {"fp32": 67.0 * _T, "tf32": 494.5 * _T, "fp16_bf16": 989.5 * _T},  # SXM
+    r"A100": {"fp32": 19.5 * _T, "tf32": 156.0 * _T, "fp16_bf16": 312.0 * _T},  # SXM4 = PCIe
+    r"A10G": {"fp32": 35.0 * _T, "tf32": 35.0 * _T, "fp16_bf16": 70.0 * _T},
+    r"\bA10\b": {"fp32": 31.2 * _T, "tf32": 62.5 * _T, "fp16_bf16": 125.0 * _T},
+    r"L40S": {"fp32": 91.6 * _T, "tf32": 183.0 * _T, "fp16_bf16": 362.05 * _T},
+    r"\bL4\b": {"fp32": 30.3 * _T, "tf32": 60.0 * _T, "fp16_bf16": 121.0 * _T},
+    r"V100S": {"fp32": 16.4 * _T, "tf32": 16.4 * _T, "fp16_bf16": 130.0 * _T},
+    r"V100.*PCI": {"fp32": 14.0 * _T, "tf32": 14.0 * _T, "fp16_bf16": 112.0 * _T},
+    r"V100": {"fp32": 15.7 * _T, "tf32": 15.7 * _T, "fp16_bf16": 125.0 * _T},  # SXM2
+    r"\bT4\b": {"fp32": 8.1 * _T, "tf32": 8.1 * _T, "fp16_bf16": 65.0 * _T},
+    r"MI300X": {"fp32": 163.4 * _T, "tf32": 653.7 * _T, "fp16_bf16": 1307.4 * _T},
+    r"MI250X": {"fp32": 95.7 * _T, "tf32": 95.7 * _T, "fp16_bf16": 383.0 * _T},
+    r"MI250": {"fp32": 90.5 * _T, "tf32": 90.5 * _T, "fp16_bf16": 362.1 * _T},
+}
+"""Dense peak FLOP/s per dtype class, by device-name pattern (first match wins)."""
+
+DTYPE_CLASSES = ("fp32", "tf32", "fp16_bf16")
+
+_HALF_TYPES = frozenset({"c10::Half", "c10::BFloat16", "Half", "BFloat16", "half", "bfloat16", "float16"})
+
+
+def peak_flops_per_s(device_name: str | None, dtype_class: str = "fp32") -> float | None:
+    """Dense peak FLOP/s of ``device_name`` for ``dtype_class``; None if the device is unknown."""
+    if not device_name:
+        return None
+    for pattern, peaks in PEAK_FLOPS.items():
+        if re.search(pattern, device_name, flags=re.IGNORECASE):
+            return peaks.get(dtype_class)
+    return None
+
+
+# --------------------------------------------------------------------------- formulas
+
+
+def _prod(values: Sequence[int]) -> int:
+    return math.prod(int(v) for v in values)
+
+
+def _shape(dims: Shapes, i: int) -> list[int] | None:
+    if i >= len(dims) or not isinstance(dims[i], list | tuple) or not dims[i]:
+        return None
+    return [int(v) for v in dims[i]]
+
+
+def _mm(a: list[int] | None, b: list[int] | None) -> float | None:
+    if a is None or b is None or len(a) != 2 or len(b) != 2 or a[1] != b[0]:
+        return None
+    return 2.0 * a[0] * a[1] * b[1]
+
+
+def _bmm(a: list[int] | None, b: list[int] | None) -> float | None:
+    if a is None or b is None or len(a) != 3 or len(b) != 3 or a[2] != b[1]:
+        return None
+    return 2.0 * a[0] * a[1] * a[2] * b[2]
+
+
+def _matmul(a: list[int] | None, b: list[int] | None) -> float | None:
+    if a is None or b is None:
+        return None
+    m, k = (1, a[0]) if len(a) == 1 else (a[-2], a[-1])
+    k2, n = (b[0], 1) if len(b) == 1 else (b[-2], b[-1])
+    if k != k2:
+        return None
+    batch_a, batch_b = a[:-2], b[:-2]
+    width = max(len(batch_a), len(batch_b))
+    batch_a = [1] * (width - len(batch_a)) + batch_a
+    batch_b = [1] * (width - len(batch_b)) + batch_b
+    batch = _prod(max(x, y) for x, y in zip(batch_a, batch_b, strict=True))
+    return 2.0 * batch * m * k * n
+
+
+def _linear(dims: Shapes) -> float | None:
+    x, w = _shape(dims, 0), _shape(dims, 1)
+    if x is None or w is None or w[-1] != x[-1] or len(w) > 2:
+        return None
+    out = w[0] if len(w) == 2 else 1
+    return 2.0 * _prod(x[:-1]) * x[-1] * out
+
+
+def _conv_forward(x: list[int] | None, w: list[int] | None, out_spatial: list[int] | None = None) -> float | None:
+    if x is None or w is None or len(w) < 3:
+        return None
+    n_spatial = len(w) - 2
+    if len(x) == n_spatial + 2:
+        batch, spatial = x[0], x[2:]
+    elif len(x) == n_spatial + 1:  # unbatched input
+        batch, spatial = 1, x[1:]
+    else:
+        return None
+    kernel = w[2:]
+    if out_spatial is None:
+        out_spatial = [s - k + 1 if s - k + 1 >= 1 else s for s, k in zip(spatial, kernel, strict=True)]
+    return 2.0 * batch * _prod(out_spatial) * w[0] * w[1] * _prod(kernel)
+
+
+def _conv(dims: Shapes) -> float | None:
+    return _conv_forward(_shape(dims, 0), _shape(dims, 1))
+
+
+def _conv_backward(dims: Shapes) -> float | None:
+    grad_out, x, w = _shape(dims, 0), _shape(dims, 1), _shape(dims, 2)
+    if grad_out is None or w is None:
+        return None
+    forward = _conv_forward(x, w, out_spatial=grad_out[-(len(w) - 2):])
+    return None if forward is None else 2.0 * forward
+
+
+def _attention(q: list[int] | None, k: list[int] | None, v: list[int] | None, layout: str) -> float | None:
+    if q is None or k is None or v is None or len(q) < 3 or len(k) < 3:
+        return None
+    if layout == "bhsd":
+        heads, s_q, d, s_k = _prod(q[:-2]), q[-2], q[-1], k[-2]
+    else:  # "bshd": [B, S, H, D]; a 3-D [total, H, D] is variable-length packing and not countable
+        if len(q) != 4 or len(k) != 4:
+            return None
+        heads, s_q, d, s_k = q[0] * q[2], q[1], q[3], k[1]
+    return 2.0 * heads * s_q * s_k * d + 2.0 * heads * s_q * s_k * v[-1]
+
+
+def _sdpa(layout: str, backward: bool) -> Callable[[Shapes], float | None]:
+    first = 1 if backward else 0  # backward ops take grad_out first
+
+    def formula(dims: Shapes) -> float | None:
+        fwd = _attention(_shape(dims, first), _shape(dims, first + 1), _shape(dims, first + 2), layout)
+        return None if fwd is None else (2.5 * fwd if backward else fwd)
+
+    return formula
+
+
+FLOP_FORMULAS: dict[str, Callable[[Shapes], float | None]] = {
+    "aten::mm": lambda d: _mm(_shape(d, 0), _shape(d, 1)),
+    "aten::addmm": lambda d: _mm(_shape(d, 1), _shape(d, 2)),
+    "aten::bmm": lambda d: _bmm(_shape(d, 0), _shape(d, 1)),
+    "aten::baddbmm": lambda d: _bmm(_shape(d, 1), _shape(d, 2)),
+    "aten::matmul": lambda d: _matmul(_shape(d, 0), _shape(d, 1)),
+    "aten::linear": _linear,
+    "aten::conv1d": _conv,
+    "aten::conv2d": _conv,
+    "aten::conv3d": _conv,
+    "aten::convolution": _conv,
+    "aten::_convolution": _conv,
+    "aten::convolution_backward": _conv_backward,
+    "aten::scaled_dot_product_attention": _sdpa("bhsd", False),
+    "aten::_scaled_dot_product_attention_math": _sdpa("bhsd", False),
+    "aten::_scaled_dot_product_flash_attention": _sdpa("bhsd", False),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": _sdpa("bhsd", False),
+    "aten::_scaled_dot_product_efficient_attention": _sdpa("bhsd", False),
+    "aten::_scaled_dot_product_cudnn_attention": _sdpa("bhsd", False),
+    "aten::_scaled_dot_product_fused_attention_overrideable": _sdpa("bhsd", False),
+    "aten::_flash_attention_forward": _sdpa("bshd", False),
+    "aten::_efficient_attention_forward": _sdpa("bshd", False),
+    "aten::_scaled_dot_product_flash_attention_backward": _sdpa("bhsd", True),
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa("bhsd", True),
+    "aten::_scaled_dot_product_efficient_attention_backward": _sdpa("bhsd", True),
+    "aten::_scaled_dot_product_cudnn_attention_backward": _sdpa("bhsd", True),
+    "aten::_scaled_dot_product_fused_attention_overrideable_backward": _sdpa("bhsd", True),
+    "aten::_flash_attention_backward": _sdpa("bshd", True),
+    "aten::_efficient_attention_backward": _sdpa("bshd", True),
+}
+"""Recognised operators and their FLOPs formula over the recorded input shapes."""
+
+
+def flops_of(name: str, dims: Shapes | None) -> float | None:
+    """FLOPs of one call of ``name`` with input shapes ``dims``; None if unrecognised or malformed."""
+    formula = FLOP_FORMULAS.get(name)
+    if formula is None or dims is None:
+        return None
+    try:
+        value = formula(dims)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return value if value is not None and value >= 0 else None
+
+
+# --------------------------------------------------------------------------- per row
+
+
+def _per_unique(keys: pa.Array, fn: Callable[[str], float | None]) -> np.ndarray:
+    """Evaluate ``fn`` once per distinct string of ``keys``; NaN where it gives None or key is null."""
+    encoded = pc.dictionary_encode(keys)
+    values = np.array(
+        [np.nan if (v := fn(k)) is None else v for k in encoded.dictionary.to_pylist()], dtype=np.float64
+    )
+    idx = encoded.indices.to_numpy(zero_copy_only=False)
+    out = np.full(len(keys), np.nan)
+    valid = ~np.asarray(encoded.indices.is_null().to_numpy(zero_copy_only=False), bool)
+    if len(values):
+        out[valid] = values[idx[valid].astype(np.int64)]
+    return out
+
+
+_SEP = "\x1f"
+
+
+def _pair_flops(key: str) -> float | None:
+    name, _, dims = key.partition(_SEP)
+    try:
+        return flops_of(name, orjson.loads(dims))
+    except orjson.JSONDecodeError:
+        return None
+
+
+def row_flops(slices: pa.Table) -> np.ndarray:
+    """FLOPs of every row's own work (NaN where unknown or not a recognised host operator).
+
+    Each op carries its own count here, so nested recognised ops (``linear`` and its
+    ``addmm``) both have one; sum :func:`op_flops` for totals.
+    """
+    out = np.full(slices.num_rows, np.nan)
+    if slices.num_rows == 0:
+        return out
+    names = slices.column("name")
+    recognised = np.asarray(
+        pc.is_in(names, value_set=pa.array(list(FLOP_FORMULAS), pa.string())).to_numpy(zero_copy_only=False),
+        bool,
+    ) & host_op_mask(slices)
+    rows = np.flatnonzero(recognised)
+    if not len(rows):
+        return out
+    sub = slices.take(pa.array(rows))
+    dims = json_text(sub.column("input_dims"))
+    name_text = sub.column("name").combine_chunks().cast(pa.string())
+    keys = pc.binary_join_element_wise(name_text, dims, _SEP)
+    out[rows] = _per_unique(keys, _pair_flops)
+    return out
+
+
+def _dtype_class_of(types_text: str) -> str:
+    try:
+        types = orjson.loads(types_text)
+    except orjson.JSONDecodeError:
+        return "fp32"
+    return "fp16_bf16" if any(t in _HALF_TYPES for t in types if isinstance(t, str)) else "fp32"
+
+
+def row_dtype_class(slices: pa.Table, rows: np.ndarray) -> np.ndarray:
+    """``'fp16_bf16'`` for rows with a Half/BFloat16 input, else ``'fp32'`` (object array)."""
+    if not len(rows):
+        return np.zeros(0, dtype=object)
+    text = json_text(slices.column("input_types").take(pa.array(rows)))
+    encoded = pc.dictionary_encode(text)
+    classes = np.array([_dtype_class_of(t) for t in encoded.dictionary.to_pylist()] + ["fp32"], dtype=object)
+    idx = encoded.indices.fill_null(len(classes) - 1).to_numpy(zero_copy_only=False)
+    return classes[idx.astype(np.int64)]
+
+
+def _flops_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, flops) of the outermost recognised operators with a known count."""
+    own = row_flops(trace.slices)
+    known = ~np.isnan(own)
+    rows = np.flatnonzero(outermost(trace.slices, known))
+    return rows, own[rows]
+
+
+OP_FLOPS_SCHEMA = pa.schema([("rank", pa.int32()), ("slice", pa.int64()), ("flops", pa.float64())])
+
+
+def op_flops(trace: Trace) -> pa.Table:
+    """FLOPs of each outermost recognised operator call: rank, slice (row index), flops.
+
+    An operator counts when it is recognised, its shapes give a count, and no other
+    such operator on the same thread encloses it, so the column sums without double
+    counting.
+    """
+    rows, flops = _flops_rows(trace)
+    rank = trace.slices.column("rank").take(pa.array(rows)) if len(rows) else pa.array([], pa.int32())
+    return pa.table({"rank": rank, "slice": pa.array(rows, pa.int64()), "flops": flops}, schema=OP_FLOPS_SCHEMA)
+
+
+# --------------------------------------------------------------------------- per step
+
+
+def device_name(meta: RunMetadata, tracks: pa.Table) -> str | None:
+    """Name of the accelerator this trace's device streams ran on (None if the trace has none)."""
+    if not meta.devices:
+        return None
+    by_index = {d.index: d.name for d in meta.devices}
+    if tracks.num_rows:
+        on_device = tracks.filter(tracks.column("is_device"))
+        indices = [i for i in on_device.column("device_index").to_pylist() if i in by_index]
+        if indices:
+            return by_index[max(set(indices), key=indices.count)]
+    return meta.devices[0].name
+
+
+FLOPS_BY_STEP_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("step", pa.int32()),
+        ("flops", pa.float64()),
+        ("step_ns", pa.int64()),
+        ("flops_per_s", pa.float64()),
+        ("peak_flops_per_s", pa.float64()),
+        ("mfu", pa.float64()),
+    ]
+)
+
+
+def flops_by_step(trace: Trace, float32_peak: str = "fp32") -> pa.Table:
+    """Achieved FLOPs and MFU per step: rank, step, flops, step_ns, flops_per_s, peak_flops_per_s, mfu.
+
+    ``step_ns`` is the host step window (``steps.end_ns - start_ns``); FLOPs are those of
+    the outermost recognised ops whose ``step`` is that step.  A trace without steps
+    gets one row, step ``NO_ID``, spanning all its slices.  ``float32_peak`` picks the
+    peak used for FP32 work: ``"fp32"`` (default, PyTorch's default for matmul) or
+    ``"tf32"`` (when ``torch.backends.cuda.matmul.allow_tf32`` is on).
+    """
+    if float32_peak not in ("fp32", "tf32"):
+        raise ValueError(f"float32_peak must be 'fp32' or 'tf32', not {float32_peak!r}")
+    slices = trace.slices
+    steps = trace.steps
+    if steps.num_rows:
+        step_ids = steps.column("step").to_numpy().astype(np.int64)
+        step_ns = (steps.column("end_ns").to_numpy() - steps.column("start_ns").to_numpy()).astype(np.int64)
+        ranks = steps.column("rank").to_numpy().astype(np.int32)
+    elif slices.num_rows:
+        start = slices.column("start_ns").to_numpy()
+        end = start + np.maximum(slices.column("dur_ns").to_numpy(), 0)
+        step_ids = np.array([NO_ID], np.int64)
+        step_ns = np.array([int(end.max() - start.min())], np.int64)
+        ranks = np.array([trace.rank], np.int32)
+    else:
+        return FLOPS_BY_STEP_SCHEMA.empty_table()
+
+    rows, flops = _flops_rows(trace)
+    row_step = slices.column("step").to_numpy().astype(np.int64)[rows] if len(rows) else np.zeros(0, np.int64)
+    half = row_dtype_class(slices, rows) == "fp16_bf16"
+    order = np.argsort(step_ids, kind="stable")
+    slot = np.searchsorted(step_ids[order], row_step)
+    slot_c = np.minimum(slot, len(step_ids) - 1)
+    hit = step_ids[order][slot_c] == row_step
+    target = order[slot_c[hit]]
+    total = np.zeros(len(step_ids))
+    half_total = np.zeros(len(step_ids))
+    np.add.at(total, target, flops[hit])
+    np.add.at(half_total, target, np.where(half[hit], flops[hit], 0.0))
+
+    name = device_name(trace.meta, trace.tracks)
+    peak_half = peak_flops_per_s(name, "fp16_bf16")
+    peak_float = peak_flops_per_s(name, float32_peak)
+    dominant_half = half_total * 2 > total  # the class doing most of the step's FLOPs
+    peak = np.array(
+        [(peak_half if h else peak_float) for h in dominant_half], dtype=object
+    )  # len(steps): a loop over steps
+    peak_arr = np.array([np.nan if p is None else p for p in peak], dtype=np.float64)
+    seconds = step_ns * 1e-9
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_s = np.where(step_ns > 0, total / seconds, np.nan)
+        mfu = per_s / peak_arr
+    return pa.table(
+        {
+            "rank": pa.array(ranks, pa.int32()),
+            "step": pa.array(step_ids, pa.int32()),
+            "flops": total,
+            "step_ns": step_ns,
+            "flops_per_s": pa.array(per_s, pa.float64(), from_pandas=True),
+            "peak_flops_per_s": pa.array(peak_arr, pa.float64(), from_pandas=True),
+            "mfu": pa.array(mfu, pa.float64(), from_pandas=True),
+        },
+        schema=FLOPS_BY_STEP_SCHEMA,
+    )

@@ -1,0 +1,178 @@
+"""Host operator statistics: the numbers behind the operator page and ``op_statistic``-style tables.
+
+For every host operator call (``cpu_op`` rows and host-side communication ops) this
+module gives its wall time, its *self* time (wall time minus the time of its direct
+children on the same thread, so nested calls are not counted twice), the device time
+of the work it launched itself, and its own FLOPs; then aggregates per operator name.
+
+Definitions (units: integer ns, FLOPs as float):
+
+* ``self_ns = dur_ns - sum(dur_ns of direct children on the same track)``, floored
+  at 0.  Children of every kind count (a ``cudaLaunchKernel`` inside ``aten::mm``
+  is not ``aten::mm``'s own time), as torch.profiler's "Self CPU" does.
+* ``device_ns`` = summed duration of the device slices launched by runtime calls
+  whose ``external_id`` equals the op's: only the op that directly issued a launch
+  gets it (``aten::linear`` gets nothing, its ``aten::addmm`` gets the GEMM).
+* ``flops`` = the op's own FLOPs (:func:`perfsight.analysis.flops.row_flops`),
+  null if not a recognised op.  Nested recognised ops each carry theirs: for
+  totals without double counting use :func:`perfsight.analysis.flops.op_flops`.
+* ``host_ratio`` = the name's self time / all operators' self time, 0..1.
+
+This module must not read files or format for display beyond JSON text of shapes;
+it consumes a :class:`~perfsight.model.Trace` and returns Arrow tables.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from perfsight.analysis.flops import row_flops
+from perfsight.analysis.hierarchy import device_work_mask, host_op_mask, launching_op, parent_rows
+from perfsight.analysis.jsontext import json_text
+from perfsight.model import Trace
+
+OPERATOR_INSTANCES_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("slice", pa.int64()),
+        ("step", pa.int32()),
+        ("name", pa.string()),
+        ("thread", pa.int64()),
+        ("start_ns", pa.int64()),
+        ("dur_ns", pa.int64()),
+        ("self_ns", pa.int64()),
+        ("device_ns", pa.int64()),
+        ("input_dims", pa.string()),
+        ("input_types", pa.string()),
+        ("flops", pa.float64()),
+    ]
+)
+
+OPERATOR_STATS_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("name", pa.string()),
+        ("count", pa.int64()),
+        ("host_total_ns", pa.int64()),
+        ("host_self_ns", pa.int64()),
+        ("host_avg_ns", pa.int64()),
+        ("host_min_ns", pa.int64()),
+        ("host_max_ns", pa.int64()),
+        ("device_total_ns", pa.int64()),
+        ("host_ratio", pa.float64()),
+        ("flops", pa.float64()),
+    ]
+)
+
+
+def self_times(trace: Trace, parents: np.ndarray | None = None) -> np.ndarray:
+    """Self time (ns) of every slice: its duration minus its direct children's, floored at 0."""
+    slices = trace.slices
+    dur = np.maximum(slices.column("dur_ns").to_numpy().astype(np.int64), 0)
+    parents = parent_rows(slices) if parents is None else parents
+    children = np.zeros(len(dur), np.int64)
+    has = parents >= 0
+    np.add.at(children, parents[has], dur[has])
+    return np.maximum(dur - children, 0)
+
+
+def launched_device_ns(trace: Trace, parents: np.ndarray | None = None) -> np.ndarray:
+    """Device time (ns) each slice launched directly (0 for slices that launched nothing)."""
+    slices = trace.slices
+    launcher = launching_op(slices, trace.flows, parents)
+    dur = np.maximum(slices.column("dur_ns").to_numpy().astype(np.int64), 0)
+    device = np.zeros(slices.num_rows, np.int64)
+    linked = device_work_mask(slices) & (launcher >= 0)
+    np.add.at(device, launcher[linked], dur[linked])
+    return device
+
+
+def operator_instances(trace: Trace) -> pa.Table:
+    """One row per host operator call, in trace row order (see the module docstring)."""
+    slices = trace.slices
+    rows = np.flatnonzero(host_op_mask(slices))
+    if not len(rows):
+        return OPERATOR_INSTANCES_SCHEMA.empty_table()
+    parents = parent_rows(slices)
+    self_ns = self_times(trace, parents)[rows]
+    device_ns = launched_device_ns(trace, parents)[rows]
+    flops = row_flops(slices)[rows]
+    take = pa.array(rows)
+    sub = slices.select(["rank", "step", "name", "tid", "start_ns", "dur_ns", "input_dims", "input_types"]).take(
+        take
+    )
+    return pa.table(
+        {
+            "rank": sub.column("rank"),
+            "slice": pa.array(rows, pa.int64()),
+            "step": sub.column("step"),
+            "name": sub.column("name").cast(pa.string()),
+            "thread": sub.column("tid"),
+            "start_ns": sub.column("start_ns"),
+            "dur_ns": sub.column("dur_ns"),
+            "self_ns": self_ns,
+            "device_ns": device_ns,
+            "input_dims": json_text(sub.column("input_dims")),
+            "input_types": json_text(sub.column("input_types")),
+            "flops": pa.array(flops, pa.float64(), from_pandas=True),
+        },
+        schema=OPERATOR_INSTANCES_SCHEMA,
+    )
+
+
+def operator_stats(trace: Trace, instances: pa.Table | None = None) -> pa.Table:
+    """Per (rank, operator name) aggregates, largest self time first.
+
+    Pass ``instances`` (from :func:`operator_instances`) to avoid computing them twice.
+    """
+    inst = operator_instances(trace) if instances is None else instances
+    if inst.num_rows == 0:
+        return OPERATOR_STATS_SCHEMA.empty_table()
+    grouped = inst.group_by(["rank", "name"]).aggregate(
+        [
+            ("dur_ns", "count"),
+            ("dur_ns", "sum"),
+            ("self_ns", "sum"),
+            ("dur_ns", "min"),
+            ("dur_ns", "max"),
+            ("device_ns", "sum"),
+            ("flops", "sum"),
+        ]
+    )
+    count = grouped.column("dur_ns_count").to_numpy().astype(np.int64)
+    total = grouped.column("dur_ns_sum").to_numpy().astype(np.int64)
+    self_total = grouped.column("self_ns_sum").to_numpy().astype(np.int64)
+    rank = grouped.column("rank").to_numpy()
+    # share of each rank's total self time
+    rank_keys, rank_idx = np.unique(rank, return_inverse=True)
+    rank_self = np.zeros(len(rank_keys), np.int64)
+    np.add.at(rank_self, rank_idx, self_total)
+    denom = rank_self[rank_idx]
+    ratio = np.divide(self_total, denom, out=np.zeros(len(self_total)), where=denom > 0)
+    table = pa.table(
+        {
+            "rank": grouped.column("rank"),
+            "name": grouped.column("name"),
+            "count": count,
+            "host_total_ns": total,
+            "host_self_ns": self_total,
+            "host_avg_ns": np.rint(total / count).astype(np.int64),
+            "host_min_ns": grouped.column("dur_ns_min"),
+            "host_max_ns": grouped.column("dur_ns_max"),
+            "device_total_ns": grouped.column("device_ns_sum").cast(pa.int64()),
+            "host_ratio": ratio,
+            "flops": grouped.column("flops_sum"),
+        },
+        schema=OPERATOR_STATS_SCHEMA,
+    )
+    return table.sort_by([("rank", "ascending"), ("host_self_ns", "descending"), ("name", "ascending")])
+
+
+def top_operators(stats: pa.Table, n: int = 20, by: str = "device_total_ns") -> pa.Table:
+    """The ``n`` rows of ``stats`` largest in ``by`` (``device_total_ns`` or ``host_self_ns``)."""
+    if by not in ("device_total_ns", "host_self_ns"):
+        raise ValueError(f"by must be 'device_total_ns' or 'host_self_ns', not {by!r}")
+    ordered = stats.sort_by([(by, "descending"), ("name", "ascending")])
+    return ordered.slice(0, max(n, 0))
+

@@ -1,0 +1,146 @@
+"""Overlap breakdown: how each step's time splits into computing, communication and idle.
+
+The columns of MindSpore's ``step_trace_time.csv``, computed per step by
+interval union and intersection on the rank's timeline (device when it has
+device work, host otherwise; see :mod:`perfsight.analysis.timeline` for what
+counts as compute, communication and receive there, and for the step windows).
+With ``C`` the compute set, ``M`` the communication set and ``R`` the receive
+part of ``M``, all cut to the step window ``[start, end)``:
+
+* ``step_ns`` = ``end - start`` (the window).
+* ``preparing_ns`` = time from the window start to the first instant covered
+  by ``C ∪ M`` (the whole window when nothing runs in it).
+* ``stage_ns`` = ``step_ns - preparing_ns``.
+* ``computing_ns`` = ``|C|``; ``communication_ns`` = ``|M|``;
+  ``overlapped_ns`` = ``|C ∩ M|``;
+  ``communication_not_overlapped_ns`` = ``|M| - |C ∩ M|`` = ``|M \\ C|``.
+* ``free_ns`` = ``stage - computing - communication_not_overlapped`` (time in
+  the stage when neither computes nor communicates; never negative).
+* ``bubble_ns`` = ``|R \\ C|``: time spent only in point-to-point receives
+  (pipeline-parallel waiting); 0 when there are none.
+* ``communication_not_overlapped_exclude_receive_ns`` =
+  ``communication_not_overlapped - bubble`` = ``|M \\ C \\ R|``.
+
+Invariants, exact in integer nanoseconds: ``computing + communication_not_overlapped
++ free == stage`` and ``stage + preparing == step_ns``.
+
+:func:`overlap_intervals` returns the merged intervals behind those numbers
+(the "Overlap Analysis" lanes of ``trace_view.json``), restricted to the step
+windows; per window, each lane's length equals the matching column.
+
+This module must not convert units (export does) and must not loop over
+events in Python: every window is measured at once with prefix sums.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from perfsight.analysis import intervals as iv
+from perfsight.analysis.timeline import activity, choose_timeline, int_column, step_windows
+from perfsight.model import Trace
+
+OVERLAP_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("step_ns", pa.int64(), nullable=False),
+        pa.field("computing_ns", pa.int64(), nullable=False),
+        pa.field("communication_not_overlapped_ns", pa.int64(), nullable=False),
+        pa.field("overlapped_ns", pa.int64(), nullable=False),
+        pa.field("communication_ns", pa.int64(), nullable=False),
+        pa.field("free_ns", pa.int64(), nullable=False),
+        pa.field("stage_ns", pa.int64(), nullable=False),
+        pa.field("bubble_ns", pa.int64(), nullable=False),
+        pa.field("communication_not_overlapped_exclude_receive_ns", pa.int64(), nullable=False),
+        pa.field("preparing_ns", pa.int64(), nullable=False),
+    ]
+)
+"""Columns of :func:`overlap_breakdown`, in ``step_trace_time.csv`` order."""
+
+LANES = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
+"""Lane names of :func:`overlap_intervals`, as MindSpore's trace view shows them."""
+
+OVERLAP_INTERVAL_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("lane", pa.string(), nullable=False),
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("end_ns", pa.int64(), nullable=False),
+    ]
+)
+
+
+def overlap_breakdown(trace: Trace) -> pa.Table:
+    """Per step: computing, communication (overlapped or not), free, bubble and preparing time in ns."""
+    timeline = choose_timeline(trace)
+    windows = step_windows(trace, timeline)
+    if windows.num_rows == 0:
+        return OVERLAP_SCHEMA.empty_table()
+    work = activity(trace, timeline)
+    lo, hi = int_column(windows, "start_ns"), int_column(windows, "end_ns")
+    busy = iv.union(
+        np.concatenate((work.compute[0], work.communication[0])),
+        np.concatenate((work.compute[1], work.communication[1])),
+    )
+    step_ns = hi - lo
+    preparing = iv.first_covered(busy, lo, hi) - lo
+    stage = step_ns - preparing
+    computing = iv.measure(work.compute, lo, hi)
+    communication = iv.measure(work.communication, lo, hi)
+    overlapped = iv.measure(iv.intersect(work.compute, work.communication), lo, hi)
+    not_overlapped = communication - overlapped
+    bubble = iv.measure(iv.subtract(work.receive, work.compute), lo, hi)
+    columns = {
+        "rank": windows.column("rank"),
+        "step": windows.column("step"),
+        "step_ns": step_ns,
+        "computing_ns": computing,
+        "communication_not_overlapped_ns": not_overlapped,
+        "overlapped_ns": overlapped,
+        "communication_ns": communication,
+        "free_ns": stage - computing - not_overlapped,
+        "stage_ns": stage,
+        "bubble_ns": bubble,
+        "communication_not_overlapped_exclude_receive_ns": not_overlapped - bubble,
+        "preparing_ns": preparing,
+    }
+    return pa.Table.from_arrays(
+        [pa.array(v, f.type) if isinstance(v, np.ndarray) else v for f, v in zip(OVERLAP_SCHEMA, columns.values(), strict=True)],
+        schema=OVERLAP_SCHEMA,
+    )
+
+
+def overlap_intervals(trace: Trace) -> pa.Table:
+    """Merged Computing / Communication / Communication(Not Overlapped) / Free intervals inside the steps."""
+    timeline = choose_timeline(trace)
+    windows = step_windows(trace, timeline)
+    if windows.num_rows == 0:
+        return OVERLAP_INTERVAL_SCHEMA.empty_table()
+    work = activity(trace, timeline)
+    lo, hi = int_column(windows, "start_ns"), int_column(windows, "end_ns")
+    steps = iv.union(lo, hi)
+    busy = iv.union(
+        np.concatenate((work.compute[0], work.communication[0])),
+        np.concatenate((work.compute[1], work.communication[1])),
+    )
+    stages = iv.union(iv.first_covered(busy, lo, hi), hi)
+    lanes = {
+        "Computing": iv.intersect(work.compute, steps),
+        "Communication": iv.intersect(work.communication, steps),
+        "Communication(Not Overlapped)": iv.intersect(iv.subtract(work.communication, work.compute), steps),
+        "Free": iv.subtract(stages, busy),
+    }
+    lane_names = np.concatenate([np.full(s.size, lane, dtype=object) for lane, (s, _) in lanes.items()])
+    starts = np.concatenate([s for s, _ in lanes.values()])
+    ends = np.concatenate([e for _, e in lanes.values()])
+    return pa.Table.from_arrays(
+        [
+            pa.array(np.full(starts.size, trace.rank, dtype=np.int32), pa.int32()),
+            pa.array(lane_names, pa.string()),
+            pa.array(starts, pa.int64()),
+            pa.array(ends, pa.int64()),
+        ],
+        schema=OVERLAP_INTERVAL_SCHEMA,
+    )

@@ -1,0 +1,305 @@
+"""Step trace: split every training step into iteration interval, forward+backward and tail.
+
+This is MindSpore's 迭代轨迹 (iteration trace) for PyTorch traces.  A step is cut
+at two points, the start of the forward pass (FP) and the end of the backward
+pass (BP)::
+
+    |<- iteration_interval ->|<------- fp_bp ------->|<- tail ->|
+    step start              FP start                BP end     step end
+
+* ``iteration_interval_ns`` (迭代间隙) = FP start - step start: waiting for data
+  and anything else before the first forward op.
+* ``fp_bp_ns`` (前反向) = BP end - FP start.
+* ``tail_ns`` (迭代拖尾) = step end - BP end: gradient all-reduce, the optimizer
+  update, and whatever else follows the backward pass.
+  The three always add up to ``duration_ns`` exactly.
+
+The step window (``start_ns``/``end_ns``/``duration_ns``) and the timeline
+(``"device"`` or ``"host"``) are those of :mod:`perfsight.analysis.timeline`, so
+step trace and overlap breakdown describe the same interval of time.
+
+Automatic FP/BP detection (PyTorch)
+-----------------------------------
+* *Main thread*: the host track carrying the ``step`` slices (``ProfilerStep#N``);
+  without step slices, the host track with the most ``cpu_op`` slices.
+* *FP start (host)*: the first ``cpu_op`` on the main thread that starts inside
+  the host step and at or after the end of the step's last ``data_loading`` slice
+  on that thread (``enumerate(DataLoader)#...__next__``); with no data loading,
+  the first ``cpu_op`` of the step.  The first op by start time is an outermost one.
+* *BP end (host)*: the latest end among the step's backward slices: host slices
+  whose name starts with ``autograd::engine::evaluate_function`` and ``cpu_op``
+  slices on autograd threads (a track whose name contains ``autograd``, or a
+  non-main track carrying ``evaluate_function`` slices).  A slice belongs to the
+  step when its start lies in the host step.
+* *Device timeline*: FP start becomes the start of the first device activity
+  (compute or communication) in the step window whose launching runtime call
+  started at or after the FP op's start -- the first device work launched by the
+  forward op or after it (device work with no launch link counts when it
+  itself starts at or after that instant).  BP end becomes the end of the last
+  device *compute* activity (kernel/memcpy/memset) in the window launched by a
+  backward op: its runtime call lies on a backward slice's thread inside that
+  slice, or carries a backward slice's ``external_id``.  Communication kernels
+  launched from backward hooks (DDP gradient all-reduce) are left to the tail,
+  as in MindSpore, where BP ends at the op before the last all-reduce.  When
+  no device compute is linked to a backward op, the last device compute
+  launched no later than the host BP end is used.
+
+User-chosen points
+------------------
+``fp_point``/``bp_point`` name an op (exact ``name`` match, any host thread): FP
+start is the start of the step's first slice with that name, BP end the end of
+its last one (latest end); on the device timeline they are mapped to device
+work as above, with "launched by a backward op" meaning "launched by that
+slice".  A step where the named slice is absent falls back to automatic
+detection for that point; one warning per call says how many steps did.
+
+Failed detection
+----------------
+When FP or BP cannot be found in a step, or BP would end before FP starts, the
+step is reported whole: ``fp_start_ns = start_ns``, ``bp_end_ns = end_ns``,
+``fp_bp_ns = duration_ns``, ``iteration_interval_ns = tail_ns = 0`` and empty
+``fp_op``/``bp_op``.  Found points are clamped into the window.
+
+This module must not read environment variables (``PERFSIGHT_FP_POINT`` /
+``PERFSIGHT_BP_POINT`` are the CLI/API layer's job), must not mutate the trace,
+and must not loop over events in Python: loops are over steps and tracks.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numpy.typing import NDArray
+
+from perfsight.analysis import intervals as iv
+from perfsight.analysis.timeline import (
+    Timeline,
+    bool_column,
+    choose_timeline,
+    device_activity_mask,
+    int_column,
+    is_in,
+    launcher_rows,
+    names_of,
+    step_windows,
+    string_mask,
+)
+from perfsight.model import DEVICE_KINDS, NO_ID, SliceKind, Trace
+
+log = logging.getLogger(__name__)
+
+BACKWARD_PREFIX = "autograd::engine::evaluate_function"
+"""Name prefix of the autograd engine's per-node backward slices."""
+
+STEP_TRACE_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("end_ns", pa.int64(), nullable=False),
+        pa.field("duration_ns", pa.int64(), nullable=False),
+        pa.field("fp_start_ns", pa.int64(), nullable=False),
+        pa.field("bp_end_ns", pa.int64(), nullable=False),
+        pa.field("iteration_interval_ns", pa.int64(), nullable=False),
+        pa.field("fp_bp_ns", pa.int64(), nullable=False),
+        pa.field("tail_ns", pa.int64(), nullable=False),
+        pa.field("fp_op", pa.string(), nullable=False),
+        pa.field("bp_op", pa.string(), nullable=False),
+        pa.field("timeline", pa.string(), nullable=False),
+    ]
+)
+"""Columns of :func:`step_trace` (contract: docs/ANALYSIS_CONTRACT.md)."""
+
+
+def _sorted_rows(rows: NDArray[np.int64], key: NDArray[np.int64], tie: NDArray[np.int64]) -> NDArray[np.int64]:
+    return rows[np.lexsort((tie[rows], key[rows]))]
+
+
+def main_track(trace: Trace) -> int:
+    """The host track of the training loop: the one carrying step markers (``-1`` if none)."""
+    sl = trace.slices
+    host = ~bool_column(sl, "is_device")
+    track = int_column(sl, "track")
+    for kind in (SliceKind.STEP.value, SliceKind.CPU_OP.value):
+        tracks = track[host & is_in(sl.column("kind"), [kind])]
+        if tracks.size:
+            values, counts = np.unique(tracks, return_counts=True)
+            return int(values[np.argmax(counts)])
+    return -1
+
+
+def _autograd_tracks(trace: Trace, backward_named: NDArray[np.bool_], main: int) -> NDArray[np.int64]:
+    tracks = trace.tracks
+    named = np.zeros(0, dtype=np.int64)
+    if tracks.num_rows:
+        by_name = string_mask(tracks.column("name"), lambda a: pc.match_substring(a, "autograd", ignore_case=True))
+        named = int_column(tracks, "track")[by_name & ~bool_column(tracks, "is_device")]
+    carrying = np.unique(int_column(trace.slices, "track")[backward_named])
+    return np.setdiff1d(np.union1d(named, carrying), [main])
+
+
+def _launched_by(
+    trace: Trace, host_rows: NDArray[np.int64], launcher: NDArray[np.int64], start: NDArray[np.int64],
+    end: NDArray[np.int64],
+) -> NDArray[np.bool_]:
+    """For each slice row: was its launching runtime call made inside one of ``host_rows``?
+
+    Inside means on the same track within the slice's time, or carrying the
+    slice's ``external_id``.  Loops over tracks only.
+    """
+    sl = trace.slices
+    out = np.zeros(sl.num_rows, dtype=bool)
+    has = launcher >= 0
+    if host_rows.size == 0 or not has.any():
+        return out
+    track = int_column(sl, "track")
+    ext = int_column(sl, "external_id")
+    rows = np.flatnonzero(has)
+    calls = launcher[rows]
+    call_track, call_start, call_ext = track[calls], start[calls], ext[calls]
+    hit = np.zeros(rows.size, dtype=bool)
+    for t in np.unique(track[host_rows]):
+        on_t = host_rows[track[host_rows] == t]
+        merged = iv.union(start[on_t], end[on_t])
+        same = call_track == t
+        hit[same] |= iv.contains(merged, call_start[same])
+    host_ext = np.unique(ext[host_rows])
+    host_ext = host_ext[host_ext != NO_ID]
+    hit |= (call_ext != NO_ID) & np.isin(call_ext, host_ext)
+    out[rows[hit]] = True
+    return out
+
+
+class _Rows:
+    """Host rows of one role, sorted by start, with per-step range lookups."""
+
+    def __init__(self, rows: NDArray[np.int64], start: NDArray[np.int64], depth: NDArray[np.int64]) -> None:
+        self.rows = _sorted_rows(rows, start, depth)
+        self.starts = start[self.rows]
+
+    def in_window(self, lo: int, hi: int) -> NDArray[np.int64]:
+        a, b = np.searchsorted(self.starts, [lo, hi], side="left")
+        return self.rows[a:b]
+
+
+def _first_at_or_after(rows: _Rows, at: int, hi: int) -> int:
+    j = int(np.searchsorted(rows.starts, at, side="left"))
+    return int(rows.rows[j]) if j < rows.rows.size and rows.starts[j] < hi else -1
+
+
+def _last_ending(rows: NDArray[np.int64], end: NDArray[np.int64], depth: NDArray[np.int64]) -> int:
+    if rows.size == 0:
+        return -1
+    best = np.lexsort((depth[rows], -end[rows]))[0]  # latest end, then the outermost
+    return int(rows[best])
+
+
+def step_trace(trace: Trace, fp_point: str | None = None, bp_point: str | None = None) -> pa.Table:
+    """Iteration interval, forward+backward and tail of every step of ``trace`` (see module docstring)."""
+    timeline: Timeline = choose_timeline(trace)
+    windows = step_windows(trace, timeline)
+    if windows.num_rows == 0:
+        return STEP_TRACE_SCHEMA.empty_table()
+    sl = trace.slices
+    start = int_column(sl, "start_ns")
+    end = start + np.maximum(int_column(sl, "dur_ns"), 0)
+    depth = int_column(sl, "depth")
+    track = int_column(sl, "track")
+    host = ~bool_column(sl, "is_device")
+    kind = sl.column("kind")
+    name = sl.column("name")
+    main = main_track(trace)
+
+    cpu_op = host & is_in(kind, [SliceKind.CPU_OP.value])
+    first_ops = _Rows(np.flatnonzero(cpu_op & (track == main)), start, depth)
+    loading = _Rows(np.flatnonzero(host & is_in(kind, [SliceKind.DATA_LOADING.value]) & (track == main)), start, depth)
+    backward_named = host & string_mask(name, lambda a: pc.starts_with(a.cast(pa.string()), BACKWARD_PREFIX))
+    on_autograd = cpu_op & np.isin(track, _autograd_tracks(trace, backward_named, main))
+    backward = _Rows(np.flatnonzero(backward_named | on_autograd), start, depth)
+    fp_named = _Rows(np.flatnonzero(host & is_in(name, [fp_point])) if fp_point else np.zeros(0, np.int64), start, depth)
+    bp_named = _Rows(np.flatnonzero(host & is_in(name, [bp_point])) if bp_point else np.zeros(0, np.int64), start, depth)
+
+    on_device = timeline == "device"
+    if on_device:
+        launcher = launcher_rows(trace)
+        dev = np.flatnonzero(device_activity_mask(trace))
+        dev = dev[np.argsort(start[dev], kind="stable")]
+        dev_start, dev_end = start[dev], end[dev]
+        dev_launch = np.where(launcher[dev] >= 0, start[np.maximum(launcher[dev], 0)], NO_ID)
+        dev_compute = is_in(kind, DEVICE_KINDS)[dev]
+        by_backward = _launched_by(trace, backward.rows, launcher, start, end)[dev]
+        by_bp_point = _launched_by(trace, bp_named.rows, launcher, start, end)[dev]
+
+    w_start = int_column(windows, "start_ns")
+    w_end = int_column(windows, "end_ns")
+    h_start = int_column(windows, "host_start_ns")
+    h_end = int_column(windows, "host_end_ns")
+    n = windows.num_rows
+    fp_ns = w_start.copy()
+    bp_ns = w_end.copy()
+    fp_row = np.full(n, -1, dtype=np.int64)
+    bp_row = np.full(n, -1, dtype=np.int64)
+    fp_fallbacks = bp_fallbacks = 0
+    for i in range(n):  # a loop over steps; each step looks at its own slice ranges only
+        hs, he, ws, we = int(h_start[i]), int(h_end[i]), int(w_start[i]), int(w_end[i])
+        f = _first_at_or_after(fp_named, hs, he) if fp_point else -1
+        if f < 0:
+            fp_fallbacks += bool(fp_point)
+            dl = loading.in_window(hs, he)
+            f = _first_at_or_after(first_ops, max(hs, int(end[dl].max())) if dl.size else hs, he)
+        b_rows = bp_named.in_window(hs, he) if bp_point else np.zeros(0, np.int64)
+        launched_by = by_bp_point if on_device and b_rows.size else None
+        if b_rows.size == 0:
+            bp_fallbacks += bool(bp_point)
+            b_rows = backward.in_window(hs, he)
+            launched_by = by_backward if on_device else None
+        b = _last_ending(b_rows, end, depth)
+        if f < 0 or b < 0:
+            continue
+        fp_i, bp_i = int(start[f]), int(end[b])
+        if on_device:
+            a, z = np.searchsorted(dev_start, [ws, we], side="left")
+            linked = dev_launch[a:z] != NO_ID
+            after = np.where(linked, dev_launch[a:z] >= fp_i, dev_start[a:z] >= fp_i)
+            if not after.any():
+                continue
+            fp_i = int(dev_start[a:z][np.argmax(after)])
+            mine = dev_compute[a:z] & launched_by[a:z]
+            if not mine.any():  # nothing linked to the backward op: work launched before BP ended
+                mine = dev_compute[a:z] & linked & (dev_launch[a:z] <= bp_i)
+            if not mine.any():
+                continue
+            bp_i = int(dev_end[a:z][mine].max())
+        fp_i = min(max(fp_i, ws), we)
+        bp_i = min(bp_i, we)
+        if bp_i < fp_i:
+            continue
+        fp_ns[i], bp_ns[i], fp_row[i], bp_row[i] = fp_i, bp_i, f, b
+
+    if fp_fallbacks or bp_fallbacks:
+        log.warning(
+            "step trace of rank %d: fp_point %r absent in %d of %d steps, bp_point %r absent in %d; "
+            "automatic detection used there",
+            trace.rank, fp_point, fp_fallbacks if fp_point else 0, n, bp_point, bp_fallbacks if bp_point else 0,
+        )
+    return pa.Table.from_arrays(
+        [
+            windows.column("rank"),
+            windows.column("step"),
+            pa.array(w_start, pa.int64()),
+            pa.array(w_end, pa.int64()),
+            pa.array(w_end - w_start, pa.int64()),
+            pa.array(fp_ns, pa.int64()),
+            pa.array(bp_ns, pa.int64()),
+            pa.array(fp_ns - w_start, pa.int64()),
+            pa.array(bp_ns - fp_ns, pa.int64()),
+            pa.array(w_end - bp_ns, pa.int64()),
+            pa.array(names_of(sl, fp_row), pa.string()),
+            pa.array(names_of(sl, bp_row), pa.string()),
+            pa.array([timeline] * n, pa.string()),
+        ],
+        schema=STEP_TRACE_SCHEMA,
+    )

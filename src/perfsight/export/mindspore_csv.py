@@ -1,0 +1,310 @@
+"""MindSpore/Ascend-compatible CSV files written from the analysis tables.
+
+A MindSpore user opens ``ASCEND_PROFILER_OUTPUT/kernel_details.csv`` and friends in a spreadsheet
+or feeds them to msprof-analyze; these writers produce the same file names, the same headers (for
+every column whose concept exists on our traces) and the same units: microseconds with three
+decimals, binary MB for allocator totals, binary KB for allocation sizes.  Every column and unit is
+documented in ``docs/OUTPUTS.md``; the header lists below are the single source of the headers.
+
+Input is the analysis tables of ``docs/ANALYSIS_CONTRACT.md`` (ns, bytes), for *one rank* — a
+MindSpore output folder is per rank, so a table mixing ranks is refused rather than merged.
+Writing is vectorised: each output column is built with ``pyarrow.compute`` and the body is written
+by ``pyarrow.csv.write_csv``; the header line is written by the ``csv`` module so it is not quoted
+(Ascend's headers are bare), while string cells are always quoted (pyarrow's ``needed`` style), which
+every CSV reader accepts.
+
+This module must not compute analyses (beyond grouping ``kernel_details`` into
+``op_statistic``'s rows), convert units other than through ``units.py``, or loop over rows.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+
+from perfsight.export import text
+from perfsight.export.units import bytes_to_kb, bytes_to_mb, ns_to_us, ratio_to_pct, round3
+from perfsight.model import NO_ID
+
+ColumnBuilder = Callable[[pa.Table], pa.Array]
+
+KERNEL_DETAILS = "kernel_details.csv"
+OP_STATISTIC = "op_statistic.csv"
+STEP_TRACE_TIME = "step_trace_time.csv"
+MEMORY_RECORD = "memory_record.csv"
+OPERATOR_MEMORY = "operator_memory.csv"
+
+MEMORY_COMPONENT = "PTA"
+"""``memory_record.csv``'s Component: the PyTorch caching allocator (Ascend calls its own "PTA")."""
+
+HOST_CORE_TYPE = "CPU"
+"""``op_statistic.csv``'s Core Type for rows built from host operators (CPU-only traces)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# column helpers (each returns one output column for a whole table)
+
+
+def _col(table: pa.Table, name: str) -> pa.Array:
+    return text.plain(table.column(name))
+
+
+def _id_or_null(values: pa.Array) -> pa.Array:
+    """Integer ids with the model's ``NO_ID`` sentinel shown as an empty cell."""
+    arr = text.combined(values)
+    return pc.if_else(pc.equal(arr, NO_ID), pa.nulls(len(arr), arr.type), arr)
+
+
+def _us(name: str) -> ColumnBuilder:
+    return lambda t: ns_to_us(t.column(name))
+
+
+def _mb(name: str) -> ColumnBuilder:
+    return lambda t: bytes_to_mb(t.column(name))
+
+
+def _opt_mb(name: str) -> ColumnBuilder:
+    """MB of a column the analysis may not provide (then an empty column)."""
+    return lambda t: bytes_to_mb(t.column(name)) if name in t.column_names else pa.nulls(t.num_rows,
+                                                                                         pa.float64())
+
+
+def accelerator_core(kind: pa.Array) -> pa.Array:
+    """Kernel kind -> Accelerator Core / Core Type: ``"GPU"`` for compute kernels, the kind
+    upper-cased otherwise (``"MEMCPY"``, ``"MEMSET"``, ``"COMMUNICATION"``)."""
+    kinds = text.plain(kind).cast(pa.string())
+    return pc.if_else(pc.equal(kinds, "kernel"), "GPU", pc.utf8_upper(kinds))
+
+
+def device_type_text(device_type: pa.Array, device_index: pa.Array) -> pa.Array:
+    """``("cuda", 0)`` -> ``"CUDA:0"``; an index of ``NO_ID`` gives just ``"CPU"``."""
+    kind = pc.utf8_upper(text.plain(device_type).cast(pa.string()))
+    index = text.combined(device_index)
+    with_index = text.concat(kind, ":", index.cast(pa.string()))
+    return pc.if_else(pc.and_(pc.is_valid(index), pc.greater_equal(index, 0)), with_index, kind)
+
+
+def _device_type(t: pa.Table) -> pa.Array:
+    return device_type_text(t.column("device_type"), t.column("device_index"))
+
+
+def _triple(name: str) -> ColumnBuilder:
+    return lambda t: text.join_ints(t.column(name), ",")
+
+
+# ---------------------------------------------------------------------------------------------
+# the files: header -> column builder, in Ascend's column order
+
+KERNEL_DETAILS_COLUMNS: dict[str, ColumnBuilder] = {
+    "Step Id": lambda t: _id_or_null(t.column("step")),
+    "Stream ID": lambda t: _id_or_null(t.column("stream")),
+    "Name": lambda t: _col(t, "name"),
+    "Type": lambda t: _col(t, "op").cast(pa.string()).fill_null(""),
+    "Accelerator Core": lambda t: accelerator_core(t.column("kind")),
+    "Start Time(us)": _us("start_ns"),
+    "Duration(us)": _us("dur_ns"),
+    "Wait Time(us)": _us("wait_ns"),
+    "Block Dim": _triple("grid"),
+    "Block": _triple("block"),
+    "Occupancy(%)": lambda t: round3(t.column("occupancy_pct")),
+    "Input Shapes": lambda t: text.shapes_text(t.column("input_dims")),
+    "Input Data Types": lambda t: text.types_text(t.column("input_types")),
+}
+"""``kernel_details.csv`` from ``analysis.kernels.kernel_details``: one row per device kernel."""
+
+OP_STATISTIC_COLUMNS: dict[str, ColumnBuilder] = {
+    "OP Type": lambda t: _col(t, "op_type"),
+    "Core Type": lambda t: _col(t, "core_type"),
+    "Count": lambda t: _col(t, "count"),
+    "Total Time(us)": _us("total_ns"),
+    "Min Time(us)": _us("min_ns"),
+    "Avg Time(us)": _us("avg_ns"),
+    "Max Time(us)": _us("max_ns"),
+    "Ratio(%)": lambda t: ratio_to_pct(t.column("ratio")),
+}
+"""``op_statistic.csv`` from :func:`op_type_stats`."""
+
+STEP_TRACE_TIME_COLUMNS: dict[str, ColumnBuilder] = {
+    "Step": lambda t: _id_or_null(t.column("step")),
+    "Computing": _us("computing_ns"),
+    "Communication(Not Overlapped)": _us("communication_not_overlapped_ns"),
+    "Overlapped": _us("overlapped_ns"),
+    "Communication": _us("communication_ns"),
+    "Free": _us("free_ns"),
+    "Stage": _us("stage_ns"),
+    "Bubble": _us("bubble_ns"),
+    "Communication(Not Overlapped and Exclude Receive)": _us("communication_not_overlapped_exclude_receive_ns"),
+    "Preparing": _us("preparing_ns"),
+}
+"""``step_trace_time.csv`` from ``analysis.overlap.overlap_breakdown``: one row per step, µs."""
+
+MEMORY_RECORD_COLUMNS: dict[str, ColumnBuilder] = {
+    "Component": lambda t: pa.repeat(pa.scalar(MEMORY_COMPONENT), t.num_rows),
+    "Timestamp(us)": _us("ts_ns"),
+    "Total Allocated(MB)": _mb("allocated_bytes"),
+    "Total Reserved(MB)": _mb("reserved_bytes"),
+    "Total Active(MB)": _opt_mb("active_bytes"),
+    "Stream Ptr": lambda t: pa.nulls(t.num_rows, pa.int64()),
+    "Device Type": _device_type,
+}
+"""``memory_record.csv`` from ``analysis.memory.memory_curve`` (or ``Trace.memory``, same columns)."""
+
+OPERATOR_MEMORY_COLUMNS: dict[str, ColumnBuilder] = {
+    "Name": lambda t: _col(t, "name"),
+    "Size(KB)": lambda t: bytes_to_kb(t.column("size_bytes")),
+    "Allocation Time(us)": _us("alloc_ns"),
+    "Release Time(us)": _us("release_ns"),
+    "Duration(us)": _us("duration_ns"),
+    "Allocation Total Allocated(MB)": _mb("allocated_at_alloc_bytes"),
+    "Allocation Total Reserved(MB)": _mb("reserved_at_alloc_bytes"),
+    "Release Total Allocated(MB)": _mb("allocated_at_release_bytes"),
+    "Release Total Reserved(MB)": _mb("reserved_at_release_bytes"),
+    "Device Type": _device_type,
+}
+"""``operator_memory.csv`` from ``analysis.memory.operator_memory``: one row per allocation."""
+
+FILES: dict[str, dict[str, ColumnBuilder]] = {
+    KERNEL_DETAILS: KERNEL_DETAILS_COLUMNS,
+    OP_STATISTIC: OP_STATISTIC_COLUMNS,
+    STEP_TRACE_TIME: STEP_TRACE_TIME_COLUMNS,
+    MEMORY_RECORD: MEMORY_RECORD_COLUMNS,
+    OPERATOR_MEMORY: OPERATOR_MEMORY_COLUMNS,
+}
+"""Every CSV this module writes, by file name: the docs test checks each header is documented."""
+
+
+# ---------------------------------------------------------------------------------------------
+# building and writing
+
+
+def _one_rank(table: pa.Table, what: str) -> None:
+    if "rank" in table.column_names and table.num_rows:
+        ranks = pc.unique(table.column("rank"))
+        if len(ranks) > 1:
+            raise ValueError(f"{what}: table holds ranks {sorted(ranks.to_pylist())}; "
+                             "MindSpore files are per rank, pass one rank's rows")
+
+
+def build(columns: Mapping[str, ColumnBuilder], table: pa.Table) -> pa.Table:
+    """The output table of one file: one column per header, built from ``table``."""
+    return pa.table({header: builder(table) for header, builder in columns.items()})
+
+
+def write_table_csv(path: str | Path, table: pa.Table) -> Path:
+    """``table`` as CSV at ``path``: a bare header line, then pyarrow's vectorised body."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle, lineterminator="\n").writerow(table.column_names)
+    with path.open("ab") as handle:
+        if table.num_rows:
+            pcsv.write_csv(table, handle, pcsv.WriteOptions(include_header=False))
+    return path
+
+
+def _write(folder: str | Path, file_name: str, table: pa.Table, sort_keys: list[tuple[str, str]]) -> Path:
+    _one_rank(table, file_name)
+    if sort_keys and table.num_rows:
+        table = table.sort_by(sort_keys)
+    return write_table_csv(Path(folder) / file_name, build(FILES[file_name], table))
+
+
+def write_kernel_details(folder: str | Path, kernels: pa.Table) -> Path:
+    """``kernel_details.csv`` from ``kernel_details(trace)``, in start-time order."""
+    return _write(folder, KERNEL_DETAILS, kernels, [("start_ns", "ascending"), ("stream", "ascending")])
+
+
+def op_type_stats(kernels: pa.Table | None, operator_stats: pa.Table | None) -> pa.Table:
+    """``op_statistic.csv``'s rows in ns: device kernels grouped by launching operator and core.
+
+    When ``kernels`` has rows, each row is one (launching host operator, Accelerator Core) pair:
+    count, total/min/avg/max of kernel duration and ``ratio`` = total / all kernels' total.  Kernels
+    without a launching operator are grouped under their own name.  For a CPU-only trace (no
+    kernels) the rows are ``operator_stats``' host operators: inclusive total/min/avg/max, Core Type
+    ``"CPU"``, and ``ratio`` = the operator's share of total *self* time (``host_ratio``), because
+    inclusive times of nested operators overlap and would not sum to 100 %.
+    Columns: rank, op_type, core_type, count, total_ns, min_ns, avg_ns (float), max_ns, ratio.
+    """
+    names = ["rank", "op_type", "core_type", "count", "total_ns", "min_ns", "avg_ns", "max_ns", "ratio"]
+    if kernels is not None and kernels.num_rows:
+        _one_rank(kernels, OP_STATISTIC)
+        op = text.plain(kernels.column("op")).cast(pa.string())
+        op = pc.if_else(pc.or_(pc.is_null(op), pc.equal(op, "")), _col(kernels, "name").cast(pa.string()), op)
+        keyed = pa.table({
+            "rank": kernels.column("rank"),
+            "op_type": op,
+            "core_type": accelerator_core(kernels.column("kind")),
+            "dur_ns": kernels.column("dur_ns"),
+        })
+        grouped = keyed.group_by(["rank", "op_type", "core_type"]).aggregate(
+            [("dur_ns", "count"), ("dur_ns", "sum"), ("dur_ns", "min"), ("dur_ns", "mean"), ("dur_ns", "max")]
+        )
+        total = pc.sum(grouped.column("dur_ns_sum")).as_py() or 0
+        ratio = pc.divide(grouped.column("dur_ns_sum").cast(pa.float64()), float(total) if total else 1.0)
+        out = pa.table([grouped.column(c) for c in
+                        ["rank", "op_type", "core_type", "dur_ns_count", "dur_ns_sum", "dur_ns_min",
+                         "dur_ns_mean", "dur_ns_max"]] + [ratio], names=names)
+    elif operator_stats is not None and operator_stats.num_rows:
+        _one_rank(operator_stats, OP_STATISTIC)
+        n = operator_stats.num_rows
+        out = pa.table([
+            operator_stats.column("rank"),
+            text.plain(operator_stats.column("name")).cast(pa.string()),
+            pa.repeat(pa.scalar(HOST_CORE_TYPE), n),
+            operator_stats.column("count").cast(pa.int64()),
+            operator_stats.column("host_total_ns").cast(pa.int64()),
+            operator_stats.column("host_min_ns").cast(pa.int64()),
+            operator_stats.column("host_avg_ns").cast(pa.float64()),
+            operator_stats.column("host_max_ns").cast(pa.int64()),
+            operator_stats.column("host_ratio").cast(pa.float64()),
+        ], names=names)
+    else:
+        return pa.schema([("rank", pa.int32()), ("op_type", pa.string()), ("core_type", pa.string()),
+                          ("count", pa.int64()), ("total_ns", pa.int64()), ("min_ns", pa.int64()),
+                          ("avg_ns", pa.float64()), ("max_ns", pa.int64()), ("ratio", pa.float64())]
+                         ).empty_table()
+    return out.sort_by([("total_ns", "descending"), ("op_type", "ascending")])
+
+
+def write_op_statistic(folder: str | Path, kernels: pa.Table | None, operator_stats: pa.Table | None = None
+                       ) -> Path:
+    """``op_statistic.csv``: see :func:`op_type_stats` for which rows it holds."""
+    return _write(folder, OP_STATISTIC, op_type_stats(kernels, operator_stats), [])
+
+
+def write_step_trace_time(folder: str | Path, breakdown: pa.Table) -> Path:
+    """``step_trace_time.csv`` from ``overlap_breakdown(trace)``: one row per step."""
+    return _write(folder, STEP_TRACE_TIME, breakdown, [("step", "ascending")])
+
+
+def write_memory_record(folder: str | Path, curve: pa.Table) -> Path:
+    """``memory_record.csv`` from ``memory_curve(trace)`` (``Trace.memory`` has the same columns)."""
+    return _write(folder, MEMORY_RECORD, curve, [("ts_ns", "ascending")])
+
+
+def write_operator_memory(folder: str | Path, op_memory: pa.Table) -> Path:
+    """``operator_memory.csv`` from ``operator_memory(trace)``, in allocation order."""
+    return _write(folder, OPERATOR_MEMORY, op_memory, [("alloc_ns", "ascending")])
+
+
+def write_all(folder: str | Path, tables: Mapping[str, pa.Table]) -> list[Path]:
+    """Every CSV whose source table is in ``tables`` (keys are the analysis function names:
+    ``kernel_details``, ``operator_stats``, ``overlap_breakdown``, ``memory_curve``,
+    ``operator_memory``).  ``op_statistic.csv`` needs ``kernel_details`` or ``operator_stats``."""
+    written = []
+    if "kernel_details" in tables:
+        written.append(write_kernel_details(folder, tables["kernel_details"]))
+    if "kernel_details" in tables or "operator_stats" in tables:
+        written.append(write_op_statistic(folder, tables.get("kernel_details"), tables.get("operator_stats")))
+    if "overlap_breakdown" in tables:
+        written.append(write_step_trace_time(folder, tables["overlap_breakdown"]))
+    if "memory_curve" in tables:
+        written.append(write_memory_record(folder, tables["memory_curve"]))
+    if "operator_memory" in tables:
+        written.append(write_operator_memory(folder, tables["operator_memory"]))
+    return written

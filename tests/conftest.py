@@ -1,0 +1,38 @@
+"""Shared test fixtures: where the real traces live, and a raw-JSON oracle independent of our reader."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data"
+KINETO = DATA / "kineto"
+
+
+def kineto_file(relative: str) -> Path:
+    path = KINETO / relative
+    if not path.exists():
+        pytest.skip(f"real trace {path} is not available (../shared/data is outside the repo)")
+    return path
+
+
+def raw_events(path: Path) -> list[dict]:
+    """The trace's events as the standard library reads them: the oracle our reader must agree with."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as handle:
+        doc = json.load(handle)
+    return doc["traceEvents"] if isinstance(doc, dict) else doc
+
+
+@pytest.fixture
+def nccl_trace_path() -> Path:
+    return kineto_file("nccl_parser_config/nccl_data.json.gz")
+
+
+@pytest.fixture
+def df_trace_path() -> Path:
+    return kineto_file("df_index_resolver/df_index_resolver.json.gz")
