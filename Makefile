@@ -10,6 +10,7 @@ TORCH_REQ ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.perfsight-installed
 LINT_PATHS := src tests benchmarks examples
+BENCH_ARGS ?=
 
 .PHONY: demo test lint bench clean
 
@@ -36,9 +37,10 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 
+# e.g. make bench BENCH_ARGS='--big --write-md docs/BENCHMARKS.md'
 bench: $(STAMP)
 	$(BIN)/python -m pip install -e '.[bench]'
-	$(BIN)/python benchmarks/bench_vs_hta.py
+	$(BIN)/python benchmarks/bench_vs_hta.py $(BENCH_ARGS)
 
 clean:
 	rm -rf demo_output build dist .pytest_cache .ruff_cache

@@ -39,8 +39,13 @@ def test_every_real_trace_loads_with_all_complete_events(path: Path) -> None:
 @pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.parent.name)
 def test_step_count_matches_profiler_step_markers(path: Path) -> None:
     trace = read_trace(path)
-    markers = {e["name"] for e in raw_events(path) if e.get("ph") == "X" and e.get("cat") == "user_annotation"
-               and re.fullmatch(r"ProfilerStep#\d+", str(e.get("name")))}
+    markers = {
+        e["name"]
+        for e in raw_events(path)
+        if e.get("ph") == "X"
+        and e.get("cat") == "user_annotation"
+        and re.fullmatch(r"ProfilerStep#\d+", str(e.get("name")))
+    }
     if markers:
         assert sorted(trace.steps.column("step").to_pylist()) == sorted(int(m.split("#")[1]) for m in markers)
     else:
@@ -52,8 +57,9 @@ def test_nccl_kernels_are_communication_and_carry_collective_metadata(nccl_trace
     trace = read_trace(nccl_trace_path)
     events = raw_events(nccl_trace_path)
     raw_nccl = [e for e in events if e.get("cat") == "kernel" and e["name"].lower().startswith("nccl")]
-    device_comm = trace.slices.filter(pc.and_(pc.equal(trace.slices.column("kind"), "communication"),
-                                              trace.slices.column("is_device")))
+    device_comm = trace.slices.filter(
+        pc.and_(pc.equal(trace.slices.column("kind"), "communication"), trace.slices.column("is_device"))
+    )
     assert device_comm.num_rows == len(raw_nccl) > 0
     # every record_param_comms with metadata is one host comm row with bytes = nelems * element size
     raw_meta = [e for e in events if e.get("name") == "record_param_comms" and "Collective name" in e["args"]]
@@ -84,7 +90,8 @@ def test_kernels_link_to_their_launching_runtime_call(nccl_trace_path: Path) -> 
 
 def test_nanosecond_timestamps_are_exact() -> None:
     path = kineto_file("ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
-    text = gzip.open(path, "rt").read()
+    with gzip.open(path, "rt") as handle:
+        text = handle.read()
     first_x = re.search(r'"ph": "X".*?"ts": ([0-9.]+), "dur": ([0-9.]+)', text, re.S)
     assert first_x is not None
     trace = read_trace(path)
@@ -110,12 +117,36 @@ def _write(path: Path, doc: object) -> Path:
 
 def test_legacy_categories_and_lowercase_external_id(tmp_path: Path) -> None:
     events = [
-        {"ph": "X", "cat": "Operator", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 50,
-         "args": {"external id": 5, "Input Dims": [[4, 8], [8, 2]]}},
-        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 20, "dur": 5,
-         "args": {"external id": 5, "correlation": 77}},
-        {"ph": "X", "cat": "Kernel", "name": "gemm_kernel", "pid": 0, "tid": 7, "ts": 30, "dur": 40,
-         "args": {"external id": 5, "correlation": 77, "device": 0, "stream": 7}},
+        {
+            "ph": "X",
+            "cat": "Operator",
+            "name": "aten::mm",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10,
+            "dur": 50,
+            "args": {"external id": 5, "Input Dims": [[4, 8], [8, 2]]},
+        },
+        {
+            "ph": "X",
+            "cat": "Runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 20,
+            "dur": 5,
+            "args": {"external id": 5, "correlation": 77},
+        },
+        {
+            "ph": "X",
+            "cat": "Kernel",
+            "name": "gemm_kernel",
+            "pid": 0,
+            "tid": 7,
+            "ts": 30,
+            "dur": 40,
+            "args": {"external id": 5, "correlation": 77, "device": 0, "stream": 7},
+        },
     ]
     trace = read_trace(_write(tmp_path / "legacy.json", {"traceEvents": events}), rank=0)
     assert trace.slices.column("kind").to_pylist() == ["cpu_op", "runtime", "kernel"]
@@ -125,21 +156,30 @@ def test_legacy_categories_and_lowercase_external_id(tmp_path: Path) -> None:
 
 
 def test_hostile_names_survive_unchanged(tmp_path: Path) -> None:
-    hostile = ['<script>alert("x")</script>', "a\"quote\\back\nslash", "名前 ünïcode", "</td><img src=x onerror=1>"]
-    events = [{"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 1, "ts": i * 10, "dur": 5, "args": {}}
-              for i, n in enumerate(hostile)]
+    hostile = [
+        '<script>alert("x")</script>',
+        'a"quote\\back\nslash',
+        "名前 ünïcode",
+        "</td><img src=x onerror=1>",
+    ]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 1, "ts": i * 10, "dur": 5, "args": {}}
+        for i, n in enumerate(hostile)
+    ]
     trace = read_trace(_write(tmp_path / "hostile.json", {"traceEvents": events}), rank=0)
     assert _names(trace) == hostile
 
 
 def _cut_copy(source: Path, target: Path, fraction: float) -> bytes:
-    raw = gzip.open(source).read()
+    raw = gzip.decompress(source.read_bytes())
     cut = raw[: int(len(raw) * fraction)]
     target.write_bytes(cut)
     return cut
 
 
-def test_truncated_trace_keeps_every_complete_event_before_the_cut(tmp_path: Path, nccl_trace_path: Path) -> None:
+def test_truncated_trace_keeps_every_complete_event_before_the_cut(
+    tmp_path: Path, nccl_trace_path: Path
+) -> None:
     full = read_trace(nccl_trace_path)
     cut_file = tmp_path / "cut.json"
     _cut_copy(nccl_trace_path, cut_file, 0.6)
@@ -162,7 +202,7 @@ def test_truncated_gzip_is_read_up_to_the_cut(tmp_path: Path, nccl_trace_path: P
 
 
 def test_garbage_in_the_middle_keeps_what_came_before(tmp_path: Path, nccl_trace_path: Path) -> None:
-    raw = gzip.open(nccl_trace_path).read()
+    raw = gzip.decompress(nccl_trace_path.read_bytes())
     middle = raw.index(b'"ph": "X"', len(raw) // 2)
     damaged = raw[:middle] + b"@@@ not json @@@" + raw[middle:]
     path = tmp_path / "damaged.json"

@@ -133,7 +133,9 @@ def analyse(
     ``progress`` is an optional tqdm-like object: ``update(1)`` is called per stage.
     """
     path = Path(path)
-    options = Options.from_env(fp_point=fp_point, bp_point=bp_point, export_types=tuple(export_types), rank=rank)
+    options = Options.from_env(
+        fp_point=fp_point, bp_point=bp_point, export_types=tuple(export_types), rank=rank
+    )
     unknown = set(options.export_types) - {"text", "db"}
     if unknown:
         raise InputError(f"unknown export type(s) {sorted(unknown)}; choose from text, db")
@@ -162,8 +164,9 @@ def load(path: str | Path, *, rank: int | None = None) -> Analysis:
         ranks = {}
         for folder in cached:
             trace = cache.load_trace(folder)
-            ranks[trace.rank] = RankResult(trace=trace, tables=cache.load_tables(folder),
-                                           output_dir=folder.parent / "PROFILER_OUTPUT")
+            ranks[trace.rank] = RankResult(
+                trace=trace, tables=cache.load_tables(folder), output_dir=folder.parent / "PROFILER_OUTPUT"
+            )
         return Analysis(ranks=ranks, output_root=path)
     options = Options.from_env(rank=rank)
     ranks = {}

@@ -17,19 +17,29 @@ from perfsight import __version__
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="perfsight", description="Performance profiler for deep-learning training.")
+    parser = argparse.ArgumentParser(
+        prog="perfsight", description="Performance profiler for deep-learning training."
+    )
     parser.add_argument("--version", action="version", version=f"perfsight {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     analyse = sub.add_parser("analyse", aliases=["analyze"], help="analyse traces and write the outputs")
-    analyse.add_argument("paths", nargs="+", help="trace file (.json/.json.gz), folder of traces, or run folder")
+    analyse.add_argument(
+        "paths", nargs="+", help="trace file (.json/.json.gz), folder of traces, or run folder"
+    )
     analyse.add_argument("--out", help="output folder (default: next to the input)")
     analyse.add_argument("--json", action="store_true", help="print the summary as JSON")
     analyse.add_argument("--rank", type=int, help="rank to assume for traces that do not record one")
-    analyse.add_argument("--fp-point", help="op name where forward starts (default: detected; env PERFSIGHT_FP_POINT)")
-    analyse.add_argument("--bp-point", help="op name where backward ends (default: detected; env PERFSIGHT_BP_POINT)")
+    analyse.add_argument(
+        "--fp-point", help="op name where forward starts (default: detected; env PERFSIGHT_FP_POINT)"
+    )
+    analyse.add_argument(
+        "--bp-point", help="op name where backward ends (default: detected; env PERFSIGHT_BP_POINT)"
+    )
     analyse.add_argument("--export-type", default="text", help="comma-separated: text, db (default: text)")
     analyse.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    analyse.add_argument("-q", "--quiet", action="store_true", help="do not print reader warnings as they happen")
+    analyse.add_argument(
+        "-q", "--quiet", action="store_true", help="do not print reader warnings as they happen"
+    )
     return parser
 
 
@@ -50,8 +60,15 @@ def _analyse(args: argparse.Namespace) -> int:
             stages = len(trace_files(Path(path))) * 3
             show = not (args.no_progress or args.json) and sys.stderr.isatty()
             with tqdm(total=stages, desc=f"analysing {path}", disable=not show, file=sys.stderr) as bar:
-                result = analyse(path, out, fp_point=args.fp_point, bp_point=args.bp_point,
-                                 export_types=export_types, rank=args.rank, progress=bar)
+                result = analyse(
+                    path,
+                    out,
+                    fp_point=args.fp_point,
+                    bp_point=args.bp_point,
+                    export_types=export_types,
+                    rank=args.rank,
+                    progress=bar,
+                )
         except (InputError, TraceReadError) as exc:
             print(f"perfsight: error: {exc}", file=sys.stderr)
             return 2
@@ -66,7 +83,9 @@ def _analyse(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
-        level=logging.ERROR if getattr(args, "quiet", False) or getattr(args, "json", False) else logging.WARNING,
+        level=logging.ERROR
+        if getattr(args, "quiet", False) or getattr(args, "json", False)
+        else logging.WARNING,
         format="perfsight: warning: %(message)s",
     )
     if args.command in ("analyse", "analyze"):

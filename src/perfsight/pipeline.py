@@ -33,8 +33,10 @@ class Options:
     @classmethod
     def from_env(cls, **overrides: object) -> Options:
         """Options with PERFSIGHT_FP_POINT / PERFSIGHT_BP_POINT as defaults (the seed's FP_POINT/BP_POINT)."""
-        base = cls(fp_point=os.environ.get("PERFSIGHT_FP_POINT") or None,
-                   bp_point=os.environ.get("PERFSIGHT_BP_POINT") or None)
+        base = cls(
+            fp_point=os.environ.get("PERFSIGHT_FP_POINT") or None,
+            bp_point=os.environ.get("PERFSIGHT_BP_POINT") or None,
+        )
         for key, value in overrides.items():
             if value is not None:
                 setattr(base, key, value)
@@ -83,7 +85,9 @@ def write_outputs(result: RankResult, rank_dir: Path, options: Options) -> Path:
         mindspore_csv.write_all(tables, out)
         trace_view.write_trace_view(result.trace, out / "trace_view.json", tables["overlap_intervals"])
     if "db" in options.export_types:
-        sqlite_db.write_db(out / f"perfsight_{result.trace.rank}.db", {**tables, "slices": result.trace.slices})
+        sqlite_db.write_db(
+            out / f"perfsight_{result.trace.rank}.db", {**tables, "slices": result.trace.slices}
+        )
     cache.save_trace(result.trace, rank_dir / "cache")
     cache.save_tables(rank_dir / "cache", tables)
     result.output_dir = out

@@ -36,8 +36,10 @@ def rank_summary(result: RankResult) -> dict[str, Any]:
         t["step_trace"],
         ["step", "duration_ns", "iteration_interval_ns", "fp_bp_ns", "tail_ns", "fp_op", "bp_op", "timeline"],
     )
-    by_step = {row["step"]: row for row in _rows(overlap, ["step", *_SHARE_COLUMNS.values(), "overlapped_ns",
-                                                            "communication_ns"])}
+    by_step = {
+        row["step"]: row
+        for row in _rows(overlap, ["step", *_SHARE_COLUMNS.values(), "overlapped_ns", "communication_ns"])
+    }
     for row in steps:
         row.update({k: v for k, v in by_step.get(row["step"], {}).items() if k != "step"})
     total_step = sum(overlap.column("step_ns").to_pylist()) if overlap.num_rows else 0
@@ -46,11 +48,15 @@ def rank_summary(result: RankResult) -> dict[str, Any]:
         for label, col in _SHARE_COLUMNS.items()
     }
     stats = t["operator_stats"]
-    sort_key = "device_total_ns" if stats.num_rows and pc.sum(stats.column("device_total_ns")).as_py() else (
-        "host_self_ns"
+    sort_key = (
+        "device_total_ns"
+        if stats.num_rows and pc.sum(stats.column("device_total_ns")).as_py()
+        else ("host_self_ns")
     )
     top = stats.sort_by([(sort_key, "descending")]).slice(0, TOP_OPERATORS) if stats.num_rows else stats
-    peaks = _rows(t["memory_peaks"], ["device_type", "device_index", "peak_allocated_bytes", "peak_reserved_bytes"])
+    peaks = _rows(
+        t["memory_peaks"], ["device_type", "device_index", "peak_allocated_bytes", "peak_reserved_bytes"]
+    )
     flops_rows = _rows(t["flops_by_step"], ["step", "flops", "flops_per_s", "mfu"])
     meta = result.trace.meta
     return {
@@ -68,6 +74,17 @@ def rank_summary(result: RankResult) -> dict[str, Any]:
     }
 
 
+_STEP_COLUMNS = (
+    "duration_ns",
+    "iteration_interval_ns",
+    "fp_bp_ns",
+    "tail_ns",
+    "computing_ns",
+    "communication_not_overlapped_ns",
+    "free_ns",
+)
+
+
 def _ms(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:,.3f}"
 
@@ -80,14 +97,18 @@ def format_text(summaries: list[dict[str, Any]]) -> str:
     """A readable report: per-step breakdown, where time goes, top operators, memory peak."""
     lines: list[str] = []
     for s in summaries:
-        lines.append(f"== rank {s['rank']} of {s['world_size']}" + (f" on {', '.join(sorted(set(s['devices'])))}"
-                                                                    if s["devices"] else ""))
-        lines.append("step     total(ms)  gap(ms)  fwd+bwd(ms)  tail(ms)  compute(ms)  comm-exposed(ms)  free(ms)")
+        lines.append(
+            f"== rank {s['rank']} of {s['world_size']}"
+            + (f" on {', '.join(sorted(set(s['devices'])))}" if s["devices"] else "")
+        )
+        lines.append(
+            "step     total(ms)  gap(ms)  fwd+bwd(ms)  tail(ms)  compute(ms)  comm-exposed(ms)  free(ms)"
+        )
         for row in s["steps"]:
+            cells = [_ms(row.get(column)) for column in _STEP_COLUMNS]
             lines.append(
-                f"{row['step']:<8} {_ms(row.get('duration_ns')):>9} {_ms(row.get('iteration_interval_ns')):>8} "
-                f"{_ms(row.get('fp_bp_ns')):>12} {_ms(row.get('tail_ns')):>9} {_ms(row.get('computing_ns')):>12} "
-                f"{_ms(row.get('communication_not_overlapped_ns')):>17} {_ms(row.get('free_ns')):>9}"
+                f"{row['step']:<8} {cells[0]:>9} {cells[1]:>8} {cells[2]:>12} {cells[3]:>9} {cells[4]:>12} "
+                f"{cells[5]:>17} {cells[6]:>9}"
             )
         shares = s["time_shares"]
         lines.append(

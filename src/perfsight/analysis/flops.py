@@ -23,6 +23,10 @@ Formulas (multiply-add = 2 FLOPs; shapes as PyTorch records them):
   ``_flash_attention_*``/``_efficient_attention_*`` use the ``[B, S, H, D]`` layout;
   backward variants count 2.5x the forward.
 
+A record whose shapes do not fit the formula (inner dimensions that disagree, fewer
+inputs than needed, or more inputs than the operator's schema has: some Kineto
+versions append other calls' shapes) gets no count, so its inner ops count instead.
+
 MFU = achieved FLOPs/s in a step / the device's dense peak for the step's dominant
 dtype class (``fp16_bf16`` when the recognised ops doing most FLOPs take Half or
 BFloat16 inputs, else ``fp32``).  Peaks: :data:`PEAK_FLOPS`, documented in
@@ -83,10 +87,15 @@ PEAK_FLOPS: dict[str, dict[str, float]] = {
     r"V100": {"fp32": 15.7 * _T, "tf32": 15.7 * _T, "fp16_bf16": 125.0 * _T},  # SXM2
     r"\bT4\b": {"fp32": 8.1 * _T, "tf32": 8.1 * _T, "fp16_bf16": 65.0 * _T},
     r"MI300X": {"fp32": 163.4 * _T, "tf32": 653.7 * _T, "fp16_bf16": 1307.4 * _T},
-    r"MI250X": {"fp32": 95.7 * _T, "tf32": 95.7 * _T, "fp16_bf16": 383.0 * _T},
-    r"MI250": {"fp32": 90.5 * _T, "tf32": 90.5 * _T, "fp16_bf16": 362.1 * _T},
+    # MI250(X): one OAM card is two GCDs and PyTorch sees each GCD as a device: half the card's peak.
+    r"MI250X": {"fp32": 47.85 * _T, "tf32": 47.85 * _T, "fp16_bf16": 191.5 * _T},
+    r"MI250": {"fp32": 45.25 * _T, "tf32": 45.25 * _T, "fp16_bf16": 181.05 * _T},
 }
 """Dense peak FLOP/s per dtype class, by device-name pattern (first match wins)."""
+
+_AMD_BY_COMPUTE_UNITS = {104: "AMD Instinct MI250", 110: "AMD Instinct MI250X", 304: "AMD Instinct MI300X"}
+"""ROCm builds may name every Instinct part "AMD Radeon Graphics"; its compute-unit count
+(``numSms`` in Kineto's deviceProperties) tells the data-centre parts apart."""
 
 DTYPE_CLASSES = ("fp32", "tf32", "fp16_bf16")
 
@@ -151,7 +160,9 @@ def _linear(dims: Shapes) -> float | None:
     return 2.0 * _prod(x[:-1]) * x[-1] * out
 
 
-def _conv_forward(x: list[int] | None, w: list[int] | None, out_spatial: list[int] | None = None) -> float | None:
+def _conv_forward(
+    x: list[int] | None, w: list[int] | None, out_spatial: list[int] | None = None
+) -> float | None:
     if x is None or w is None or len(w) < 3:
         return None
     n_spatial = len(w) - 2
@@ -234,10 +245,28 @@ FLOP_FORMULAS: dict[str, Callable[[Shapes], float | None]] = {
 """Recognised operators and their FLOPs formula over the recorded input shapes."""
 
 
+_MAX_INPUTS = {
+    "aten::mm": 2,
+    "aten::addmm": 5,
+    "aten::bmm": 2,
+    "aten::baddbmm": 5,
+    "aten::matmul": 2,
+    "aten::linear": 3,
+    "aten::conv1d": 7,
+    "aten::conv2d": 7,
+    "aten::conv3d": 7,
+    "aten::convolution": 9,
+    "aten::_convolution": 13,
+    "aten::convolution_backward": 11,
+}
+"""Arguments in each operator's ATen schema.  Some Kineto versions record more shapes than
+the operator takes (other calls' shapes appended); such a record is not trusted."""
+
+
 def flops_of(name: str, dims: Shapes | None) -> float | None:
     """FLOPs of one call of ``name`` with input shapes ``dims``; None if unrecognised or malformed."""
     formula = FLOP_FORMULAS.get(name)
-    if formula is None or dims is None:
+    if formula is None or dims is None or len(dims) > _MAX_INPUTS.get(name, len(dims)):
         return None
     try:
         value = formula(dims)
@@ -274,6 +303,15 @@ def _pair_flops(key: str) -> float | None:
         return None
 
 
+def recognised_mask(slices: pa.Table) -> np.ndarray:
+    """Host operator rows whose name has a FLOPs formula (shapes may still be missing)."""
+    if slices.num_rows == 0:
+        return np.zeros(0, bool)
+    names = slices.column("name")
+    known = pc.is_in(names, value_set=pa.array(list(FLOP_FORMULAS), pa.string()))
+    return np.asarray(known.to_numpy(zero_copy_only=False), bool) & host_op_mask(slices)
+
+
 def row_flops(slices: pa.Table) -> np.ndarray:
     """FLOPs of every row's own work (NaN where unknown or not a recognised host operator).
 
@@ -281,14 +319,7 @@ def row_flops(slices: pa.Table) -> np.ndarray:
     ``addmm``) both have one; sum :func:`op_flops` for totals.
     """
     out = np.full(slices.num_rows, np.nan)
-    if slices.num_rows == 0:
-        return out
-    names = slices.column("name")
-    recognised = np.asarray(
-        pc.is_in(names, value_set=pa.array(list(FLOP_FORMULAS), pa.string())).to_numpy(zero_copy_only=False),
-        bool,
-    ) & host_op_mask(slices)
-    rows = np.flatnonzero(recognised)
+    rows = np.flatnonzero(recognised_mask(slices))
     if not len(rows):
         return out
     sub = slices.take(pa.array(rows))
@@ -338,7 +369,8 @@ def op_flops(trace: Trace) -> pa.Table:
     """
     rows, flops = _flops_rows(trace)
     rank = trace.slices.column("rank").take(pa.array(rows)) if len(rows) else pa.array([], pa.int32())
-    return pa.table({"rank": rank, "slice": pa.array(rows, pa.int64()), "flops": flops}, schema=OP_FLOPS_SCHEMA)
+    columns = {"rank": rank, "slice": pa.array(rows, pa.int64()), "flops": flops}
+    return pa.table(columns, schema=OP_FLOPS_SCHEMA)
 
 
 # --------------------------------------------------------------------------- per step
@@ -348,13 +380,18 @@ def device_name(meta: RunMetadata, tracks: pa.Table) -> str | None:
     """Name of the accelerator this trace's device streams ran on (None if the trace has none)."""
     if not meta.devices:
         return None
-    by_index = {d.index: d.name for d in meta.devices}
+    by_index = {d.index: d for d in meta.devices}
+    device = meta.devices[0]
     if tracks.num_rows:
         on_device = tracks.filter(tracks.column("is_device"))
         indices = [i for i in on_device.column("device_index").to_pylist() if i in by_index]
         if indices:
-            return by_index[max(set(indices), key=indices.count)]
-    return meta.devices[0].name
+            device = by_index[max(set(indices), key=indices.count)]
+    name = device.name
+    known = any(re.search(p, name or "", flags=re.IGNORECASE) for p in PEAK_FLOPS)
+    if not known and (name or "").upper().startswith("AMD") and device.sm_count in _AMD_BY_COMPUTE_UNITS:
+        return f"{_AMD_BY_COMPUTE_UNITS[device.sm_count]} ({name}, {device.sm_count} CUs)"
+    return name
 
 
 FLOPS_BY_STEP_SCHEMA = pa.schema(
@@ -408,15 +445,28 @@ def flops_by_step(trace: Trace, float32_peak: str = "fp32") -> pa.Table:
     half_total = np.zeros(len(step_ids))
     np.add.at(total, target, flops[hit])
     np.add.at(half_total, target, np.where(half[hit], flops[hit], 0.0))
+    # a step whose recognised ops all lack shapes has unknown FLOPs, not zero
+    counted = np.zeros(len(step_ids), np.int64)
+    np.add.at(counted, target, 1)
+    recognised = np.flatnonzero(recognised_mask(slices))
+    rec_step = slices.column("step").to_numpy().astype(np.int64)[recognised]
+    rec_slot = np.minimum(np.searchsorted(step_ids[order], rec_step), len(step_ids) - 1)
+    rec_hit = step_ids[order][rec_slot] == rec_step
+    seen = np.zeros(len(step_ids), np.int64)
+    np.add.at(seen, order[rec_slot[rec_hit]], 1)
+    unknown = (counted == 0) & (seen > 0)
+    total = np.where(unknown, np.nan, total)
 
     name = device_name(trace.meta, trace.tracks)
     peak_half = peak_flops_per_s(name, "fp16_bf16")
     peak_float = peak_flops_per_s(name, float32_peak)
-    dominant_half = half_total * 2 > total  # the class doing most of the step's FLOPs
-    peak = np.array(
-        [(peak_half if h else peak_float) for h in dominant_half], dtype=object
-    )  # len(steps): a loop over steps
-    peak_arr = np.array([np.nan if p is None else p for p in peak], dtype=np.float64)
+    dominant_half = half_total * 2 > np.nan_to_num(total)  # the class doing most of the step's FLOPs
+    nan = np.nan
+    peak_arr = np.where(
+        dominant_half,
+        nan if peak_half is None else peak_half,
+        nan if peak_float is None else peak_float,
+    ).astype(np.float64)
     seconds = step_ns * 1e-9
     with np.errstate(divide="ignore", invalid="ignore"):
         per_s = np.where(step_ns > 0, total / seconds, np.nan)
@@ -425,7 +475,7 @@ def flops_by_step(trace: Trace, float32_peak: str = "fp32") -> pa.Table:
         {
             "rank": pa.array(ranks, pa.int32()),
             "step": pa.array(step_ids, pa.int32()),
-            "flops": total,
+            "flops": pa.array(total, pa.float64(), from_pandas=True),
             "step_ns": step_ns,
             "flops_per_s": pa.array(per_s, pa.float64(), from_pandas=True),
             "peak_flops_per_s": pa.array(peak_arr, pa.float64(), from_pandas=True),

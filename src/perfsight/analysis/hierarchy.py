@@ -151,7 +151,8 @@ def launch_pairs(slices: pa.Table, flows: pa.Table) -> tuple[Rows, Rows]:
         # one runtime row per (rank, correlation): the first
         key_order = np.lexsort((rt_rows, corr[rt_rows], rank[rt_rows]))
         rt_sorted = rt_rows[key_order]
-        first = np.r_[True, (np.diff(corr[rt_sorted]) != 0) | (np.diff(rank[rt_sorted]) != 0)]
+        first = np.ones(len(rt_sorted), bool)
+        first[1:] = (np.diff(corr[rt_sorted]) != 0) | (np.diff(rank[rt_sorted]) != 0)
         rt_unique = rt_sorted[first]
         found = _lookup([rank[dev_rows], corr[dev_rows]], [rank[rt_unique], corr[rt_unique]], rt_unique)
         hit = found >= 0
@@ -165,9 +166,10 @@ def launching_op(slices: pa.Table, flows: pa.Table, parents: Rows | None = None)
 
     Filled for device work slices only.  The launcher is the host operator whose
     ``external_id`` equals the launching runtime call's (the innermost op on the
-    issuing thread); failing that, the runtime call's nearest host-op ancestor on its
-    track; failing that (no runtime call in the trace), the op whose ``external_id``
-    equals the device slice's own.
+    issuing thread), provided that op is on the call's track and spans its start;
+    otherwise (older Kineto numbers runtime calls' external ids like their
+    correlation ids, so the ids can collide) the runtime call's nearest host-op
+    ancestor on its track.
     """
     n = slices.num_rows
     result = np.full(n, -1, dtype=np.int64)
@@ -175,25 +177,27 @@ def launching_op(slices: pa.Table, flows: pa.Table, parents: Rows | None = None)
         return result
     ops = host_op_mask(slices)
     rank, ext, depth = _np(slices, "rank"), _np(slices, "external_id"), _np(slices, "depth")
+    track, start = _np(slices, "track"), _np(slices, "start_ns")
+    end = start + np.maximum(_np(slices, "dur_ns"), 0)
     op_rows = np.flatnonzero(ops & (ext != NO_ID))
     # one op per (rank, external id): the deepest, should a source repeat an id on nested rows
     order = np.lexsort((-depth[op_rows], ext[op_rows], rank[op_rows]))
     op_sorted = op_rows[order]
-    first = np.r_[True, (np.diff(ext[op_sorted]) != 0) | (np.diff(rank[op_sorted]) != 0)]
+    first = np.ones(len(op_sorted), bool)
+    first[1:] = (np.diff(ext[op_sorted]) != 0) | (np.diff(rank[op_sorted]) != 0)
     op_unique = op_sorted[first]
-    op_keys = [rank[op_unique], ext[op_unique]]
 
     runtime_rows, device_rows = launch_pairs(slices, flows)
-    by_ext = _lookup([rank[runtime_rows], ext[runtime_rows]], op_keys, op_unique)
-    missing = by_ext < 0
+    by_ext = _lookup([rank[runtime_rows], ext[runtime_rows]], [rank[op_unique], ext[op_unique]], op_unique)
+    found = by_ext >= 0
+    rt, op = runtime_rows[found], by_ext[found]
+    found[found] = (track[op] == track[rt]) & (start[op] <= start[rt]) & (start[rt] <= end[op])
+    by_ext[~found] = -1
+    missing = ~found
     if missing.any():
         parents = parent_rows(slices) if parents is None else parents
         by_ext[missing] = nearest_ancestor(runtime_rows[missing], parents, ops)
     result[device_rows] = by_ext
-
-    orphans = np.flatnonzero(device_work_mask(slices) & (result < 0) & (ext != NO_ID))
-    if len(orphans):
-        result[orphans] = _lookup([rank[orphans], ext[orphans]], op_keys, op_unique)
     return result
 
 

@@ -125,10 +125,11 @@ def covered_before(merged: Intervals, points: ArrayLike) -> NDArray[np.int64]:
     x = np.asarray(points, dtype=np.int64)
     if s.size == 0:
         return np.zeros(x.shape, dtype=np.int64)
-    prefix = np.concatenate(([0], np.cumsum(e - s)))  # length covered by the first k intervals
+    prefix = np.concatenate(([0], np.cumsum(e - s)))  # length of the first k intervals
     k = np.searchsorted(s, x, side="right")  # intervals starting at or before x
-    partial = np.where(k > 0, np.minimum(x, e[np.maximum(k - 1, 0)]) - s[np.maximum(k - 1, 0)], 0)
-    return prefix[np.maximum(k - 1, 0)] * (k > 0) + np.maximum(partial, 0)
+    last = np.maximum(k - 1, 0)  # the one of them that may contain x
+    inside = np.where(k > 0, np.minimum(x, e[last]) - s[last], 0)
+    return prefix[last] + inside
 
 
 def measure(merged: Intervals, lo: ArrayLike, hi: ArrayLike) -> NDArray[np.int64]:

@@ -98,10 +98,8 @@ def operator_instances(trace: Trace) -> pa.Table:
     self_ns = self_times(trace, parents)[rows]
     device_ns = launched_device_ns(trace, parents)[rows]
     flops = row_flops(slices)[rows]
-    take = pa.array(rows)
-    sub = slices.select(["rank", "step", "name", "tid", "start_ns", "dur_ns", "input_dims", "input_types"]).take(
-        take
-    )
+    wanted = ["rank", "step", "name", "tid", "start_ns", "dur_ns", "input_dims", "input_types"]
+    sub = slices.select(wanted).take(pa.array(rows))
     return pa.table(
         {
             "rank": sub.column("rank"),

@@ -107,7 +107,10 @@ def overlap_breakdown(trace: Trace) -> pa.Table:
         "preparing_ns": preparing,
     }
     return pa.Table.from_arrays(
-        [pa.array(v, f.type) if isinstance(v, np.ndarray) else v for f, v in zip(OVERLAP_SCHEMA, columns.values(), strict=True)],
+        [
+            pa.array(v, f.type) if isinstance(v, np.ndarray) else v
+            for f, v in zip(OVERLAP_SCHEMA, columns.values(), strict=True)
+        ],
         schema=OVERLAP_SCHEMA,
     )
 

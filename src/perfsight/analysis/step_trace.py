@@ -27,10 +27,14 @@ Automatic FP/BP detection (PyTorch)
   on that thread (``enumerate(DataLoader)#...__next__``); with no data loading,
   the first ``cpu_op`` of the step.  The first op by start time is an outermost one.
 * *BP end (host)*: the latest end among the step's backward slices: host slices
-  whose name starts with ``autograd::engine::evaluate_function`` and ``cpu_op``
-  slices on autograd threads (a track whose name contains ``autograd``, or a
-  non-main track carrying ``evaluate_function`` slices).  A slice belongs to the
-  step when its start lies in the host step.
+  whose name starts with ``autograd::engine::evaluate_function`` (one per
+  autograd node).  A step without any uses the ``cpu_op`` slices of autograd
+  threads instead (a track whose name contains ``autograd``, or a non-main track
+  carrying ``evaluate_function`` slices).  Node slices come first because the
+  autograd thread also runs DDP's ``finalize_backward`` (``copy_bucket_to_grad``),
+  which waits for the last gradient all-reduce: counting it would put that
+  all-reduce inside forward+backward instead of the tail.  A slice belongs to
+  the step when its start lies in the host step.
 * *Device timeline*: FP start becomes the start of the first device activity
   (compute or communication) in the step window whose launching runtime call
   started at or after the FP op's start -- the first device work launched by the
@@ -114,7 +118,9 @@ STEP_TRACE_SCHEMA = pa.schema(
 """Columns of :func:`step_trace` (contract: docs/ANALYSIS_CONTRACT.md)."""
 
 
-def _sorted_rows(rows: NDArray[np.int64], key: NDArray[np.int64], tie: NDArray[np.int64]) -> NDArray[np.int64]:
+def _sorted_rows(
+    rows: NDArray[np.int64], key: NDArray[np.int64], tie: NDArray[np.int64]
+) -> NDArray[np.int64]:
     return rows[np.lexsort((tie[rows], key[rows]))]
 
 
@@ -135,14 +141,19 @@ def _autograd_tracks(trace: Trace, backward_named: NDArray[np.bool_], main: int)
     tracks = trace.tracks
     named = np.zeros(0, dtype=np.int64)
     if tracks.num_rows:
-        by_name = string_mask(tracks.column("name"), lambda a: pc.match_substring(a, "autograd", ignore_case=True))
+        by_name = string_mask(
+            tracks.column("name"), lambda a: pc.match_substring(a, "autograd", ignore_case=True)
+        )
         named = int_column(tracks, "track")[by_name & ~bool_column(tracks, "is_device")]
     carrying = np.unique(int_column(trace.slices, "track")[backward_named])
     return np.setdiff1d(np.union1d(named, carrying), [main])
 
 
 def _launched_by(
-    trace: Trace, host_rows: NDArray[np.int64], launcher: NDArray[np.int64], start: NDArray[np.int64],
+    trace: Trace,
+    host_rows: NDArray[np.int64],
+    launcher: NDArray[np.int64],
+    start: NDArray[np.int64],
     end: NDArray[np.int64],
 ) -> NDArray[np.bool_]:
     """For each slice row: was its launching runtime call made inside one of ``host_rows``?
@@ -197,6 +208,44 @@ def _last_ending(rows: NDArray[np.int64], end: NDArray[np.int64], depth: NDArray
     return int(rows[best])
 
 
+class _DeviceWork:
+    """Device activity sorted by start, with the host time of each one's launch call."""
+
+    def __init__(self, trace: Trace, start: NDArray[np.int64], end: NDArray[np.int64]) -> None:
+        self.trace, self.start_all, self.end_all = trace, start, end
+        self.launcher = launcher_rows(trace)
+        rows = np.flatnonzero(device_activity_mask(trace))
+        self.rows = rows[np.argsort(start[rows], kind="stable")]
+        self.start, self.end = start[self.rows], end[self.rows]
+        calls = self.launcher[self.rows]
+        self.launch = np.where(calls >= 0, start[np.maximum(calls, 0)], NO_ID)
+        self.compute = is_in(trace.slices.column("kind"), DEVICE_KINDS)[self.rows]
+
+    def launched_by(self, host_rows: NDArray[np.int64]) -> NDArray[np.bool_]:
+        """Per device activity: launched from inside one of ``host_rows``."""
+        return _launched_by(self.trace, host_rows, self.launcher, self.start_all, self.end_all)[self.rows]
+
+    def first_launched_from(self, lo: int, hi: int, host_ns: int) -> int:
+        """Start of the first activity in ``[lo, hi)`` launched at or after ``host_ns`` (-1 if none).
+
+        Activity without a launch link counts when it itself starts at or after ``host_ns``.
+        """
+        a, z = np.searchsorted(self.start, [lo, hi], side="left")
+        launch = self.launch[a:z]
+        after = np.where(launch != NO_ID, launch >= host_ns, self.start[a:z] >= host_ns)
+        return int(self.start[a:z][np.argmax(after)]) if after.any() else -1
+
+    def last_compute_end(self, lo: int, hi: int, launched_by: NDArray[np.bool_], host_end_ns: int) -> int:
+        """End of the last compute in ``[lo, hi)`` flagged in ``launched_by``; failing that, of the
+        last compute launched no later than ``host_end_ns`` (-1 if none)."""
+        a, z = np.searchsorted(self.start, [lo, hi], side="left")
+        mine = self.compute[a:z] & launched_by[a:z]
+        if not mine.any():
+            launch = self.launch[a:z]
+            mine = self.compute[a:z] & (launch != NO_ID) & (launch <= host_end_ns)
+        return int(self.end[a:z][mine].max()) if mine.any() else -1
+
+
 def step_trace(trace: Trace, fp_point: str | None = None, bp_point: str | None = None) -> pa.Table:
     """Iteration interval, forward+backward and tail of every step of ``trace`` (see module docstring)."""
     timeline: Timeline = choose_timeline(trace)
@@ -215,23 +264,24 @@ def step_trace(trace: Trace, fp_point: str | None = None, bp_point: str | None =
 
     cpu_op = host & is_in(kind, [SliceKind.CPU_OP.value])
     first_ops = _Rows(np.flatnonzero(cpu_op & (track == main)), start, depth)
-    loading = _Rows(np.flatnonzero(host & is_in(kind, [SliceKind.DATA_LOADING.value]) & (track == main)), start, depth)
+    loading = _Rows(
+        np.flatnonzero(host & is_in(kind, [SliceKind.DATA_LOADING.value]) & (track == main)), start, depth
+    )
     backward_named = host & string_mask(name, lambda a: pc.starts_with(a.cast(pa.string()), BACKWARD_PREFIX))
     on_autograd = cpu_op & np.isin(track, _autograd_tracks(trace, backward_named, main))
-    backward = _Rows(np.flatnonzero(backward_named | on_autograd), start, depth)
-    fp_named = _Rows(np.flatnonzero(host & is_in(name, [fp_point])) if fp_point else np.zeros(0, np.int64), start, depth)
-    bp_named = _Rows(np.flatnonzero(host & is_in(name, [bp_point])) if bp_point else np.zeros(0, np.int64), start, depth)
+    backward = _Rows(np.flatnonzero(backward_named), start, depth)
+    autograd = _Rows(np.flatnonzero(on_autograd & ~backward_named), start, depth)
+    fp_named = _Rows(
+        np.flatnonzero(host & is_in(name, [fp_point])) if fp_point else np.zeros(0, np.int64), start, depth
+    )
+    bp_named = _Rows(
+        np.flatnonzero(host & is_in(name, [bp_point])) if bp_point else np.zeros(0, np.int64), start, depth
+    )
 
-    on_device = timeline == "device"
-    if on_device:
-        launcher = launcher_rows(trace)
-        dev = np.flatnonzero(device_activity_mask(trace))
-        dev = dev[np.argsort(start[dev], kind="stable")]
-        dev_start, dev_end = start[dev], end[dev]
-        dev_launch = np.where(launcher[dev] >= 0, start[np.maximum(launcher[dev], 0)], NO_ID)
-        dev_compute = is_in(kind, DEVICE_KINDS)[dev]
-        by_backward = _launched_by(trace, backward.rows, launcher, start, end)[dev]
-        by_bp_point = _launched_by(trace, bp_named.rows, launcher, start, end)[dev]
+    # BP candidates, in order of preference: the named op, autograd node slices, autograd-thread ops
+    bp_sources = ([bp_named] if bp_point else []) + [backward, autograd]
+    device = _DeviceWork(trace, start, end) if timeline == "device" else None
+    launched = [device.launched_by(rows.rows) if device else None for rows in bp_sources]
 
     w_start = int_column(windows, "start_ns")
     w_end = int_column(windows, "end_ns")
@@ -250,29 +300,21 @@ def step_trace(trace: Trace, fp_point: str | None = None, bp_point: str | None =
             fp_fallbacks += bool(fp_point)
             dl = loading.in_window(hs, he)
             f = _first_at_or_after(first_ops, max(hs, int(end[dl].max())) if dl.size else hs, he)
-        b_rows = bp_named.in_window(hs, he) if bp_point else np.zeros(0, np.int64)
-        launched_by = by_bp_point if on_device and b_rows.size else None
-        if b_rows.size == 0:
-            bp_fallbacks += bool(bp_point)
-            b_rows = backward.in_window(hs, he)
-            launched_by = by_backward if on_device else None
-        b = _last_ending(b_rows, end, depth)
+        bp_fallbacks += bool(bp_point) and bp_named.in_window(hs, he).size == 0
+        b, launched_by = -1, None
+        for rows, flags in zip(bp_sources, launched, strict=True):
+            b_rows = rows.in_window(hs, he)
+            if b_rows.size:
+                b, launched_by = _last_ending(b_rows, end, depth), flags
+                break
         if f < 0 or b < 0:
             continue
         fp_i, bp_i = int(start[f]), int(end[b])
-        if on_device:
-            a, z = np.searchsorted(dev_start, [ws, we], side="left")
-            linked = dev_launch[a:z] != NO_ID
-            after = np.where(linked, dev_launch[a:z] >= fp_i, dev_start[a:z] >= fp_i)
-            if not after.any():
+        if device is not None and launched_by is not None:
+            fp_i = device.first_launched_from(ws, we, fp_i)
+            bp_i = device.last_compute_end(ws, we, launched_by, bp_i)
+            if fp_i < 0 or bp_i < 0:
                 continue
-            fp_i = int(dev_start[a:z][np.argmax(after)])
-            mine = dev_compute[a:z] & launched_by[a:z]
-            if not mine.any():  # nothing linked to the backward op: work launched before BP ended
-                mine = dev_compute[a:z] & linked & (dev_launch[a:z] <= bp_i)
-            if not mine.any():
-                continue
-            bp_i = int(dev_end[a:z][mine].max())
         fp_i = min(max(fp_i, ws), we)
         bp_i = min(bp_i, we)
         if bp_i < fp_i:
@@ -283,7 +325,12 @@ def step_trace(trace: Trace, fp_point: str | None = None, bp_point: str | None =
         log.warning(
             "step trace of rank %d: fp_point %r absent in %d of %d steps, bp_point %r absent in %d; "
             "automatic detection used there",
-            trace.rank, fp_point, fp_fallbacks if fp_point else 0, n, bp_point, bp_fallbacks if bp_point else 0,
+            trace.rank,
+            fp_point,
+            fp_fallbacks if fp_point else 0,
+            n,
+            bp_point,
+            bp_fallbacks if bp_point else 0,
         )
     return pa.Table.from_arrays(
         [

@@ -16,11 +16,11 @@ decided here once:
   communication slices (a thread blocked in a collective is not computing, and a
   pure communication thread contributes nothing), then minus the time inside
   ``data_loading`` slices (collating a batch is data preparation, not training
-  compute).  Nesting needs no ``depth`` filter: everything is a union of intervals.  *Receive* is the part of communication done by
-  point-to-point receive ops (pipeline parallelism): a communication slice whose
-  name, whose ``comm`` row's ``collective``, or whose host op (same
-  ``external_id``, directly or through the runtime call that launched it) says
-  ``recv``/``irecv``.
+  compute).  Nesting needs no ``depth`` filter: everything is a union of
+  intervals.  *Receive* is the part of communication done by point-to-point
+  receive ops (pipeline parallelism): a communication slice whose name, whose
+  ``comm`` row's ``collective``, or whose host op (same ``external_id``, directly
+  or through the runtime call that launched it) says ``recv``/``irecv``.
 * **Step windows.**  Host timeline: the host step marker ``[start_ns, end_ns)``.
   Device timeline: a step's device work runs after the host issued it, so the
   window of step *i* is ``[max(host_start_i, end_(i-1)), max(host_end_i,
@@ -163,24 +163,31 @@ def choose_timeline(trace: Trace) -> Timeline:
     return "device" if bool(device_activity_mask(trace).any()) else "host"
 
 
-def _receive_mask(trace: Trace, comm_rows: NDArray[np.int64], launcher: NDArray[np.int64]) -> NDArray[np.bool_]:
+def _receive_mask(trace: Trace, comm_rows: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """Which of ``comm_rows`` are point-to-point receives (see the module docstring)."""
     sl = trace.slices
     if comm_rows.size == 0:
         return np.zeros(0, dtype=bool)
-    by_name = string_mask(sl.column("name"), lambda a: pc.match_substring_regex(a.cast(pa.string()), RECEIVE_PATTERN))
+    by_name = string_mask(
+        sl.column("name"), lambda a: pc.match_substring_regex(a.cast(pa.string()), RECEIVE_PATTERN)
+    )
     recv_row = by_name.copy()
     comm = trace.comm
     if comm.num_rows:
         recv_coll = string_mask(
-            comm.column("collective"), lambda a: pc.match_substring_regex(a.cast(pa.string()), RECEIVE_PATTERN)
+            comm.column("collective"),
+            lambda a: pc.match_substring_regex(a.cast(pa.string()), RECEIVE_PATTERN),
         )
         rows = int_column(comm, "slice")[recv_coll]
         recv_row[rows[(rows >= 0) & (rows < sl.num_rows)]] = True
+    launcher = launcher_rows(trace)
     ext = int_column(sl, "external_id")
     recv_ext = np.unique(ext[recv_row & ~bool_column(sl, "is_device") & (ext != NO_ID)])
     own = ext[comm_rows]
     via_launch = np.where(launcher[comm_rows] >= 0, ext[np.maximum(launcher[comm_rows], 0)], NO_ID)
-    linked = (np.isin(own, recv_ext) & (own != NO_ID)) | (np.isin(via_launch, recv_ext) & (via_launch != NO_ID))
+    linked = (np.isin(own, recv_ext) & (own != NO_ID)) | (
+        np.isin(via_launch, recv_ext) & (via_launch != NO_ID)
+    )
     return recv_row[comm_rows] | linked
 
 
@@ -221,11 +228,13 @@ def activity(trace: Trace, timeline: Timeline | None = None) -> Activity:
     is_comm = is_in(kind, [COMMUNICATION])
     if timeline == "device":
         comm_rows = np.flatnonzero(is_device & is_comm)
-        compute = iv.union(start[is_device & is_in(kind, DEVICE_KINDS)], end[is_device & is_in(kind, DEVICE_KINDS)])
+        compute = iv.union(
+            start[is_device & is_in(kind, DEVICE_KINDS)], end[is_device & is_in(kind, DEVICE_KINDS)]
+        )
     else:
         comm_rows = np.flatnonzero(~is_device & is_comm)
         compute = _host_compute(trace, start, end, comm_rows)
-    recv = _receive_mask(trace, comm_rows, launcher_rows(trace))
+    recv = _receive_mask(trace, comm_rows)
     return Activity(
         timeline=timeline,
         compute=compute,

@@ -10,8 +10,9 @@ Input is the analysis tables of ``docs/ANALYSIS_CONTRACT.md`` (ns, bytes), for *
 MindSpore output folder is per rank, so a table mixing ranks is refused rather than merged.
 Writing is vectorised: each output column is built with ``pyarrow.compute`` and the body is written
 by ``pyarrow.csv.write_csv``; the header line is written by the ``csv`` module so it is not quoted
-(Ascend's headers are bare), while string cells are always quoted (pyarrow's ``needed`` style), which
-every CSV reader accepts.
+(Ascend's headers are bare).  Cells are bare too, as Ascend writes them, unless some string cell
+of the file holds a comma, quote or line break: then every string cell is quoted (pyarrow's
+``needed`` style), which every CSV reader accepts.
 
 This module must not compute analyses (beyond grouping ``kernel_details`` into
 ``op_statistic``'s rows), convert units other than through ``units.py``, or loop over rows.
@@ -138,7 +139,8 @@ STEP_TRACE_TIME_COLUMNS: dict[str, ColumnBuilder] = {
     "Free": _us("free_ns"),
     "Stage": _us("stage_ns"),
     "Bubble": _us("bubble_ns"),
-    "Communication(Not Overlapped and Exclude Receive)": _us("communication_not_overlapped_exclude_receive_ns"),
+    "Communication(Not Overlapped and Exclude Receive)": _us(
+        "communication_not_overlapped_exclude_receive_ns"),
     "Preparing": _us("preparing_ns"),
 }
 """``step_trace_time.csv`` from ``analysis.overlap.overlap_breakdown``: one row per step, µs."""
@@ -203,8 +205,18 @@ def write_table_csv(path: str | Path, table: pa.Table) -> Path:
         csv.writer(handle, lineterminator="\n").writerow(table.column_names)
     with path.open("ab") as handle:
         if table.num_rows:
-            pcsv.write_csv(table, handle, pcsv.WriteOptions(include_header=False))
+            style = "needed" if _needs_quotes(table) else "none"
+            pcsv.write_csv(table, handle, pcsv.WriteOptions(include_header=False, quoting_style=style))
     return path
+
+
+def _needs_quotes(table: pa.Table) -> bool:
+    """Whether any string cell holds a character that CSV must quote (comma, quote, line break)."""
+    return any(
+        (pa.types.is_string(column.type) or pa.types.is_large_string(column.type))
+        and pc.any(pc.match_substring_regex(column, r'[,"\r\n]')).as_py()
+        for column in table.columns
+    )
 
 
 def _write(folder: str | Path, file_name: str, table: pa.Table, sort_keys: list[tuple[str, str]]) -> Path:

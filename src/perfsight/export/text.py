@@ -55,11 +55,17 @@ def _as_list(arr: pa.Array) -> pa.Array:
 
 
 def join_ints(lists: ArrayOrChunked, sep: str = ",") -> pa.Array:
-    """``list<int>`` -> ``"1,2,3"`` per row (null list -> null, empty list -> ``""``)."""
-    arr = _as_list(combined(lists))
+    """``list<int>`` -> ``"1,2,3"`` per row (null list -> null, empty list -> ``""``).
+
+    JSON text (``"[1, 2, 3]"``, what the analysis tables hold) is accepted too.
+    """
+    arr = combined(lists)
     if pa.types.is_null(arr.type):
         return pa.nulls(len(arr), pa.string())
-    return pc.binary_join(arr.cast(pa.list_(pa.string())), sep)
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        bare = pc.replace_substring_regex(arr.cast(pa.string()), r"[\[\]\s]", "")
+        return bare if sep == "," else pc.replace_substring(bare, ",", sep)
+    return pc.binary_join(_as_list(arr).cast(pa.list_(pa.string())), sep)
 
 
 def shapes_text(dims: ArrayOrChunked) -> pa.Array:
@@ -109,7 +115,10 @@ def json_strings(values: ArrayOrChunked) -> pa.Array:
 
 
 def json_int_lists(lists: ArrayOrChunked) -> pa.Array:
-    """``list<int>`` -> ``"[1,2,3]"``; null -> null."""
+    """``list<int>`` -> ``"[1,2,3]"``; null -> null; JSON text is passed through."""
+    arr = combined(lists)
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        return arr.cast(pa.string())
     return pc.binary_join_element_wise("[", join_ints(lists, ","), "]", "")
 
 

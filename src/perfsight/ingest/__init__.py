@@ -38,5 +38,9 @@ def find_traces(folder: str | Path) -> list[Path]:
         and "PROFILER_OUTPUT" not in p.parts
         and not p.name.startswith(".")
     ]
-    return [p for p in found if p.name not in {"profiler_info.json", "profiler_metadata.json"}
-            and not p.name.startswith("profiler_info_")]
+    return [
+        p
+        for p in found
+        if p.name not in {"profiler_info.json", "profiler_metadata.json"}
+        and not p.name.startswith("profiler_info_")
+    ]

@@ -40,11 +40,18 @@ def assign_tracks(
     combined = (pid_code.astype(np.int64) * len(tid_values) + tid_code) * 2 + is_device.astype(np.int64)
     codes, inverse = np.unique(combined, return_inverse=True)
     inverse = inverse.reshape(-1)
-    unique = np.stack(
-        [pid_values[codes // 2 // max(len(tid_values), 1)], tid_values[codes // 2 % max(len(tid_values), 1)],
-         codes % 2],
-        axis=1,
-    ) if len(codes) else np.zeros((0, 3), np.int64)
+    unique = (
+        np.stack(
+            [
+                pid_values[codes // 2 // max(len(tid_values), 1)],
+                tid_values[codes // 2 % max(len(tid_values), 1)],
+                codes % 2,
+            ],
+            axis=1,
+        )
+        if len(codes)
+        else np.zeros((0, 3), np.int64)
+    )
     # host threads first, then device streams, each by pid/tid
     order = np.lexsort((unique[:, 1], unique[:, 0], unique[:, 2]))
     renumber = np.empty(len(order), dtype=np.int32)
@@ -183,7 +190,12 @@ def launch_links(
 
 
 def device_step(
-    step: np.ndarray, is_device: np.ndarray, src: np.ndarray, dst: np.ndarray, start: np.ndarray, steps: pa.Table
+    step: np.ndarray,
+    is_device: np.ndarray,
+    src: np.ndarray,
+    dst: np.ndarray,
+    start: np.ndarray,
+    steps: pa.Table,
 ) -> np.ndarray:
     """Give device slices the step of the host call that launched them (time as a fallback)."""
     result = step.copy()
@@ -193,8 +205,9 @@ def device_step(
     return result
 
 
-def device_windows(steps: pa.Table, step: np.ndarray, on_device: np.ndarray, start: np.ndarray,
-                   end: np.ndarray) -> pa.Table:
+def device_windows(
+    steps: pa.Table, step: np.ndarray, on_device: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> pa.Table:
     """Fill device_start_ns/device_end_ns: the first and last device work of each step."""
     numbers = steps.column("step").to_numpy()
     first = np.full(len(numbers), np.iinfo(np.int64).max, dtype=np.int64)

@@ -120,7 +120,9 @@ def _parse_range(batch: EventBatch, lo: int, hi: int, out: list[pa.Table]) -> tu
     return _parse_range(batch, mid, hi, out)
 
 
-_PARSE = pj.ParseOptions(explicit_schema=RAW_SCHEMA, unexpected_field_behavior="ignore", newlines_in_values=True)
+_PARSE = pj.ParseOptions(
+    explicit_schema=RAW_SCHEMA, unexpected_field_behavior="ignore", newlines_in_values=True
+)
 _READ = pj.ReadOptions(block_size=1 << 21)  # several blocks per batch, so both cores parse
 
 _LABEL_KEYS = (
@@ -230,9 +232,7 @@ _INT64_MAX = (1 << 63) - 1
 def _integer(value: Any) -> int | None:
     """An int64, or None for anything else (including pointers past int64's range)."""
     number: int | None = None
-    if isinstance(value, int):
-        number = int(value)
-    elif isinstance(value, float) and value.is_integer():
+    if isinstance(value, int) or isinstance(value, float) and value.is_integer():
         number = int(value)
     elif isinstance(value, str):
         try:

@@ -167,7 +167,10 @@ class _KinetoLineScanner:
 
     @staticmethod
     def applies(body_head: bytes) -> bool:
-        return body_head.startswith(b"\n  {\n")
+        """True when the first event opens on its own line indented by two spaces."""
+        stripped = body_head.lstrip(b" \t\r\n")
+        lead = body_head[: len(body_head) - len(stripped)]
+        return stripped.startswith(b"{\n") and lead.endswith(b"\n  ")
 
     def scan(self, block: np.ndarray) -> tuple[np.ndarray, np.ndarray, int | None]:
         closes = np.flatnonzero(block == ord("}"))
@@ -180,7 +183,7 @@ class _KinetoLineScanner:
         commas = closes[(after == ord(",")) & (block[np.minimum(closes + 2, len(block) - 1)] == 0x0A)] + 1
         last = closes[after == 0x0A]
         array_end = None
-        ends = commas - 1 + 1
+        ends = commas.copy()  # an event ends where its separating comma stands
         if len(last):
             tail = bytes(block[int(last[0]) + 1 :])
             bracket = tail.find(b"]")
@@ -276,7 +279,7 @@ def _batches(
     header_text: bytes,
     report: StreamReport,
 ) -> Iterator[EventBatch]:
-    kineto_layout = _KinetoLineScanner.applies(first[:8])
+    kineto_layout = _KinetoLineScanner.applies(first[:256])
     scanner: _Scanner | _KinetoLineScanner = _KinetoLineScanner() if kineto_layout else _Scanner()
     source = _line_aligned(_chain(first, blocks)) if kineto_layout else _chain(first, blocks)
     pending = bytearray()  # bytes not yet handed on, starting at an event boundary

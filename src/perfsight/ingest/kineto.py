@@ -211,7 +211,9 @@ def _build(raw: pa.Table, meta: RunMetadata, truncated: bool) -> Trace:
 
     steps, inferred = assemble.step_windows(rank, names, kind, is_device, start, dur)
     if inferred:
-        meta.warnings.append(f"{meta.sources[0]}: no ProfilerStep markers; the whole trace is one step (step 0)")
+        meta.warnings.append(
+            f"{meta.sources[0]}: no ProfilerStep markers; the whole trace is one step (step 0)"
+        )
     step = assemble.step_of(start, steps)
     src, dst = assemble.launch_links(correlation, is_device, kind)
     step = assemble.device_step(step, is_device, src, dst, start, steps)
@@ -220,7 +222,9 @@ def _build(raw: pa.Table, meta: RunMetadata, truncated: bool) -> Trace:
     if truncated and steps.num_rows:
         complete_flags = np.ones(steps.num_rows, bool)
         complete_flags[-1] = False
-        steps = steps.set_column(steps.schema.get_field_index("complete"), "complete", pa.array(complete_flags))
+        steps = steps.set_column(
+            steps.schema.get_field_index("complete"), "complete", pa.array(complete_flags)
+        )
 
     slices = conform(
         pa.table(
@@ -276,7 +280,10 @@ def _track_names(meta_events: pa.Table) -> dict[tuple[int, int, bool], str]:
     names: dict[tuple[int, int, bool], str] = {}
     rows = meta_events.filter(pc.equal(meta_events.column("name"), "thread_name"))
     for pid, tid, args in zip(
-        rows.column("pid").to_pylist(), rows.column("tid").to_pylist(), rows.column("args").to_pylist(), strict=True
+        rows.column("pid").to_pylist(),
+        rows.column("tid").to_pylist(),
+        rows.column("args").to_pylist(),
+        strict=True,
     ):
         if pid is None or tid is None or not args or not args.get("name"):
             continue
@@ -294,7 +301,9 @@ def _memory(events: pa.Table, rank: int) -> pa.Table:
         pa.table(
             {
                 "rank": np.full(n, rank, np.int32),
-                "device_type": pa.array(labels.astype(str)).dictionary_encode() if n else pa.array([], pa.string()),
+                "device_type": pa.array(labels.astype(str)).dictionary_encode()
+                if n
+                else pa.array([], pa.string()),
                 "device_index": _ints(_arg(events, "Device Id"), 0).astype(np.int32),
                 "ts_ns": micros_to_ns(events.column("ts")),
                 "tid": _ints(events.column("tid")),
@@ -335,7 +344,9 @@ def _comm(
         host_rows = assemble.outermost(slices.column("track").to_numpy(), start, start + dur, candidates)
     rows = np.flatnonzero(device_rows | host_rows)
     picked = complete.take(pa.array(rows))
-    name_source = pc.coalesce(pc.struct_field(picked.column("args"), "Collective name"), picked.column("name"))
+    name_source = pc.coalesce(
+        pc.struct_field(picked.column("args"), "Collective name"), picked.column("name")
+    )
     collective = _canonical_collective(pc.utf8_lower(name_source.fill_null("")))
     dtype = pc.struct_field(picked.column("args"), "dtype")
     elem = _element_bytes(dtype)

@@ -1,0 +1,196 @@
+"""Allocator memory over time, its peaks, and the lifetime of every allocation.
+
+Reads ``Trace.memory`` (Kineto ``[memory]`` events: one row per allocation or
+release with the allocator's totals after it) and answers the memory page's
+questions: how the allocated and reserved totals move (``memory_curve``, the data of
+``memory_record.csv``), how high they went (``memory_peaks``), and which operator
+allocated each block and how long it lived (``operator_memory``, the data of
+``operator_memory.csv``).
+
+Definitions (ns, bytes):
+
+* An allocation (``bytes > 0``) is released by the next event for the same address
+  on the same device if that event is a release (``bytes < 0``); events are ordered
+  by (address, time, trace order).  An allocation followed by another allocation at
+  the same address, or by nothing, has no release in the trace (null release).
+* The allocating operator is the innermost host operator on the allocating thread
+  (``tid``) whose ``[start, end]`` contains the allocation time; null if none does.
+* ``peak_ts_ns`` is the first time the allocated total reached its peak.
+
+This module must not read files or convert units, and must not invent totals that
+the source did not record (a null total stays null).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from perfsight.analysis.hierarchy import enclosing_op
+from perfsight.model import Trace
+
+MEMORY_CURVE_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("device_type", pa.string()),
+        ("device_index", pa.int32()),
+        ("ts_ns", pa.int64()),
+        ("allocated_bytes", pa.int64()),
+        ("reserved_bytes", pa.int64()),
+        ("active_bytes", pa.int64()),
+    ]
+)
+
+MEMORY_PEAKS_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("device_type", pa.string()),
+        ("device_index", pa.int32()),
+        ("peak_allocated_bytes", pa.int64()),
+        ("peak_reserved_bytes", pa.int64()),
+        ("peak_ts_ns", pa.int64()),
+    ]
+)
+
+OPERATOR_MEMORY_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("name", pa.string()),
+        ("size_bytes", pa.int64()),
+        ("alloc_ns", pa.int64()),
+        ("release_ns", pa.int64()),
+        ("duration_ns", pa.int64()),
+        ("allocated_at_alloc_bytes", pa.int64()),
+        ("reserved_at_alloc_bytes", pa.int64()),
+        ("allocated_at_release_bytes", pa.int64()),
+        ("reserved_at_release_bytes", pa.int64()),
+        ("device_type", pa.string()),
+        ("device_index", pa.int32()),
+    ]
+)
+
+
+def _device_groups(memory: pa.Table) -> np.ndarray:
+    """A small integer per (rank, device_type, device_index), ordered like those keys."""
+    dtype = pc.dictionary_encode(memory.column("device_type").cast(pa.string())).combine_chunks()
+    # codes ordered by the type's text so that groups sort by name
+    order = np.argsort(np.array(dtype.dictionary.to_pylist(), dtype=object))
+    rank_of_code = np.empty(len(order), np.int64)
+    rank_of_code[order] = np.arange(len(order))
+    code = rank_of_code[dtype.indices.to_numpy().astype(np.int64)]
+    keys = np.c_[memory.column("rank").to_numpy(), code, memory.column("device_index").to_numpy()]
+    _, group = np.unique(keys.astype(np.int64), axis=0, return_inverse=True)
+    return group.ravel()
+
+
+def memory_curve(trace: Trace) -> pa.Table:
+    """Allocator totals after every event, per device, in time order."""
+    memory = trace.memory
+    if memory.num_rows == 0:
+        return MEMORY_CURVE_SCHEMA.empty_table()
+    group = _device_groups(memory)
+    order = np.lexsort((np.arange(memory.num_rows), memory.column("ts_ns").to_numpy(), group))
+    sub = memory.take(pa.array(order))
+    return pa.table(
+        {
+            "rank": sub.column("rank"),
+            "device_type": sub.column("device_type").cast(pa.string()),
+            "device_index": sub.column("device_index"),
+            "ts_ns": sub.column("ts_ns"),
+            "allocated_bytes": sub.column("allocated_bytes"),
+            "reserved_bytes": sub.column("reserved_bytes"),
+            "active_bytes": sub.column("active_bytes"),
+        },
+        schema=MEMORY_CURVE_SCHEMA,
+    )
+
+
+def memory_peaks(trace: Trace) -> pa.Table:
+    """Highest allocated and reserved totals per (rank, device), and when allocated peaked."""
+    curve = memory_curve(trace)
+    if curve.num_rows == 0:
+        return MEMORY_PEAKS_SCHEMA.empty_table()
+    grouped = curve.group_by(["rank", "device_type", "device_index"], use_threads=False).aggregate(
+        [("allocated_bytes", "max"), ("reserved_bytes", "max")]
+    )
+    # first instant each group reaches its allocated maximum
+    at_peak = curve.join(
+        grouped.select(["rank", "device_type", "device_index", "allocated_bytes_max"]),
+        keys=["rank", "device_type", "device_index"],
+    )
+    reached = pc.equal(at_peak.column("allocated_bytes"), at_peak.column("allocated_bytes_max"))
+    at_peak = at_peak.filter(reached)
+    first = at_peak.group_by(["rank", "device_type", "device_index"]).aggregate([("ts_ns", "min")])
+    table = grouped.join(first, keys=["rank", "device_type", "device_index"], join_type="left outer")
+    table = pa.table(
+        {
+            "rank": table.column("rank"),
+            "device_type": table.column("device_type"),
+            "device_index": table.column("device_index"),
+            "peak_allocated_bytes": table.column("allocated_bytes_max"),
+            "peak_reserved_bytes": table.column("reserved_bytes_max"),
+            "peak_ts_ns": table.column("ts_ns_min"),
+        },
+        schema=MEMORY_PEAKS_SCHEMA,
+    )
+    return table.sort_by([("rank", "ascending"), ("device_type", "ascending"), ("device_index", "ascending")])
+
+
+def operator_memory(trace: Trace) -> pa.Table:
+    """One row per allocation: its operator, size, lifetime and the totals around it."""
+    memory = trace.memory
+    if memory.num_rows == 0:
+        return OPERATOR_MEMORY_SCHEMA.empty_table()
+    n = memory.num_rows
+    group = _device_groups(memory)
+    addr = memory.column("addr").to_numpy().astype(np.int64)
+    ts = memory.column("ts_ns").to_numpy().astype(np.int64)
+    size = memory.column("bytes").to_numpy().astype(np.int64)
+    order = np.lexsort((np.arange(n), ts, addr, group))
+    # the event after each one in (device, address, time) order
+    nxt = np.full(n, -1, np.int64)
+    same = (group[order][1:] == group[order][:-1]) & (addr[order][1:] == addr[order][:-1])
+    nxt[order[:-1][same]] = order[1:][same]
+    alloc = np.flatnonzero(size > 0)
+    alloc = alloc[np.argsort(ts[alloc], kind="stable")]
+    release = nxt[alloc]
+    released = release >= 0
+    released[released] = size[release[released]] < 0
+    release = np.where(released, release, -1)
+
+    op = enclosing_op(
+        trace.slices,
+        memory.column("rank").to_numpy().astype(np.int64)[alloc],
+        memory.column("tid").to_numpy().astype(np.int64)[alloc],
+        ts[alloc],
+    )
+    has_op = op >= 0
+    names = (
+        trace.slices.column("name").take(pa.array(np.where(has_op, op, 0), mask=~has_op)).cast(pa.string())
+        if trace.slices.num_rows
+        else pa.nulls(len(alloc), pa.string())
+    )
+    at_alloc = memory.take(pa.array(alloc))
+    at_release = memory.select(["ts_ns", "allocated_bytes", "reserved_bytes"]).take(
+        pa.array(np.where(released, release, 0), mask=~released)
+    )
+    release_ns = at_release.column("ts_ns")
+    duration = pc.subtract(release_ns, at_alloc.column("ts_ns"))
+    return pa.table(
+        {
+            "rank": at_alloc.column("rank"),
+            "name": names,
+            "size_bytes": at_alloc.column("bytes"),
+            "alloc_ns": at_alloc.column("ts_ns"),
+            "release_ns": release_ns,
+            "duration_ns": duration,
+            "allocated_at_alloc_bytes": at_alloc.column("allocated_bytes"),
+            "reserved_at_alloc_bytes": at_alloc.column("reserved_bytes"),
+            "allocated_at_release_bytes": at_release.column("allocated_bytes"),
+            "reserved_at_release_bytes": at_release.column("reserved_bytes"),
+            "device_type": at_alloc.column("device_type").cast(pa.string()),
+            "device_index": at_alloc.column("device_index"),
+        },
+        schema=OPERATOR_MEMORY_SCHEMA,
+    )

@@ -1,0 +1,170 @@
+"""The per-run Parquet cache: a parsed trace and its analysis tables, saved once, read many times.
+
+Parsing a large trace takes seconds; the web UI and the cluster analyses must not pay that on
+every request.  After the first read, a rank's :class:`~perfsight.model.Trace` is saved in a
+folder the caller chooses::
+
+    {folder}/slices.parquet, tracks.parquet, ...   one file per Trace table (zstd)
+    {folder}/meta.json                             RunMetadata.to_dict()
+    {folder}/source.json                           fingerprint of the inputs (written last)
+    {folder}/analysis/{name}.parquet               analysis outputs (save_tables / load_tables)
+
+``source.json`` records each input file's absolute path, size and modification time, the cache
+format and a digest of the model's schemas; :func:`is_fresh` compares it with the inputs as they
+are now, so an edited trace or a changed trace model invalidates the cache.  It is written last,
+so a cache interrupted mid-write is never fresh.  Every file is written under a temporary name
+and renamed into place.
+
+Loading is lossless: tables come back with the model's exact schema (dictionary columns, nested
+shape lists, nullability), so ``load_trace(save_trace(t))`` equals ``t`` table for table.
+
+This module must not parse raw traces, run analyses, or pick the folder: callers choose where the
+cache lives (never inside the user's data folder unless the user asked for it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from perfsight.model import TABLE_SCHEMAS, RunMetadata, Trace, conform
+
+CACHE_FORMAT = 1
+"""Bump when the layout of a cache folder changes."""
+
+META_FILE = "meta.json"
+SOURCE_FILE = "source.json"
+ANALYSIS_DIR = "analysis"
+COMPRESSION = "zstd"
+
+
+class CacheError(RuntimeError):
+    """A cache folder that cannot be loaded (missing or unreadable files), with the reason."""
+
+
+def schema_digest() -> str:
+    """A short digest of the trace model's schemas: a cache written for other schemas is stale."""
+    text = "\n".join(f"{name}:{schema.to_string(show_schema_metadata=False)}"
+                     for name, schema in sorted(TABLE_SCHEMAS.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def fingerprint(sources: Iterable[str | os.PathLike[str]]) -> dict[str, Any]:
+    """What ``source.json`` holds for ``sources``: path, size and mtime of each input file.
+
+    A missing input is recorded with ``size`` and ``mtime_ns`` of ``None`` (so it never matches a
+    fingerprint taken while it existed).
+    """
+    files = []
+    for source in sources:
+        path = Path(source).resolve()
+        try:
+            stat = path.stat()
+            files.append({"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+        except OSError:
+            files.append({"path": str(path), "size": None, "mtime_ns": None})
+    files.sort(key=lambda f: f["path"])
+    return {"format": CACHE_FORMAT, "schema": schema_digest(), "files": files}
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def _write_parquet(path: Path, table: pa.Table) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp, compression=COMPRESSION)
+    tmp.replace(path)
+
+
+def _read_parquet(path: Path) -> pa.Table:
+    try:
+        return pq.read_table(path)
+    except (OSError, pa.ArrowException) as error:
+        raise CacheError(f"{path}: cannot read cached table ({error})") from error
+
+
+def save_trace(trace: Trace, folder: str | Path, sources: Iterable[str | os.PathLike[str]] | None = None
+               ) -> Path:
+    """Save every table of ``trace`` plus its metadata under ``folder``; return the folder.
+
+    ``sources`` are the input files the trace was read from (default: ``trace.meta.sources``); their
+    fingerprint is what :func:`is_fresh` checks later.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / SOURCE_FILE).unlink(missing_ok=True)  # not fresh while being rewritten
+    for name in TABLE_SCHEMAS:
+        _write_parquet(folder / f"{name}.parquet", getattr(trace, name))
+    _write_bytes(folder / META_FILE, json.dumps(trace.meta.to_dict(), indent=1, default=str).encode())
+    inputs = list(trace.meta.sources if sources is None else sources)
+    _write_bytes(folder / SOURCE_FILE, json.dumps(fingerprint(inputs), indent=1).encode())
+    return folder
+
+
+def load_trace(folder: str | Path) -> Trace:
+    """The :class:`Trace` saved by :func:`save_trace` in ``folder``; :class:`CacheError` if incomplete."""
+    folder = Path(folder)
+    meta_path = folder / META_FILE
+    try:
+        meta = RunMetadata.from_dict(json.loads(meta_path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError) as error:
+        raise CacheError(f"{meta_path}: cannot read run metadata ({error})") from error
+    tables = {}
+    for name, schema in TABLE_SCHEMAS.items():
+        path = folder / f"{name}.parquet"
+        if not path.is_file():
+            raise CacheError(f"{path}: missing from the cache")
+        try:
+            tables[name] = conform(_read_parquet(path), schema)
+        except (KeyError, pa.ArrowException) as error:
+            raise CacheError(f"{path}: does not match the trace model ({error})") from error
+    return Trace(meta=meta, **tables)
+
+
+def is_fresh(folder: str | Path, sources: Iterable[str | os.PathLike[str]]) -> bool:
+    """True when ``folder`` holds a complete cache made from ``sources`` exactly as they are now."""
+    folder = Path(folder)
+    try:
+        saved = json.loads((folder / SOURCE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if saved != fingerprint(sources):
+        return False
+    return (folder / META_FILE).is_file() and all(
+        (folder / f"{name}.parquet").is_file() for name in TABLE_SCHEMAS
+    )
+
+
+def save_tables(folder: str | Path, tables: Mapping[str, pa.Table]) -> Path:
+    """Save analysis outputs as ``{folder}/analysis/{name}.parquet``; return that folder."""
+    target = Path(folder) / ANALYSIS_DIR
+    target.mkdir(parents=True, exist_ok=True)
+    for name, table in tables.items():
+        if not name or "/" in name or "\\" in name or name.startswith("."):
+            raise ValueError(f"analysis table name {name!r} is not a plain file name")
+        _write_parquet(target / f"{name}.parquet", table)
+    return target
+
+
+def load_tables(folder: str | Path, names: Iterable[str] | None = None) -> dict[str, pa.Table]:
+    """Analysis outputs saved by :func:`save_tables` (all of them, or only ``names``; absent ones
+    are left out).  A folder without analysis tables gives ``{}``."""
+    target = Path(folder) / ANALYSIS_DIR
+    if not target.is_dir():
+        return {}
+    wanted = None if names is None else set(names)
+    return {
+        path.name[: -len(".parquet")]: _read_parquet(path)
+        for path in sorted(target.glob("*.parquet"))
+        if wanted is None or path.name[: -len(".parquet")] in wanted
+    }

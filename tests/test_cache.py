@@ -1,0 +1,93 @@
+"""The Parquet run cache: lossless round trips, and freshness that follows the input files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from _hostile import hostile_trace
+from _trace_builder import KINETO_DATA
+from perfsight.analysis.kernels import kernel_details
+from perfsight.analysis.overlap import overlap_breakdown
+from perfsight.ingest import read_trace
+from perfsight.model import TABLE_SCHEMAS, Trace
+from perfsight.store import CacheError, is_fresh, load_tables, load_trace, save_tables, save_trace
+
+DF_INDEX = KINETO_DATA / "df_index_resolver" / "df_index_resolver.json.gz"
+NCCL = KINETO_DATA / "nccl_parser_config" / "nccl_data.json.gz"
+
+
+def _require(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"real trace {path} is not available (../shared/data is outside the repo)")
+    return path
+
+
+def _assert_same(a: Trace, b: Trace) -> None:
+    for name, schema in TABLE_SCHEMAS.items():
+        left, right = getattr(a, name), getattr(b, name)
+        assert right.schema.equals(schema), name
+        assert left.equals(right), name
+    assert a.meta == b.meta
+
+
+def test_real_trace_round_trips_losslessly(tmp_path: Path) -> None:
+    trace = read_trace(_require(DF_INDEX))
+    assert trace.memory.num_rows and trace.comm.num_rows  # every table is exercised
+    save_trace(trace, tmp_path / "cache")
+    _assert_same(trace, load_trace(tmp_path / "cache"))
+    assert {p.name for p in (tmp_path / "cache").iterdir()} == {
+        *(f"{n}.parquet" for n in TABLE_SCHEMAS), "meta.json", "source.json"}
+
+
+def test_hostile_trace_round_trips_losslessly(tmp_path: Path) -> None:
+    trace = hostile_trace()
+    save_trace(trace, tmp_path)
+    _assert_same(trace, load_trace(tmp_path))
+
+
+def test_cache_is_fresh_until_the_input_changes(tmp_path: Path) -> None:
+    source = tmp_path / "input" / "nccl_data.json.gz"
+    source.parent.mkdir()
+    shutil.copyfile(_require(NCCL), source)
+    trace = read_trace(source)
+    cache = tmp_path / "cache"
+    save_trace(trace, cache, sources=[source])
+    assert is_fresh(cache, [source])
+    assert not is_fresh(cache, [source, NCCL])  # a different set of inputs
+    stat = source.stat()
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert not is_fresh(cache, [source])
+    save_trace(trace, cache, sources=[source])
+    assert is_fresh(cache, [source])
+    (cache / "slices.parquet").unlink()
+    assert not is_fresh(cache, [source])
+    with pytest.raises(CacheError, match="slices.parquet"):
+        load_trace(cache)
+
+
+def test_an_interrupted_save_is_never_fresh(tmp_path: Path) -> None:
+    trace = hostile_trace()
+    save_trace(trace, tmp_path, sources=[])
+    assert is_fresh(tmp_path, [])
+    (tmp_path / "source.json").unlink()  # what a save cut before its last file leaves
+    assert not is_fresh(tmp_path, [])
+
+
+def test_analysis_tables_round_trip(tmp_path: Path) -> None:
+    trace = read_trace(_require(NCCL))
+    tables = {"kernel_details": kernel_details(trace), "overlap_breakdown": overlap_breakdown(trace),
+              "empty": pa.table({"x": pa.array([], pa.int64())})}
+    save_tables(tmp_path, tables)
+    loaded = load_tables(tmp_path)
+    assert loaded.keys() == tables.keys()
+    for name, table in tables.items():
+        assert loaded[name].equals(table), name
+    assert load_tables(tmp_path, ["overlap_breakdown"]).keys() == {"overlap_breakdown"}
+    assert load_tables(tmp_path / "nothing") == {}
+    with pytest.raises(ValueError):
+        save_tables(tmp_path, {"../escape": tables["empty"]})
