@@ -25,6 +25,7 @@ from perfsight.model import Trace
 
 NCCL = KINETO_DATA / "nccl_parser_config" / "nccl_data.json.gz"
 DF_INDEX = KINETO_DATA / "df_index_resolver" / "df_index_resolver.json.gz"
+NS_RESOLUTION = KINETO_DATA / "ns_resolution_trace" / "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
 
 
 def _require(path: Path) -> Path:
@@ -190,3 +191,13 @@ def test_an_empty_trace_gives_a_valid_file_with_the_overlap_lanes(tmp_path: Path
     doc = _load(write_trace_view(tmp_path / "trace_view.json", trace))
     assert not [e for e in doc["traceEvents"] if e["ph"] != "M"]
     assert sorted(_threads(doc).values()) == sorted(OVERLAP_LANES)
+
+
+def test_real_nanosecond_trace_is_rebased_without_losing_a_nanosecond(tmp_path: Path) -> None:
+    trace = read_trace(_require(NS_RESOLUTION))
+    doc = _load(write_trace_view(tmp_path / "trace_view.json", trace))
+    offset = doc["otherData"]["perfsight_time_offset_ns"]
+    assert offset > 0 and offset % 10**9 == 0
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X" and e.get("cat") != "overlap"]
+    assert max(e["ts"] for e in xs) < 2**43  # small enough that a double resolves 1 ns
+    assert sorted(_ns(e["ts"], offset) for e in xs) == sorted(trace.slices.column("start_ns").to_pylist())

@@ -54,7 +54,7 @@ class RankResult:
 
 ANALYSES: dict[str, Callable[[Trace, Options], pa.Table]] = {
     "step_trace": lambda t, o: step_trace.step_trace(t, fp_point=o.fp_point, bp_point=o.bp_point),
-    "overlap": lambda t, o: overlap.overlap_breakdown(t),
+    "overlap_breakdown": lambda t, o: overlap.overlap_breakdown(t),
     "overlap_intervals": lambda t, o: overlap.overlap_intervals(t),
     "operator_instances": lambda t, o: operators.operator_instances(t),
     "operator_stats": lambda t, o: operators.operator_stats(t),
@@ -65,7 +65,7 @@ ANALYSES: dict[str, Callable[[Trace, Options], pa.Table]] = {
     "memory_peaks": lambda t, o: memory.memory_peaks(t),
     "operator_memory": lambda t, o: memory.operator_memory(t),
 }
-"""Every single-device analysis, by the name its table is stored under."""
+"""Every single-device analysis; a table is stored under its function's name."""
 
 
 def analyse_trace(trace: Trace, options: Options) -> RankResult:
@@ -82,8 +82,8 @@ def write_outputs(result: RankResult, rank_dir: Path, options: Options) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     tables = result.tables
     if "text" in options.export_types:
-        mindspore_csv.write_all(tables, out)
-        trace_view.write_trace_view(result.trace, out / "trace_view.json", tables["overlap_intervals"])
+        mindspore_csv.write_all(out, tables)
+        trace_view.write_trace_view(out / "trace_view.json", result.trace, tables["overlap_intervals"])
     if "db" in options.export_types:
         sqlite_db.write_db(
             out / f"perfsight_{result.trace.rank}.db", {**tables, "slices": result.trace.slices}

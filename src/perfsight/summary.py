@@ -31,7 +31,7 @@ def _rows(table: pa.Table, columns: list[str]) -> list[dict[str, Any]]:
 def rank_summary(result: RankResult) -> dict[str, Any]:
     """Everything a user reads first about one rank, as plain JSON-able values (ns, bytes)."""
     t = result.tables
-    overlap = t["overlap"]
+    overlap = t["overlap_breakdown"]
     steps = _rows(
         t["step_trace"],
         ["step", "duration_ns", "iteration_interval_ns", "fp_bp_ns", "tail_ns", "fp_op", "bp_op", "timeline"],
@@ -93,6 +93,16 @@ def _gib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**30:,.3f} GiB"
 
 
+def _flops_line(rows: list[dict[str, Any]]) -> str:
+    known = [r for r in rows if r.get("flops") is not None]
+    if not known:
+        return "FLOPs: unknown (no input shapes in the trace; profile with record_shapes=True)"
+    total = sum(r["flops"] for r in known)
+    mfu = [r["mfu"] for r in known if r.get("mfu") is not None]
+    text = f"FLOPs: {total / 1e12:,.3f} TFLOP over {len(known)} steps"
+    return text + (f", MFU {sum(mfu) / len(mfu):.1%}" if mfu else ", MFU unknown (device peak not known)")
+
+
 def format_text(summaries: list[dict[str, Any]]) -> str:
     """A readable report: per-step breakdown, where time goes, top operators, memory peak."""
     lines: list[str] = []
@@ -128,12 +138,7 @@ def format_text(summaries: list[dict[str, Any]]) -> str:
             )
         if not s["memory_peaks"]:
             lines.append("memory peak: no allocator events in the trace (profile_memory=False?)")
-        mfu = [f["mfu"] for f in s["flops"] if f.get("mfu") is not None]
-        total_flops = sum(f["flops"] or 0 for f in s["flops"])
-        lines.append(
-            f"FLOPs: {total_flops / 1e12:,.3f} TFLOP over {len(s['flops'])} steps"
-            + (f", MFU {sum(mfu) / len(mfu):.1%}" if mfu else "")
-        )
+        lines.append(_flops_line(s["flops"]))
         for warning in s["warnings"]:
             lines.append(f"warning: {warning}")
         if s["output_dir"]:

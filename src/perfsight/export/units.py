@@ -8,7 +8,8 @@ traced back to one conversion.
 Microseconds are exact: an integer nanosecond count ``n`` becomes the decimal ``n / 1000`` with
 three places (an Arrow ``decimal128(38, 3)`` whose unscaled value *is* ``n``), never a float, so an
 absolute timestamp such as ``1736408883704643.212`` survives CSV writing digit for digit.  A float
-input (an average) is rounded to three places instead.  MB and KB are binary (2**20 and 2**10
+input (an average) is rounded to whole nanoseconds first.  Percentages also get exactly three
+decimals.  MB and KB are binary (2**20 and 2**10
 bytes, as Ascend writes them) and float64, which is exact for any byte count below 2**53.
 
 This module must not read tables, choose columns or write files.
@@ -33,25 +34,37 @@ def _combined(values: ArrayOrChunked) -> pa.Array:
     return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
 
 
-def ns_to_us(ns: ArrayOrChunked) -> pa.Array:
-    """Nanoseconds -> microseconds with three decimals.
-
-    Integer input is converted exactly to ``decimal128(38, 3)`` (nulls kept); floating input
-    (averages, ratios of durations) is divided by 1000 and rounded half-to-even to three places.
-    """
-    arr = _combined(ns)
-    if pa.types.is_floating(arr.type):
-        return pc.round(pc.divide(arr.cast(pa.float64()), 1000.0), 3, round_mode="half_to_even")
-    if not pa.types.is_integer(arr.type) and not pa.types.is_null(arr.type):
-        raise TypeError(f"ns_to_us expects integer or float nanoseconds, got {arr.type}")
-    as_int = arr.cast(pa.int64())
+def _thousandths(unscaled: ArrayOrChunked) -> pa.Array:
+    """Integers counting thousandths -> exact ``decimal128(38, 3)`` (unscaled value = the integer)."""
+    as_int = _combined(unscaled).cast(pa.int64())
     values = as_int.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     words = np.empty((len(values), 2), dtype=np.int64)  # little-endian int128: low word, sign word
     words[:, 0] = values
     words[:, 1] = values >> 63
-    validity = pc.is_valid(as_int).buffers()[1] if as_int.null_count else None  # a fresh, offset-0 bitmap
+    validity = pc.is_valid(as_int).buffers()[1] if as_int.null_count else None  # fresh, offset-0 bitmap
     return pa.Array.from_buffers(US_TYPE, len(values), [validity, pa.py_buffer(words.tobytes())],
                                  null_count=as_int.null_count)
+
+
+def _rounded_thousandths(values: ArrayOrChunked, scale: float) -> pa.Array:
+    """``values * scale`` rounded half-to-even to an integer count of thousandths."""
+    scaled = pc.multiply(_combined(values).cast(pa.float64()), scale)
+    finite = pc.if_else(pc.is_finite(scaled), scaled, pa.scalar(None, pa.float64()))
+    return _thousandths(pc.round(finite, 0, round_mode="half_to_even").cast(pa.int64()))
+
+
+def ns_to_us(ns: ArrayOrChunked) -> pa.Array:
+    """Nanoseconds -> microseconds with exactly three decimals (``decimal128(38, 3)``).
+
+    Integer input is exact; floating input (an average) is first rounded half-to-even to whole
+    nanoseconds.  Nulls (and NaN) stay null.
+    """
+    arr = _combined(ns)
+    if pa.types.is_floating(arr.type):
+        return _rounded_thousandths(arr, 1.0)
+    if not pa.types.is_integer(arr.type) and not pa.types.is_null(arr.type):
+        raise TypeError(f"ns_to_us expects integer or float nanoseconds, got {arr.type}")
+    return _thousandths(arr)
 
 
 def us_text(ns: ArrayOrChunked) -> pa.Array:
@@ -73,10 +86,10 @@ def bytes_to_kb(nbytes: ArrayOrChunked) -> pa.Array:
 
 
 def round3(values: ArrayOrChunked) -> pa.Array:
-    """A value already in its output unit (a percentage) -> float64 rounded to three decimals."""
-    return pc.round(_combined(values).cast(pa.float64()), 3, round_mode="half_to_even")
+    """A value already in its output unit (a percentage) -> exactly three decimals."""
+    return _rounded_thousandths(values, 1000.0)
 
 
 def ratio_to_pct(ratio: ArrayOrChunked) -> pa.Array:
-    """A 0..1 share -> percent rounded to three decimals, as Ascend's ``Ratio(%)``."""
-    return pc.round(pc.multiply(_combined(ratio).cast(pa.float64()), 100.0), 3, round_mode="half_to_even")
+    """A 0..1 share -> percent with exactly three decimals, as Ascend's ``Ratio(%)``."""
+    return _rounded_thousandths(ratio, 100_000.0)

@@ -14,6 +14,7 @@ here, once; analyses only read the ``kind`` column.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from pathlib import Path
@@ -39,6 +40,8 @@ from perfsight.model import (
 )
 
 log = logging.getLogger(__name__)
+
+RAW_ARGS: pa.StructType = RAW_SCHEMA.field("args").type
 
 
 class TraceReadError(ValueError):
@@ -101,29 +104,124 @@ def read_kineto(path: str | Path, rank: int | None = None) -> Trace:
         raise TraceReadError(f"{path}: not a Chrome/Kineto trace: {exc}") from None
     except OSError as exc:
         raise TraceReadError(f"{path}: cannot open: {exc.strerror or exc}") from None
-    tables: list[pa.Table] = []
+    parts = _Parts()
     warnings: list[str] = []
+    damaged = False
     try:
         for batch in batches:
             parsed = parse_batch(batch)
-            if parsed.table.num_rows:
-                tables.append(parsed.table)
+            parts.add(parsed.table)
             if parsed.problem:
+                damaged = True
                 warnings.append(
                     f"{path}: damaged at byte {parsed.damage_offset} of the decompressed JSON "
-                    f"({parsed.problem}); kept the {sum(t.num_rows for t in tables)} events before it"
+                    f"({parsed.problem}); kept the {parts.events} events before it"
                 )
                 break
     except OSError as exc:
-        warnings.append(f"{path}: read error after {sum(t.num_rows for t in tables)} events: {exc}")
+        damaged = True
+        warnings.append(f"{path}: read error after {parts.events} events: {exc}")
     if report.truncated:
         warnings.append(f"{path}: truncated: {report.problem}")
-    raw = pa.concat_tables(tables) if tables else RAW_SCHEMA.empty_table()
     meta = _metadata(path, report.header, rank, warnings)
-    trace = _build(raw, meta, truncated=report.truncated or any("damaged" in w for w in warnings))
+    trace = _build(parts, meta, truncated=report.truncated or damaged)
     for message in trace.meta.warnings:
         log.warning(message)
     return trace
+
+
+_SLICE_ARGS = (
+    "External id", "external id", "correlation", "device", "stream", "Input Dims", "Input type",
+    "grid", "block", "est. achieved occupancy %", "bytes",
+)  # fmt: skip
+_COMM_ARGS = (
+    "Collective name", "In msg nelems", "Out msg nelems", "dtype", "Process Group Name",
+    "Process Group Ranks", "Process Group ID", "Seq", "Src Rank", "Dst Rank",
+)  # fmt: skip
+_MEMORY_ARGS = (
+    "Addr",
+    "Bytes",
+    "Total Allocated",
+    "Total Reserved",
+    "Total Active",
+    "Device Type",
+    "Device Id",
+)
+
+
+@dataclasses.dataclass
+class _Parts:
+    """Each parsed batch, cut at once into the few columns we keep, so that the wide raw
+    table of one batch is the largest transient and memory stays bounded on huge files."""
+
+    complete: list[pa.Table] = dataclasses.field(default_factory=list)
+    comm_args: list[pa.Table] = dataclasses.field(default_factory=list)
+    memory: list[pa.Table] = dataclasses.field(default_factory=list)
+    thread_names: list[pa.Table] = dataclasses.field(default_factory=list)
+    events: int = 0
+    slices: int = 0
+
+    def add(self, raw: pa.Table) -> None:
+        self.events += raw.num_rows
+        if not raw.num_rows:
+            return
+        ph = raw.column("ph")
+        x = raw.filter(pc.equal(ph, "X"))
+        if x.num_rows:
+            args = x.column("args")
+            columns: dict[str, Any] = {
+                "cat": x.column("cat").fill_null("").dictionary_encode(),
+                "name": x.column("name").fill_null("").dictionary_encode(),
+                "pid": x.column("pid"),
+                "tid": x.column("tid"),
+                "start_ns": micros_to_ns(x.column("ts")),
+                "dur_ns": np.maximum(micros_to_ns(x.column("dur")), 0),
+            }
+            columns.update({key: pc.struct_field(args, key) for key in _SLICE_ARGS})
+            self.complete.append(pa.table(columns))
+            comm = pa.table({key: pc.struct_field(args, key) for key in _COMM_ARGS})
+            has = pc.or_(
+                pc.is_valid(comm.column("Collective name")), pc.is_valid(comm.column("In msg nelems"))
+            )
+            rows = np.flatnonzero(_bools(has))
+            if len(rows):
+                self.comm_args.append(
+                    comm.take(pa.array(rows)).append_column("row", pa.array(rows + self.slices))
+                )
+            self.slices += x.num_rows
+        mem = raw.filter(pc.and_(pc.equal(ph, "i"), pc.equal(raw.column("name"), "[memory]")))
+        if mem.num_rows:
+            args = mem.column("args")
+            columns = {"ts_ns": micros_to_ns(mem.column("ts")), "tid": mem.column("tid")}
+            columns.update({key: pc.struct_field(args, key) for key in _MEMORY_ARGS})
+            self.memory.append(pa.table(columns))
+        names = raw.filter(pc.and_(pc.equal(ph, "M"), pc.equal(raw.column("name"), "thread_name")))
+        if names.num_rows:
+            label = pc.struct_field(names.column("args"), "name")
+            self.thread_names.append(
+                pa.table({"pid": names.column("pid"), "tid": names.column("tid"), "label": label})
+            )
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table | None:
+    if not tables:
+        return None
+    return pa.concat_tables(tables).unify_dictionaries().combine_chunks()
+
+
+def _bools(array: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return np.asarray(array.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _by_dictionary(column: pa.ChunkedArray, per_value: np.ndarray) -> np.ndarray:
+    """Spread a per-dictionary-value result over the rows (work scales with unique names)."""
+    dictionary = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return per_value[np.asarray(dictionary.indices.to_numpy(zero_copy_only=False), dtype=np.int64)]
+
+
+def _dictionary_values(column: pa.ChunkedArray) -> pa.Array:
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return array.dictionary
 
 
 def _metadata(path: Path, header: dict[str, Any], rank: int | None, warnings: list[str]) -> RunMetadata:
@@ -169,45 +267,49 @@ def _metadata(path: Path, header: dict[str, Any], rank: int | None, warnings: li
     return meta
 
 
-def _column(raw: pa.Table, name: str) -> pa.ChunkedArray:
-    return raw.column(name)
-
-
-def _arg(raw: pa.Table, key: str) -> pa.ChunkedArray:
-    return pc.struct_field(raw.column("args"), key)
-
-
 def _ints(array: pa.ChunkedArray | pa.Array, default: int = NO_ID) -> np.ndarray:
     return array.fill_null(default).to_numpy().astype(np.int64, copy=False)
 
 
-def _build(raw: pa.Table, meta: RunMetadata, truncated: bool) -> Trace:
+def _build(parts: _Parts, meta: RunMetadata, truncated: bool) -> Trace:
     rank = meta.rank
-    ph = raw.column("ph")
-    complete = raw.filter(pc.equal(ph, "X"))
-    memory = _memory(raw.filter(pc.and_(pc.equal(ph, "i"), pc.equal(raw.column("name"), "[memory]"))), rank)
-    track_names = _track_names(raw.filter(pc.equal(ph, "M")))
+    complete = _concat(parts.complete)
+    if complete is None:
+        complete = pa.table(
+            {
+                "cat": pa.array([], pa.string()).dictionary_encode(),
+                "name": pa.array([], pa.string()).dictionary_encode(),
+                "pid": pa.array([], pa.int64()),
+                "tid": pa.array([], pa.int64()),
+                "start_ns": pa.array([], pa.int64()),
+                "dur_ns": pa.array([], pa.int64()),
+                **{key: pa.nulls(0, RAW_ARGS.field(key).type) for key in _SLICE_ARGS},
+            }
+        )
+    memory = _memory(_concat(parts.memory), rank)
+    track_names = _track_names(_concat(parts.thread_names))
 
-    cat = pc.utf8_lower(complete.column("cat").fill_null(""))
-    names = complete.column("name").fill_null("")
+    cat_values = pc.utf8_lower(_dictionary_values(complete.column("cat")))
+    is_device = _by_dictionary(
+        complete.column("cat"), _bools(pc.is_in(cat_values, pa.array(_DEVICE_CATEGORIES)))
+    )
+    kind = _kinds(complete.column("cat"), cat_values, complete.column("name"), is_device)
     n = complete.num_rows
-    is_device = pc.is_in(cat, pa.array(_DEVICE_CATEGORIES)).to_numpy(zero_copy_only=False)
-    kind = _kinds(cat, names, is_device)
-
-    start = micros_to_ns(complete.column("ts"))
-    dur = np.maximum(micros_to_ns(complete.column("dur")), 0)
+    start = complete.column("start_ns").to_numpy()
+    dur = complete.column("dur_ns").to_numpy()
     pid = _ints(complete.column("pid"))
     tid = _ints(complete.column("tid"))
-    dev_col = _ints(_arg(complete, "device"))
-    stream_col = _ints(_arg(complete, "stream"))
+    dev_col = _ints(complete.column("device"))
+    stream_col = _ints(complete.column("stream"))
     # device rows live on (device, stream); Kineto already writes them as pid/tid
     pid = np.where(is_device & (dev_col != NO_ID), dev_col, pid)
     tid = np.where(is_device & (stream_col != NO_ID), stream_col, tid)
     track, tracks = assemble.assign_tracks(rank, pid, tid, is_device, track_names)
     depth = assemble.nesting_depth(track.astype(np.int64), start, dur)
 
-    external = _ints(pc.coalesce(_arg(complete, "External id"), _arg(complete, "external id")))
-    correlation = _ints(_arg(complete, "correlation"))
+    external = _ints(pc.coalesce(complete.column("External id"), complete.column("external id")))
+    correlation = _ints(complete.column("correlation"))
+    names = complete.column("name")
 
     steps, inferred = assemble.step_windows(rank, names, kind, is_device, start, dur)
     if inferred:
@@ -231,8 +333,8 @@ def _build(raw: pa.Table, meta: RunMetadata, truncated: bool) -> Trace:
             {
                 "rank": np.full(n, rank, np.int32),
                 "kind": pa.array(kind).dictionary_encode(),
-                "category": complete.column("cat").dictionary_encode(),
-                "name": names.dictionary_encode(),
+                "category": complete.column("cat"),
+                "name": names,
                 "is_device": is_device,
                 "pid": pid,
                 "tid": tid,
@@ -243,75 +345,85 @@ def _build(raw: pa.Table, meta: RunMetadata, truncated: bool) -> Trace:
                 "correlation": correlation,
                 "external_id": external,
                 "step": step,
-                "input_dims": _arg(complete, "Input Dims"),
-                "input_types": _arg(complete, "Input type"),
-                "grid": _arg(complete, "grid"),
-                "block": _arg(complete, "block"),
-                "occupancy_pct": _arg(complete, "est. achieved occupancy %"),
-                "bytes": _arg(complete, "bytes"),
+                "input_dims": complete.column("Input Dims"),
+                "input_types": complete.column("Input type"),
+                "grid": complete.column("grid"),
+                "block": complete.column("block"),
+                "occupancy_pct": complete.column("est. achieved occupancy %"),
+                "bytes": complete.column("bytes"),
             }
         ),
         SLICE_SCHEMA,
     )
     flows = assemble.flows_table(rank, src, dst, "launch")
-    comm = _comm(complete, slices, kind, is_device, start, dur, step, rank)
+    comm = _comm(slices, _concat(parts.comm_args), kind, is_device, start, dur, step, rank)
     return Trace(slices=slices, tracks=tracks, memory=memory, flows=flows, steps=steps, comm=comm, meta=meta)
 
 
-def _kinds(cat: pa.ChunkedArray, names: pa.ChunkedArray, is_device: np.ndarray) -> np.ndarray:
-    kind = np.full(len(cat), SliceKind.OTHER.value, dtype=object)
-    cat_np = np.asarray(cat.to_numpy(zero_copy_only=False), dtype=object)
-    for category, value in _CATEGORY_KIND.items():
-        kind[cat_np == category] = value.value
-    is_step = pc.match_substring_regex(names, assemble.STEP_NAME.pattern).to_numpy(zero_copy_only=False)
-    kind[is_step & ~is_device & (kind == SliceKind.ANNOTATION.value)] = SliceKind.STEP.value
-    loading = pc.match_substring_regex(names, DATA_LOADING_NAME).to_numpy(zero_copy_only=False)
-    kind[loading & ~is_device] = SliceKind.DATA_LOADING.value
-    comm_dev = pc.match_substring_regex(names, COMM_DEVICE_NAME).to_numpy(zero_copy_only=False)
-    kind[comm_dev & is_device & (kind == SliceKind.KERNEL.value)] = SliceKind.COMMUNICATION.value
-    comm_host = pc.match_substring_regex(names, COMM_HOST_NAME).to_numpy(zero_copy_only=False)
+def _kinds(
+    cat: pa.ChunkedArray, cat_values: pa.Array, names: pa.ChunkedArray, is_device: np.ndarray
+) -> np.ndarray:
+    """Kind of every slice, decided per unique category and name, then spread over rows."""
+    kind_of_cat = np.full(len(cat_values), SliceKind.OTHER.value, dtype=object)
+    lowered = cat_values.to_pylist()
+    for i, category in enumerate(lowered):
+        if category in _CATEGORY_KIND:
+            kind_of_cat[i] = _CATEGORY_KIND[category].value
+    kind = _by_dictionary(cat, kind_of_cat.astype(str)).astype(object)
+    name_values = _dictionary_values(names)
+
+    def matches(pattern: str) -> np.ndarray:
+        return _by_dictionary(names, _bools(pc.match_substring_regex(name_values, pattern)))
+
+    kind[matches(assemble.STEP_NAME.pattern) & ~is_device & (kind == SliceKind.ANNOTATION.value)] = (
+        SliceKind.STEP.value
+    )
+    kind[matches(DATA_LOADING_NAME) & ~is_device] = SliceKind.DATA_LOADING.value
+    kind[matches(COMM_DEVICE_NAME) & is_device & (kind == SliceKind.KERNEL.value)] = (
+        SliceKind.COMMUNICATION.value
+    )
     host_op = (kind == SliceKind.CPU_OP.value) | (kind == SliceKind.ANNOTATION.value)
-    kind[comm_host & ~is_device & host_op] = SliceKind.COMMUNICATION.value
+    kind[matches(COMM_HOST_NAME) & ~is_device & host_op] = SliceKind.COMMUNICATION.value
     return kind.astype(str)
 
 
-def _track_names(meta_events: pa.Table) -> dict[tuple[int, int, bool], str]:
+def _track_names(rows: pa.Table | None) -> dict[tuple[int, int, bool], str]:
     """Thread names from ``thread_name`` metadata events (a handful of rows)."""
     names: dict[tuple[int, int, bool], str] = {}
-    rows = meta_events.filter(pc.equal(meta_events.column("name"), "thread_name"))
-    for pid, tid, args in zip(
+    if rows is None:
+        return names
+    for pid, tid, label in zip(
         rows.column("pid").to_pylist(),
         rows.column("tid").to_pylist(),
-        rows.column("args").to_pylist(),
+        rows.column("label").to_pylist(),
         strict=True,
     ):
-        if pid is None or tid is None or not args or not args.get("name"):
+        if pid is None or tid is None or not label:
             continue
-        label = str(args["name"])
         names[(pid, tid, False)] = f"{label} ({tid})" if str(tid) not in label else label
     return names
 
 
-def _memory(events: pa.Table, rank: int) -> pa.Table:
+def _memory(events: pa.Table | None, rank: int) -> pa.Table:
+    if events is None:
+        return MEMORY_SCHEMA.empty_table()
     n = events.num_rows
-    device_type_code = _ints(_arg(events, "Device Type"), 0)
-    # c10 DeviceType codes: 0 CPU, 1 CUDA, 20 PrivateUse1 (NPU and other plug-ins); HIP reports as CUDA
+    device_type_code = _ints(events.column("Device Type"), 0)
+    # c10 DeviceType codes: 0 CPU, 1 CUDA (HIP reports as CUDA), others: plug-in devices
     labels = np.where(device_type_code == 0, "cpu", np.where(device_type_code == 1, "cuda", "device"))
     return conform(
         pa.table(
             {
                 "rank": np.full(n, rank, np.int32),
-                "device_type": pa.array(labels.astype(str)).dictionary_encode()
-                if n
-                else pa.array([], pa.string()),
-                "device_index": _ints(_arg(events, "Device Id"), 0).astype(np.int32),
-                "ts_ns": micros_to_ns(events.column("ts")),
+                "device_type": pa.array(labels.astype(str)).dictionary_encode(),
+                "device_index": _ints(events.column("Device Id"), 0).astype(np.int32),
+                "ts_ns": events.column("ts_ns"),
                 "tid": _ints(events.column("tid")),
-                "addr": _ints(_arg(events, "Addr"), 0),
-                "bytes": _ints(_arg(events, "Bytes"), 0),
-                "allocated_bytes": _arg(events, "Total Allocated"),
-                "reserved_bytes": _arg(events, "Total Reserved"),
-                "active_bytes": _arg(events, "Total Active"),
+                "addr": _ints(events.column("Addr"), 0),
+                "bytes": _ints(events.column("Bytes"), 0),
+                "allocated_bytes": events.column("Total Allocated"),
+                "reserved_bytes": events.column("Total Reserved"),
+                "active_bytes": events.column("Total Active"),
             }
         ),
         MEMORY_SCHEMA,
@@ -319,8 +431,8 @@ def _memory(events: pa.Table, rank: int) -> pa.Table:
 
 
 def _comm(
-    complete: pa.Table,
     slices: pa.Table,
+    comm_args: pa.Table | None,
     kind: np.ndarray,
     is_device: np.ndarray,
     start: np.ndarray,
@@ -330,37 +442,49 @@ def _comm(
 ) -> pa.Table:
     """One row per communication op instance: device kernels, and host ops that carry
     collective metadata (or, without any metadata in the trace, the outermost host comm op)."""
-    collective_meta = _arg(complete, "Collective name")
-    has_meta = collective_meta.is_valid().to_numpy(zero_copy_only=False)
+    n = len(kind)
+    # collective metadata spread back to slice rows (null where absent)
+    meta_rows = np.full(n, -1, dtype=np.int64)
+    if comm_args is not None:
+        meta_rows[comm_args.column("row").to_numpy()] = np.arange(comm_args.num_rows)
+    has_meta = meta_rows >= 0
     is_comm = kind == SliceKind.COMMUNICATION.value
     device_rows = is_comm & is_device
     host_comm = is_comm & ~is_device
+    names = slices.column("name")
     if np.any(has_meta & host_comm):
         host_rows = has_meta & host_comm
     else:
         # without metadata, record_param_comms is an empty marker beside the collective's own range
-        wrapper = pc.equal(complete.column("name"), "record_param_comms").to_numpy(zero_copy_only=False)
-        candidates = host_comm & ~wrapper
-        host_rows = assemble.outermost(slices.column("track").to_numpy(), start, start + dur, candidates)
+        wrapper = _by_dictionary(names, _bools(pc.equal(_dictionary_values(names), "record_param_comms")))
+        host_rows = assemble.outermost(
+            slices.column("track").to_numpy(), start, start + dur, host_comm & ~wrapper
+        )
     rows = np.flatnonzero(device_rows | host_rows)
-    picked = complete.take(pa.array(rows))
-    name_source = pc.coalesce(
-        pc.struct_field(picked.column("args"), "Collective name"), picked.column("name")
+    picked_meta = meta_rows[rows]
+    if comm_args is None:
+        comm_args = pa.table({key: pa.nulls(0, RAW_ARGS.field(key).type) for key in _COMM_ARGS})
+    with_meta = picked_meta >= 0
+    take = (
+        pa.array(np.where(with_meta, picked_meta, 0), mask=~with_meta)
+        if len(rows)
+        else pa.array([], pa.int64())
     )
-    collective = _canonical_collective(pc.utf8_lower(name_source.fill_null("")))
-    dtype = pc.struct_field(picked.column("args"), "dtype")
-    elem = _element_bytes(dtype)
-    in_n = _ints(pc.struct_field(picked.column("args"), "In msg nelems"), -1)
-    out_n = _ints(pc.struct_field(picked.column("args"), "Out msg nelems"), -1)
+    args = (
+        comm_args.select(list(_COMM_ARGS)).take(take)
+        if comm_args.num_rows
+        else pa.table({key: pa.nulls(len(rows), RAW_ARGS.field(key).type) for key in _COMM_ARGS})
+    )
+    row_names = pc.cast(pc.take(names, pa.array(rows, pa.int64())), pa.string())
+    collective = _canonical_collective(pc.utf8_lower(pc.coalesce(args.column("Collective name"), row_names)))
+    elem = _element_bytes(args.column("dtype"))
+    in_n = _ints(args.column("In msg nelems"), -1)
+    out_n = _ints(args.column("Out msg nelems"), -1)
     in_bytes = np.where((in_n >= 0) & (elem > 0), in_n * elem, -1)
     out_bytes = np.where((out_n >= 0) & (elem > 0), out_n * elem, -1)
-    args = picked.column("args")
     group = pc.coalesce(
-        pc.struct_field(args, "Process Group Name"),
-        pc.cast(pc.struct_field(args, "Process Group ID"), pa.string()),
+        args.column("Process Group Name"), pc.cast(args.column("Process Group ID"), pa.string())
     )
-    seq = pc.struct_field(args, "Seq")
-    peer = pc.coalesce(pc.struct_field(args, "Dst Rank"), pc.struct_field(args, "Src Rank"))
     return conform(
         pa.table(
             {
@@ -373,11 +497,11 @@ def _comm(
                 "step": step[rows],
                 "in_bytes": pa.array(in_bytes, pa.int64(), mask=in_bytes < 0),
                 "out_bytes": pa.array(out_bytes, pa.int64(), mask=out_bytes < 0),
-                "dtype": dtype,
+                "dtype": args.column("dtype"),
                 "group": group,
-                "group_ranks": pc.struct_field(args, "Process Group Ranks"),
-                "seq": seq,
-                "peer": peer,
+                "group_ranks": args.column("Process Group Ranks"),
+                "seq": args.column("Seq"),
+                "peer": pc.coalesce(args.column("Dst Rank"), args.column("Src Rank")),
             }
         ),
         COMM_SCHEMA,
