@@ -231,3 +231,22 @@ def test_files_that_are_not_traces_get_a_one_line_error(tmp_path: Path, content:
         read_trace(path)
     message = str(info.value)
     assert str(path) in message and reason in message and "\n" not in message
+
+
+def test_a_trace_written_by_this_torch_reads_completely(tmp_path: Path) -> None:
+    """torch 2.13 prints one key per line and closes the array as '  }\\n  ],"traceName"...'."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    layer = torch.nn.Linear(16, 8)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True) as prof:
+        for _ in range(3):
+            layer(torch.randn(4, 16)).sum().backward()
+    path = tmp_path / "local.pt.trace.json"
+    prof.export_chrome_trace(str(path))
+    trace = read_trace(path, rank=0)
+    events = raw_events(path)
+    assert trace.slices.num_rows == sum(1 for e in events if e.get("ph") == "X") > 0
+    assert trace.memory.num_rows == sum(1 for e in events if e.get("name") == "[memory]") > 0
+    assert not any("truncated" in w or "damaged" in w for w in trace.meta.warnings)
+    assert "aten::addmm" in _names(trace, "cpu_op")

@@ -172,7 +172,13 @@ class _KinetoLineScanner:
         lead = body_head[: len(body_head) - len(stripped)]
         return stripped.startswith(b"{\n") and lead.endswith(b"\n  ")
 
+    def __init__(self) -> None:
+        self.after_last = False  # saw the last event's closing line; the array's "]" is next
+
     def scan(self, block: np.ndarray) -> tuple[np.ndarray, np.ndarray, int | None]:
+        none = np.zeros(0, dtype=np.int64)
+        if self.after_last:
+            return none, none, _first_closing_bracket(block, 0)
         closes = np.flatnonzero(block == ord("}"))
         closes = closes[(closes >= 2) & (closes + 1 < len(block))]
         line_start = closes - 2
@@ -181,17 +187,24 @@ class _KinetoLineScanner:
         closes = closes[ok]
         after = block[closes + 1]
         commas = closes[(after == ord(",")) & (block[np.minimum(closes + 2, len(block) - 1)] == 0x0A)] + 1
-        last = closes[after == 0x0A]
-        array_end = None
         ends = commas.copy()  # an event ends where its separating comma stands
-        if len(last):
-            tail = bytes(block[int(last[0]) + 1 :])
-            bracket = tail.find(b"]")
-            if bracket >= 0 and not tail[:bracket].strip():
-                array_end = int(last[0]) + 1 + bracket
-                ends = np.append(ends[ends <= last[0]], last[0] + 1)
-                commas = commas[commas < last[0]]
-        return ends, commas, array_end
+        last = closes[after == 0x0A]  # a line that reads exactly "  }": the last event
+        if not len(last):
+            return ends, commas, None
+        end = int(last[0]) + 1
+        ends = np.append(ends[ends < end], end)
+        commas = commas[commas < end]
+        self.after_last = True
+        return ends, commas, _first_closing_bracket(block, end)
+
+
+def _first_closing_bracket(block: np.ndarray, start: int) -> int | None:
+    """Offset of the array's closing bracket when only whitespace precedes it from ``start``."""
+    rest = bytes(block[start:])
+    body = rest.lstrip()
+    if body[:1] == b"]":
+        return start + len(rest) - len(body)
+    return None
 
 
 def _line_aligned(blocks: Iterator[bytes]) -> Iterator[bytes]:

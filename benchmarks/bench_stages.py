@@ -1,0 +1,150 @@
+"""Time every analysis and every writer of the pipeline side by side, on one trace, in one process.
+
+Why this exists: ``bench_vs_hta.py`` measures the whole run against HTA; this script says *where*
+the time of that run goes, so that an optimisation can be aimed and its effect checked stage by
+stage.  The trace is read once (not timed); then, ``--repeats`` times, every analysis of
+``perfsight.pipeline.ANALYSES`` runs in pipeline order on a fresh :class:`~perfsight.model.Trace`
+(the same tables in a new object, so nothing derived from an earlier round is reused), and every
+writer of ``pipeline.write_outputs`` writes into a temporary folder.  The table shows the median
+and the minimum of each stage, the share of the total, and how much each stage raised the peak
+resident memory (first round; the high-water mark only grows, so later stages often show 0).
+
+``--profile`` runs one more round under cProfile and prints the functions with the most
+cumulative time.
+
+Usage::
+
+    python benchmarks/bench_stages.py [TRACE] [--repeats 5] [--db] [--profile 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import dataclasses
+import pstats
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TRACE = ROOT.parent / "shared" / "data" / "kineto" / "df_index_resolver" / "df_index_resolver.json.gz"
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _stages(trace, options, folder: Path, db: bool) -> list[tuple[str, str, Callable[[], object]]]:
+    """(group, name, thunk) in pipeline order; analysis thunks store their tables for the writers."""
+    from perfsight import pipeline
+    from perfsight.export import mindspore_csv, sqlite_db, trace_view
+    from perfsight.store import cache
+
+    tables: dict = {}
+
+    def analysis(name: str, run: Callable) -> Callable[[], object]:
+        return lambda: tables.__setitem__(name, run(trace, options))
+
+    out = folder / "PROFILER_OUTPUT"
+    out.mkdir(parents=True, exist_ok=True)
+    stages = [("analysis", name, analysis(name, run)) for name, run in pipeline.ANALYSES.items()]
+    stages += [
+        ("write", "kernel_details.csv", lambda: mindspore_csv.write_kernel_details(out, tables["kernel_details"])),
+        ("write", "op_statistic.csv", lambda: mindspore_csv.write_op_statistic(
+            out, tables["kernel_details"], tables["operator_stats"])),
+        ("write", "step_trace_time.csv", lambda: mindspore_csv.write_step_trace_time(
+            out, tables["overlap_breakdown"])),
+        ("write", "memory_record.csv", lambda: mindspore_csv.write_memory_record(out, tables["memory_curve"])),
+        ("write", "operator_memory.csv", lambda: mindspore_csv.write_operator_memory(
+            out, tables["operator_memory"])),
+        ("write", "trace_view.json", lambda: trace_view.write_trace_view(
+            out / "trace_view.json", trace, tables["overlap_intervals"])),
+    ]
+    if db:
+        stages.append(("write", "perfsight.db", lambda: sqlite_db.write_db(
+            out / "perfsight.db", {**tables, "slices": trace.slices})))
+    stages += [
+        ("write", "cache: trace", lambda: cache.save_trace(trace, folder / "cache")),
+        ("write", "cache: tables", lambda: cache.save_tables(folder / "cache", tables)),
+    ]
+    return stages
+
+
+def _round(trace, options, db: bool) -> list[tuple[str, str, float, float]]:
+    """One pass over every stage: (group, name, seconds, peak-RSS increase in MB)."""
+    fresh = dataclasses.replace(trace)  # same tables, new object: no derived data carried over
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for group, name, thunk in _stages(fresh, options, Path(tmp), db):
+            before = _peak_mb()
+            t0 = time.perf_counter()
+            thunk()
+            results.append((group, name, time.perf_counter() - t0, _peak_mb() - before))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--db", action="store_true", help="also time the SQLite export")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="after timing, profile one round and print the top N functions")
+    args = parser.parse_args(argv)
+
+    rss_start = _peak_mb()
+    t0 = time.perf_counter()
+    import perfsight.ingest
+    from perfsight.pipeline import Options
+
+    import_s = time.perf_counter() - t0
+    rss_imports = _peak_mb()
+    t0 = time.perf_counter()
+    trace = perfsight.ingest.read_trace(args.trace)
+    read_s = time.perf_counter() - t0
+    rss_read = _peak_mb()
+    options = Options()
+    had_pandas = "pandas" in sys.modules
+
+    rounds = [_round(trace, options, args.db) for _ in range(max(args.repeats, 1))]
+    first = rounds[0]
+    print(f"trace: {args.trace.name}  slices={trace.slices.num_rows:,}  memory={trace.memory.num_rows:,}  "
+          f"flows={trace.flows.num_rows:,}")
+    print(f"import {import_s:.3f} s, read {read_s:.3f} s; peak RSS: start {rss_start:.0f} MB, "
+          f"after imports {rss_imports:.0f} MB, after read {rss_read:.0f} MB")
+    print(f"pandas imported: before analyses {had_pandas}, after {'pandas' in sys.modules}")
+    print()
+    print(f"{'group':<9} {'stage':<22} {'median s':>9} {'min s':>8} {'share':>6} {'+peak MB':>9}")
+    total_median = 0.0
+    sums: dict[str, float] = {}
+    medians = []
+    for i, (group, name, _, grow) in enumerate(first):
+        times = [r[i][2] for r in rounds]
+        med = statistics.median(times)
+        medians.append((group, name, med, min(times), grow))
+        total_median += med
+        sums[group] = sums.get(group, 0.0) + med
+    for group, name, med, low, grow in medians:
+        share = med / total_median if total_median else 0.0
+        print(f"{group:<9} {name:<22} {med:9.4f} {low:8.4f} {share:6.1%} {grow:9.1f}")
+    for group, total in sums.items():
+        print(f"{group:<9} {'(total)':<22} {total:9.4f}")
+    print(f"{'all':<9} {'(total)':<22} {total_median:9.4f}")
+    print(f"peak RSS at the end: {_peak_mb():.0f} MB")
+
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        _round(trace, options, args.db)
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
