@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     analyse.add_argument("--export-type", default="text", help="comma-separated: text, db (default: text)")
     analyse.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     analyse.add_argument(
-        "-q", "--quiet", action="store_true", help="do not print reader warnings as they happen"
+        "-v", "--verbose", action="store_true", help="also print reader warnings as they happen"
     )
     return parser
 
@@ -82,10 +82,10 @@ def _analyse(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # reader warnings are listed in the summary printed at the end; as they happen they go to
+    # stderr only with --verbose, so that each is shown once
     logging.basicConfig(
-        level=logging.ERROR
-        if getattr(args, "quiet", False) or getattr(args, "json", False)
-        else logging.WARNING,
+        level=logging.WARNING if getattr(args, "verbose", False) else logging.ERROR,
         format="perfsight: warning: %(message)s",
     )
     if args.command in ("analyse", "analyze"):

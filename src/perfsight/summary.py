@@ -89,8 +89,24 @@ def _ms(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:,.3f}"
 
 
-def _gib(value: int | None) -> str:
-    return "-" if value is None else f"{value / 2**30:,.3f} GiB"
+def _bytes(value: int | None) -> str:
+    if value is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(value) >= size:
+            return f"{value / size:,.2f} {unit}"
+    return f"{value} B"
+
+
+def _flop_count(value: float) -> str:
+    for unit, size in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+        if value >= size:
+            return f"{value / size:,.3f} {unit}"
+    return f"{value:,.0f} FLOP"
+
+
+def _device(device_type: str, index: int) -> str:
+    return device_type if index < 0 else f"{device_type}:{index}"
 
 
 def _flops_line(rows: list[dict[str, Any]]) -> str:
@@ -99,7 +115,7 @@ def _flops_line(rows: list[dict[str, Any]]) -> str:
         return "FLOPs: unknown (no input shapes in the trace; profile with record_shapes=True)"
     total = sum(r["flops"] for r in known)
     mfu = [r["mfu"] for r in known if r.get("mfu") is not None]
-    text = f"FLOPs: {total / 1e12:,.3f} TFLOP over {len(known)} steps"
+    text = f"FLOPs: {_flop_count(total)} over {len(known)} steps"
     return text + (f", MFU {sum(mfu) / len(mfu):.1%}" if mfu else ", MFU unknown (device peak not known)")
 
 
@@ -133,8 +149,8 @@ def format_text(summaries: list[dict[str, Any]]) -> str:
             )
         for peak in s["memory_peaks"]:
             lines.append(
-                f"memory peak {peak['device_type']}:{peak['device_index']}: allocated "
-                f"{_gib(peak['peak_allocated_bytes'])}, reserved {_gib(peak['peak_reserved_bytes'])}"
+                f"memory peak {_device(peak['device_type'], peak['device_index'])}: allocated "
+                f"{_bytes(peak['peak_allocated_bytes'])}, reserved {_bytes(peak['peak_reserved_bytes'])}"
             )
         if not s["memory_peaks"]:
             lines.append("memory peak: no allocator events in the trace (profile_memory=False?)")

@@ -123,6 +123,8 @@ def read_kineto(path: str | Path, rank: int | None = None) -> Trace:
         warnings.append(f"{path}: read error after {parts.events} events: {exc}")
     if report.truncated:
         warnings.append(f"{path}: truncated: {report.problem}")
+    if (report.truncated or damaged) and parts.events == 0:
+        raise TraceReadError(f"{path}: truncated or damaged before its first complete event")
     meta = _metadata(path, report.header, rank, warnings)
     trace = _build(parts, meta, truncated=report.truncated or damaged)
     for message in trace.meta.warnings:
