@@ -23,9 +23,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -e '.[torch,dev]'
 	touch $@
 
+# A fresh run each time: a second trace in the same folder would be analysed as another rank.
 demo: $(STAMP)
+	rm -rf demo_output
 	$(BIN)/python examples/train_mlp.py --out demo_output/run
-	$(BIN)/perfsight analyse demo_output/run
+	$(BIN)/perfsight analyse demo_output/run --out demo_output/analysis
 
 # pytest exits 5 when it collected no tests; that is a failure here, with a message saying so.
 test: $(STAMP)

@@ -50,7 +50,9 @@ def training_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def analysed(training_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+def analysed(
+    training_run: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, list[dict[str, Any]]]:
     out = tmp_path_factory.mktemp("analysis")
     result = _perfsight("analyse", str(training_run), "--out", str(out), "--json", "--export-type", "text,db")
     assert result.returncode == 0, result.stderr
@@ -72,17 +74,29 @@ def test_summary_has_every_profiled_step_and_consistent_breakdowns(training_run:
     for step in rank["steps"]:
         assert step["iteration_interval_ns"] + step["fp_bp_ns"] + step["tail_ns"] == step["duration_ns"]
         assert step["fp_bp_ns"] > 0 and step["fp_op"] and step["bp_op"], "forward/backward were found"
-        assert step["computing_ns"] + step["communication_not_overlapped_ns"] + step["free_ns"] + step[
-            "preparing_ns"
-        ] == step["duration_ns"]
+        assert (
+            step["computing_ns"]
+            + step["communication_not_overlapped_ns"]
+            + step["free_ns"]
+            + step["preparing_ns"]
+            == step["duration_ns"]
+        )
     assert sum(rank["time_shares"].values()) == pytest.approx(1.0)
 
 
 def test_top_operators_and_flops_come_from_the_real_model(analysed) -> None:
     _, (rank,) = analysed
     names = {op["name"] for op in rank["top_operators"]}
-    assert names & {"aten::addmm", "aten::linear", "aten::conv2d", "aten::convolution", "aten::mkldnn_convolution"}
-    assert all(row["flops"] and row["flops"] > 0 for row in rank["flops"]), "conv/linear FLOPs counted per step"
+    assert names & {
+        "aten::addmm",
+        "aten::linear",
+        "aten::conv2d",
+        "aten::convolution",
+        "aten::mkldnn_convolution",
+    }
+    assert all(row["flops"] and row["flops"] > 0 for row in rank["flops"]), (
+        "conv/linear FLOPs counted per step"
+    )
 
 
 def test_memory_peak_is_the_largest_total_allocated_in_the_trace(training_run: Path, analysed) -> None:
@@ -148,7 +162,9 @@ def test_text_summary_names_where_the_time_goes(training_run: Path, tmp_path: Pa
     "content, expected",
     [(b"Step,Computing\n1,2\n", "not a Chrome/Kineto trace"), (b'{"traceEvents": [', "truncated")],
 )
-def test_bad_input_gets_a_clear_message_not_a_traceback(tmp_path: Path, content: bytes, expected: str) -> None:
+def test_bad_input_gets_a_clear_message_not_a_traceback(
+    tmp_path: Path, content: bytes, expected: str
+) -> None:
     bad = tmp_path / "bad.json"
     bad.write_bytes(content)
     result = _perfsight("analyse", str(bad), "--out", str(tmp_path / "out"))

@@ -142,11 +142,10 @@ def format_text(summaries: list[dict[str, Any]]) -> str:
             + ", ".join(f"{label.replace('_', ' ')} {share:.1%}" for label, share in shares.items())
         )
         lines.append(f"top operators (by {s['top_operators_by'].replace('_ns', '').replace('_', ' ')}):")
+        on_device = s["top_operators_by"] == "device_total_ns"
         for op in s["top_operators"]:
-            lines.append(
-                f"  {op['name'][:60]:<60} x{op['count']:<6} host self {_ms(op['host_self_ns'])} ms"
-                f"  device {_ms(op['device_total_ns'])} ms"
-            )
+            line = f"  {op['name'][:60]:<60} x{op['count']:<6} host self {_ms(op['host_self_ns'])} ms"
+            lines.append(line + (f"  device {_ms(op['device_total_ns'])} ms" if on_device else ""))
         for peak in s["memory_peaks"]:
             lines.append(
                 f"memory peak {_device(peak['device_type'], peak['device_index'])}: allocated "
