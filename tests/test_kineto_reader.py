@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
+import sys
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
 from conftest import KINETO, kineto_file, raw_events
-from perfsight.ingest import TraceReadError, read_trace
+from perfsight.ingest import TraceReadError, _build_native, eventscan, jsonstream, read_trace
+from perfsight.ingest.chrome_events import RAW_SCHEMA, read_events
+from perfsight.ingest.jsonstream import NotATraceError, StreamReport
 from perfsight.model import TABLE_SCHEMAS
 
 ALL_TRACES = sorted(KINETO.glob("**/*.json.gz")) if KINETO.exists() else []
@@ -250,3 +255,159 @@ def test_a_trace_written_by_this_torch_reads_completely(tmp_path: Path) -> None:
     assert trace.memory.num_rows == sum(1 for e in events if e.get("name") == "[memory]") > 0
     assert not any("truncated" in w or "damaged" in w for w in trace.meta.warnings)
     assert "aten::addmm" in _names(trace, "cpu_op")
+
+
+# --- the native scanner and the portable path read the same rows -------------------------------
+
+
+@pytest.fixture(scope="module")
+def native_scanner(tmp_path_factory: pytest.TempPathFactory):
+    """The native scanner, built into a temporary folder when the install did not build it."""
+    if os.environ.get("PERFSIGHT_NATIVE") == "0":
+        pytest.skip("the native scanner is switched off (PERFSIGHT_NATIVE=0)")
+    if not eventscan.available():
+        folder = tmp_path_factory.mktemp("native")
+        problem = _build_native.build(target=folder / _build_native.LIBRARY.name)
+        if problem or not eventscan.use_library(folder):
+            pytest.skip(f"native scanner cannot be built here: {problem}")
+    yield
+    eventscan.use_library(Path(eventscan.__file__).parent)
+
+
+def _raw(path: Path, native: bool) -> tuple[pa.Table, StreamReport]:
+    results, report = read_events(path, native=native)
+    tables = [r.table for r in results]
+    return pa.concat_tables([RAW_SCHEMA.empty_table(), *tables]).combine_chunks(), report
+
+
+def _same_rows(path: Path) -> tuple[pa.Table, StreamReport]:
+    fast, fast_report = _raw(path, native=True)
+    slow, slow_report = _raw(path, native=False)
+    assert fast.schema.equals(RAW_SCHEMA) and slow.schema.equals(RAW_SCHEMA)
+    for name in RAW_SCHEMA.names:
+        assert fast.column(name).to_pylist() == slow.column(name).to_pylist(), name
+    assert fast_report.header == slow_report.header
+    assert fast_report.truncated == slow_report.truncated
+    return fast, fast_report
+
+
+def test_native_scanner_is_built_when_a_compiler_exists() -> None:
+    if os.environ.get("PERFSIGHT_NATIVE") == "0":
+        pytest.skip("the native scanner is switched off (PERFSIGHT_NATIVE=0)")
+    if _build_native.compiler() is None or sys.platform == "win32":
+        pytest.skip("no C compiler: the portable path is the reader")
+    assert eventscan.available(), "reinstall (pip install -e .) to build src/perfsight/ingest/_eventscan.c"
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.parent.name)
+def test_native_and_portable_paths_agree_on_every_real_trace(path: Path, native_scanner: None) -> None:
+    table, report = _same_rows(path)
+    assert table.num_rows == sum(1 for e in raw_events(path) if e.get("ph") in ("X", "i", "M"))
+    assert report.events == len(raw_events(path)) and not report.truncated
+
+
+def _awkward_events() -> list[object]:
+    return [
+        {"ph": "M", "name": "process_name", "pid": "Spans", "tid": 0, "args": {"name": "Traces"}},
+        {"ph": "X", "cat": "cpu_op", "name": 'q"uote\\back\nline\t\u00e9\U0001f600</td>', "pid": 1,
+         "tid": "stream 7", "ts": 1.2345, "dur": 0.0005, "args": {"External id": 3, "Ev": {"a": [1, {}]}}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::cat", "pid": 1, "tid": 1, "ts": "1.2355", "dur": " 2 ",
+         "args": {"Input Dims": [[[2, 3], [4]], [5], []], "Input type": ["TensorList", "float", ""]}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1669783687464181.5,
+         "dur": -3, "args": {"grid": [1, 2, 3], "block": [], "est. achieved occupancy %": 12.5,
+                              "device": None, "correlation": 9223372036854775807, "stream": 1e2}},
+        {"ph": "X", "name": "no args", "pid": 1, "tid": 1, "ts": 7, "dur": 1, "args": []},
+        {"ph": "X", "name": "too big", "pid": 1, "tid": 1, "ts": 7, "args": {"bytes": 2**70}},
+        {"ph": "s", "id": 1, "pid": 1, "tid": 1, "ts": 1, "cat": "ac2g", "name": "ac2g"},
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 3,
+         "args": {"Addr": 140, "Bytes": -512, "Total Allocated": 0, "Device Type": 1, "Device Id": 0}},
+        {"ph": "XX", "name": "two-letter phase", "ts": 1},
+        {"ph": "X", "name": "escaped key", "pid": 1, "tid": 1, "ts": 7, "args": {"Se\\u0071": 4}},
+    ]
+
+
+def test_awkward_events_read_the_same_on_both_paths(tmp_path: Path, native_scanner: None) -> None:
+    path = tmp_path / "awkward.json"
+    path.write_text(json.dumps({"traceEvents": _awkward_events(), "traceName": "t"}, indent=2))
+    table, report = _same_rows(path)
+    rows = table.to_pylist()
+    assert [r["name"] for r in rows][:2] == ["process_name", 'q"uote\\back\nline\t\u00e9\U0001f600</td>']
+    assert rows[0]["pid_label"] == "Spans" and rows[1]["tid_label"] == "stream 7"
+    # decimal microseconds -> exact nanoseconds, half to even past the third decimal
+    assert [r["ts_ns"] for r in rows[1:4]] == [1234, 1236, 1669783687464181500]
+    assert rows[1]["dur_ns"] == 0 and rows[2]["dur_ns"] == 2000 and rows[3]["dur_ns"] == -3000
+    assert rows[2]["args.Input Dims"] == [[2, 3], [5], []]  # a TensorList keeps its first tensor's shape
+    assert rows[3]["args.grid"] == [1, 2, 3] and rows[3]["args.est. achieved occupancy %"] == 12.5
+    assert rows[3]["args.correlation"] == 2**63 - 1 and rows[5]["args.bytes"] is None
+    assert [r["ph"] for r in rows] == ["M", "X", "X", "X", "X", "X", "i", "X"]
+    assert report.header == {"traceName": "t"}
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_tiny_blocks_and_every_cut_point_agree(
+    tmp_path: Path, native_scanner: None, monkeypatch: pytest.MonkeyPatch, gz: bool
+) -> None:
+    monkeypatch.setattr(jsonstream, "READ_BLOCK", 5)
+    monkeypatch.setattr(jsonstream, "MAX_BLOCK", 7)
+    text = json.dumps({"traceEvents": _awkward_events()[:4]}, indent=1).encode()
+    for cut in [len(text), *range(40, len(text), 23)]:
+        path = tmp_path / ("cut.json.gz" if gz else "cut.json")
+        path.write_bytes(gzip.compress(text[:cut]) if gz else text[:cut])
+        _, report = _same_rows(path)
+        assert report.truncated == (cut < len(text))
+
+
+def test_text_the_scanner_does_not_handle_goes_to_the_portable_path(
+    tmp_path: Path, native_scanner: None
+) -> None:
+    events = [{"ph": "X", "name": f"e{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(5)]
+    text = json.dumps({"traceEvents": events}, indent=1)
+    # nesting deeper than the scanner follows: valid JSON, read from there on by the portable path
+    path = tmp_path / "deep.json"
+    path.write_text(text.replace('"name": "e1"', '"deep": ' + "[" * 600 + "]" * 600 + ', "name": "e1"', 1))
+    table, _ = _same_rows(path)
+    assert table.column("name").to_pylist() == [f"e{i}" for i in range(5)]
+    # damage: both keep the events before it and say where it is
+    bad = tmp_path / "bad.json"
+    bad.write_text(text.replace('"name": "e3"', '"name": "e3" @@', 1))
+    for native in (True, False):
+        results = list(read_events(bad, native=native)[0])
+        assert results[-1].problem and results[-1].damage_offset is not None
+        names = pa.concat_tables([r.table for r in results]).column("name").to_pylist()
+        assert names == ["e0", "e1", "e2"]
+
+
+def test_randomly_damaged_traces_never_crash_the_native_scanner(
+    tmp_path: Path, nccl_trace_path: Path, native_scanner: None
+) -> None:
+    """A C parser on untrusted input: flipped, deleted and inserted bytes anywhere in a real trace
+    must not crash it (a crash would kill this test process), and it must keep every event the
+    portable path keeps.  It may keep more: it finds event boundaries by parsing, so a broken
+    separator costs it nothing, where the portable splitter loses the event before it."""
+    import random
+
+    source = gzip.decompress(nccl_trace_path.read_bytes())[:120_000]
+    rng = random.Random(20261122)
+    alphabet = b'{}[]",:\\ \n0123456789.-eE\x00\xff\xc3tfnul'
+    for case in range(60):
+        data = bytearray(source)
+        for _ in range(rng.randint(1, 8)):
+            at = rng.randrange(len(data))
+            action = rng.choice(("flip", "delete", "insert"))
+            if action == "flip":
+                data[at] = rng.choice(alphabet)
+            elif action == "delete":
+                del data[at : at + rng.randint(1, 40)]
+            else:
+                data[at:at] = bytes(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
+        path = tmp_path / f"fuzz{case}.json"
+        path.write_bytes(bytes(data))
+        try:
+            fast, fast_report = _raw(path, native=True)
+            slow, slow_report = _raw(path, native=False)
+        except NotATraceError:
+            continue
+        assert slow.num_rows <= fast.num_rows, case
+        for name in RAW_SCHEMA.names:
+            assert fast.column(name).to_pylist()[: slow.num_rows] == slow.column(name).to_pylist(), (case, name)
+        assert fast_report.header == slow_report.header, case

@@ -40,6 +40,15 @@ class SliceKind(str, enum.Enum):
     OTHER = "other"
 
 
+KIND_NAMES: tuple[str, ...] = tuple(k.value for k in SliceKind)
+"""The ``kind`` dictionary, in a fixed order, so that every rank's slices share it."""
+
+
+def kind_code(kind: SliceKind) -> int:
+    """The integer a reader uses for ``kind`` while it builds a table (one byte a row, not a string)."""
+    return KIND_NAMES.index(kind.value)
+
+
 DEVICE_KINDS = (
     SliceKind.KERNEL.value,
     SliceKind.MEMCPY.value,

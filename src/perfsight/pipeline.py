@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
 
-from perfsight.analysis import flops, kernels, memory, operators, overlap, step_trace
+from perfsight.analysis import flops, index, kernels, memory, operators, overlap, step_trace
 from perfsight.model import Trace
 
 EXPORT_TYPES = ("text", "db")
@@ -52,43 +53,62 @@ class RankResult:
     output_dir: Path | None = None
 
 
-ANALYSES: dict[str, Callable[[Trace, Options], pa.Table]] = {
-    "step_trace": lambda t, o: step_trace.step_trace(t, fp_point=o.fp_point, bp_point=o.bp_point),
-    "overlap_breakdown": lambda t, o: overlap.overlap_breakdown(t),
-    "overlap_intervals": lambda t, o: overlap.overlap_intervals(t),
-    "operator_instances": lambda t, o: operators.operator_instances(t),
-    "operator_stats": lambda t, o: operators.operator_stats(t),
-    "kernel_details": lambda t, o: kernels.kernel_details(t),
-    "kernel_stats": lambda t, o: kernels.kernel_stats(t),
-    "flops_by_step": lambda t, o: flops.flops_by_step(t),
-    "memory_curve": lambda t, o: memory.memory_curve(t),
-    "memory_peaks": lambda t, o: memory.memory_peaks(t),
-    "operator_memory": lambda t, o: memory.operator_memory(t),
+Analysis = Callable[[Trace, Options, dict[str, pa.Table]], pa.Table]
+
+ANALYSES: dict[str, Analysis] = {
+    "step_trace": lambda t, o, done: step_trace.step_trace(t, fp_point=o.fp_point, bp_point=o.bp_point),
+    "overlap_breakdown": lambda t, o, done: overlap.overlap_breakdown(t),
+    "overlap_intervals": lambda t, o, done: overlap.overlap_intervals(t),
+    "operator_instances": lambda t, o, done: operators.operator_instances(t),
+    "operator_stats": lambda t, o, done: operators.operator_stats(t, done.get("operator_instances")),
+    "kernel_details": lambda t, o, done: kernels.kernel_details(t),
+    "kernel_stats": lambda t, o, done: kernels.kernel_stats(t, done.get("kernel_details")),
+    "flops_by_step": lambda t, o, done: flops.flops_by_step(t),
+    "memory_curve": lambda t, o, done: memory.memory_curve(t),
+    "memory_peaks": lambda t, o, done: memory.memory_peaks(t, done.get("memory_curve")),
+    "operator_memory": lambda t, o, done: memory.operator_memory(t),
 }
-"""Every single-device analysis; a table is stored under its function's name."""
+"""Every single-device analysis, in order; a table is stored under its function's name.  ``done``
+holds the tables computed before it, so an aggregate reuses the table it aggregates."""
 
 
 def analyse_trace(trace: Trace, options: Options) -> RankResult:
     """All analysis tables of one rank (pure: nothing is written)."""
-    return RankResult(trace=trace, tables={name: run(trace, options) for name, run in ANALYSES.items()})
+    tables: dict[str, pa.Table] = {}
+    try:
+        for name, run in ANALYSES.items():
+            tables[name] = run(trace, options, tables)
+    finally:
+        index.release(trace)  # what the analyses shared is not needed by the writers
+    return RankResult(trace=trace, tables=tables)
 
 
 def write_outputs(result: RankResult, rank_dir: Path, options: Options) -> Path:
-    """Write PROFILER_OUTPUT/ (seed-named files), the optional SQLite db, and the Parquet cache."""
+    """Write PROFILER_OUTPUT/ (seed-named files), the optional SQLite db, and the Parquet cache.
+
+    The cache is written on a second thread while the exports are written on this one: Parquet
+    encoding releases the GIL, so on more than one core the cache costs little wall time.
+    """
     from perfsight.export import mindspore_csv, sqlite_db, trace_view
     from perfsight.store import cache
 
     out = rank_dir / "PROFILER_OUTPUT"
     out.mkdir(parents=True, exist_ok=True)
     tables = result.tables
-    if "text" in options.export_types:
-        mindspore_csv.write_all(out, tables)
-        trace_view.write_trace_view(out / "trace_view.json", result.trace, tables["overlap_intervals"])
-    if "db" in options.export_types:
-        sqlite_db.write_db(
-            out / f"perfsight_{result.trace.rank}.db", {**tables, "slices": result.trace.slices}
-        )
-    cache.save_trace(result.trace, rank_dir / "cache")
-    cache.save_tables(rank_dir / "cache", tables)
+
+    def save_cache() -> None:
+        cache.save_trace(result.trace, rank_dir / "cache")
+        cache.save_tables(rank_dir / "cache", tables)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="perfsight-cache") as background:
+        cached = background.submit(save_cache)
+        if "text" in options.export_types:
+            mindspore_csv.write_all(out, tables)
+            trace_view.write_trace_view(out / "trace_view.json", result.trace, tables["overlap_intervals"])
+        if "db" in options.export_types:
+            sqlite_db.write_db(
+                out / f"perfsight_{result.trace.rank}.db", {**tables, "slices": result.trace.slices}
+            )
+        cached.result()  # raises what the cache writer raised
     result.output_dir = out
     return out

@@ -41,15 +41,21 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfsight.analysis.hierarchy import host_op_mask, outermost
-from perfsight.analysis.jsontext import json_text
+from perfsight import columns
+from perfsight.analysis.hierarchy import outermost
+from perfsight.analysis.index import index_of
+from perfsight.export.units import ns_to_s
+from perfsight.jsontext import json_text
 from perfsight.model import NO_ID, RunMetadata, Trace
+
+T = TypeVar("T")
 
 Shapes = Sequence[Sequence[int]]
 
@@ -278,82 +284,79 @@ def flops_of(name: str, dims: Shapes | None) -> float | None:
 # --------------------------------------------------------------------------- per row
 
 
-def _per_unique(keys: pa.Array, fn: Callable[[str], float | None]) -> np.ndarray:
-    """Evaluate ``fn`` once per distinct string of ``keys``; NaN where it gives None or key is null."""
+def _per_unique(keys: pa.Array, fn: Callable[[str], T]) -> tuple[list[T], np.ndarray]:
+    """``fn`` of every distinct string of ``keys`` (called once each), and each row's position in
+    that list (``-1`` for a null key)."""
     encoded = pc.dictionary_encode(keys)
-    values = np.array(
-        [np.nan if (v := fn(k)) is None else v for k in encoded.dictionary.to_pylist()], dtype=np.float64
-    )
-    idx = encoded.indices.to_numpy(zero_copy_only=False)
-    out = np.full(len(keys), np.nan)
-    valid = ~np.asarray(encoded.indices.is_null().to_numpy(zero_copy_only=False), bool)
-    if len(values):
-        out[valid] = values[idx[valid].astype(np.int64)]
-    return out
+    values = [fn(k) for k in encoded.dictionary.to_pylist()]
+    return values, columns.int64(encoded.indices, -1)
 
 
 _SEP = "\x1f"
 
 
-def _pair_flops(key: str) -> float | None:
+def _pair_flops(key: str) -> float:
     name, _, dims = key.partition(_SEP)
     try:
-        return flops_of(name, orjson.loads(dims))
+        value = flops_of(name, orjson.loads(dims))
     except orjson.JSONDecodeError:
-        return None
+        return np.nan
+    return np.nan if value is None else value
 
 
-def recognised_mask(slices: pa.Table) -> np.ndarray:
+def recognised_mask(trace: Trace) -> np.ndarray:
     """Host operator rows whose name has a FLOPs formula (shapes may still be missing)."""
-    if slices.num_rows == 0:
-        return np.zeros(0, bool)
-    names = slices.column("name")
-    known = pc.is_in(names, value_set=pa.array(list(FLOP_FORMULAS), pa.string()))
-    return np.asarray(known.to_numpy(zero_copy_only=False), bool) & host_op_mask(slices)
+    ix = index_of(trace)
+    known = pa.array(list(FLOP_FORMULAS), pa.string())
+    return ix.name_mask(lambda names: pc.is_in(names, value_set=known), "flop formula") & ix.host_op
 
 
-def row_flops(slices: pa.Table) -> np.ndarray:
+def row_flops(trace: Trace) -> np.ndarray:
     """FLOPs of every row's own work (NaN where unknown or not a recognised host operator).
 
     Each op carries its own count here, so nested recognised ops (``linear`` and its
-    ``addmm``) both have one; sum :func:`op_flops` for totals.
+    ``addmm``) both have one; sum :func:`op_flops` for totals.  Computed once per trace.
     """
+    return index_of(trace).derived("row_flops", lambda: _row_flops(trace))
+
+
+def _row_flops(trace: Trace) -> np.ndarray:
+    slices = trace.slices
     out = np.full(slices.num_rows, np.nan)
-    rows = np.flatnonzero(recognised_mask(slices))
+    rows = np.flatnonzero(recognised_mask(trace))
     if not len(rows):
         return out
-    sub = slices.take(pa.array(rows))
+    sub = slices.select(["name", "input_dims"]).take(pa.array(rows))
     dims = json_text(sub.column("input_dims"))
     name_text = sub.column("name").combine_chunks().cast(pa.string())
     keys = pc.binary_join_element_wise(name_text, dims, _SEP)
-    out[rows] = _per_unique(keys, _pair_flops)
+    values, at = _per_unique(keys, _pair_flops)
+    out[rows] = np.append(np.asarray(values, dtype=np.float64), np.nan)[at]
     return out
 
 
-def _dtype_class_of(types_text: str) -> str:
+def _is_half(types_text: str) -> bool:
     try:
         types = orjson.loads(types_text)
     except orjson.JSONDecodeError:
-        return "fp32"
-    return "fp16_bf16" if any(t in _HALF_TYPES for t in types if isinstance(t, str)) else "fp32"
+        return False
+    return any(t in _HALF_TYPES for t in types if isinstance(t, str))
 
 
-def row_dtype_class(slices: pa.Table, rows: np.ndarray) -> np.ndarray:
-    """``'fp16_bf16'`` for rows with a Half/BFloat16 input, else ``'fp32'`` (object array)."""
+def half_precision(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """For each of ``rows``: does it have a Half/BFloat16 input (the ``fp16_bf16`` dtype class)?"""
     if not len(rows):
-        return np.zeros(0, dtype=object)
-    text = json_text(slices.column("input_types").take(pa.array(rows)))
-    encoded = pc.dictionary_encode(text)
-    classes = np.array([_dtype_class_of(t) for t in encoded.dictionary.to_pylist()] + ["fp32"], dtype=object)
-    idx = encoded.indices.fill_null(len(classes) - 1).to_numpy(zero_copy_only=False)
-    return classes[idx.astype(np.int64)]
+        return np.zeros(0, dtype=bool)
+    text = json_text(trace.slices.column("input_types").take(pa.array(rows)))
+    values, at = _per_unique(text, _is_half)
+    return np.append(np.asarray(values, dtype=bool), False)[at]
 
 
 def _flops_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """(rows, flops) of the outermost recognised operators with a known count."""
-    own = row_flops(trace.slices)
+    own = row_flops(trace)
     known = ~np.isnan(own)
-    rows = np.flatnonzero(outermost(trace.slices, known))
+    rows = np.flatnonzero(outermost(index_of(trace), known))
     return rows, own[rows]
 
 
@@ -420,22 +423,21 @@ def flops_by_step(trace: Trace, float32_peak: str = "fp32") -> pa.Table:
         raise ValueError(f"float32_peak must be 'fp32' or 'tf32', not {float32_peak!r}")
     slices = trace.slices
     steps = trace.steps
+    ix = index_of(trace)
     if steps.num_rows:
-        step_ids = steps.column("step").to_numpy().astype(np.int64)
-        step_ns = (steps.column("end_ns").to_numpy() - steps.column("start_ns").to_numpy()).astype(np.int64)
-        ranks = steps.column("rank").to_numpy().astype(np.int32)
+        step_ids = columns.int64(steps.column("step"))
+        step_ns = columns.int64(steps.column("end_ns")) - columns.int64(steps.column("start_ns"))
+        ranks = columns.numpy(steps.column("rank")).astype(np.int32)
     elif slices.num_rows:
-        start = slices.column("start_ns").to_numpy()
-        end = start + np.maximum(slices.column("dur_ns").to_numpy(), 0)
         step_ids = np.array([NO_ID], np.int64)
-        step_ns = np.array([int(end.max() - start.min())], np.int64)
+        step_ns = np.array([int(ix.end.max() - ix.start.min())], np.int64)
         ranks = np.array([trace.rank], np.int32)
     else:
         return FLOPS_BY_STEP_SCHEMA.empty_table()
 
     rows, flops = _flops_rows(trace)
-    row_step = slices.column("step").to_numpy().astype(np.int64)[rows] if len(rows) else np.zeros(0, np.int64)
-    half = row_dtype_class(slices, rows) == "fp16_bf16"
+    row_step = ix.step[rows]
+    half = half_precision(trace, rows)
     order = np.argsort(step_ids, kind="stable")
     slot = np.searchsorted(step_ids[order], row_step)
     slot_c = np.minimum(slot, len(step_ids) - 1)
@@ -448,8 +450,7 @@ def flops_by_step(trace: Trace, float32_peak: str = "fp32") -> pa.Table:
     # a step whose recognised ops all lack shapes has unknown FLOPs, not zero
     counted = np.zeros(len(step_ids), np.int64)
     np.add.at(counted, target, 1)
-    recognised = np.flatnonzero(recognised_mask(slices))
-    rec_step = slices.column("step").to_numpy().astype(np.int64)[recognised]
+    rec_step = ix.step[recognised_mask(trace)]
     rec_slot = np.minimum(np.searchsorted(step_ids[order], rec_step), len(step_ids) - 1)
     rec_hit = step_ids[order][rec_slot] == rec_step
     seen = np.zeros(len(step_ids), np.int64)
@@ -467,7 +468,7 @@ def flops_by_step(trace: Trace, float32_peak: str = "fp32") -> pa.Table:
         nan if peak_half is None else peak_half,
         nan if peak_float is None else peak_float,
     ).astype(np.float64)
-    seconds = step_ns * 1e-9
+    seconds = ns_to_s(step_ns)
     with np.errstate(divide="ignore", invalid="ignore"):
         per_s = np.where(step_ns > 0, total / seconds, np.nan)
         mfu = per_s / peak_arr

@@ -23,8 +23,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from perfsight.analysis.hierarchy import device_work_mask, launching_op
-from perfsight.analysis.jsontext import json_text
+from perfsight import columns
+from perfsight.analysis.hierarchy import launching_op
+from perfsight.analysis.index import index_of
+from perfsight.jsontext import json_text
 from perfsight.model import Trace
 
 KERNEL_DETAILS_SCHEMA = pa.schema(
@@ -84,20 +86,21 @@ def stream_wait_ns(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.
 def kernel_details(trace: Trace) -> pa.Table:
     """One row per device work slice, in start-time order (see the module docstring)."""
     slices = trace.slices
-    mask = device_work_mask(slices)
-    rows = np.flatnonzero(mask)
+    ix = index_of(trace)
+    rows = np.flatnonzero(ix.device_work)
     if not len(rows):
         return KERNEL_DETAILS_SCHEMA.empty_table()
-    launcher = launching_op(slices, trace.flows)[rows]
-    sub = slices.take(pa.array(rows))
-    start = sub.column("start_ns").to_numpy().astype(np.int64)
-    end = start + np.maximum(sub.column("dur_ns").to_numpy().astype(np.int64), 0)
-    wait = stream_wait_ns(sub.column("track").to_numpy().astype(np.int64), start, end)
+    wait = stream_wait_ns(ix.track[rows], ix.start[rows], ix.end[rows])
+    order = np.lexsort((ix.tid[rows], ix.start[rows], ix.rank[rows]))  # by rank, start, stream (stable)
+    rows, wait = rows[order], wait[order]
+    launcher = launching_op(ix)[rows]
+    wanted = ["rank", "step", "name", "kind", "tid", "start_ns", "dur_ns", "grid", "block", "occupancy_pct"]
+    sub = slices.select(wanted).take(pa.array(rows))
 
     has_op = launcher >= 0
     op_take = pa.array(np.where(has_op, launcher, 0), mask=~has_op)
     ops = slices.select(["name", "input_dims", "input_types"]).take(op_take)
-    table = pa.table(
+    return pa.table(
         {
             "rank": sub.column("rank"),
             "step": sub.column("step"),
@@ -116,7 +119,6 @@ def kernel_details(trace: Trace) -> pa.Table:
         },
         schema=KERNEL_DETAILS_SCHEMA,
     )
-    return table.sort_by([("rank", "ascending"), ("start_ns", "ascending"), ("stream", "ascending")])
 
 
 def kernel_stats(trace: Trace, details: pa.Table | None = None) -> pa.Table:
@@ -130,9 +132,9 @@ def kernel_stats(trace: Trace, details: pa.Table | None = None) -> pa.Table:
     grouped = det.group_by(["rank", "name", "kind"]).aggregate(
         [("dur_ns", "count"), ("dur_ns", "sum"), ("dur_ns", "min"), ("dur_ns", "max")]
     )
-    count = grouped.column("dur_ns_count").to_numpy().astype(np.int64)
-    total = grouped.column("dur_ns_sum").to_numpy().astype(np.int64)
-    rank = grouped.column("rank").to_numpy()
+    count = columns.int64(grouped.column("dur_ns_count"))
+    total = columns.int64(grouped.column("dur_ns_sum"))
+    rank = columns.numpy(grouped.column("rank"))
     rank_keys, rank_idx = np.unique(rank, return_inverse=True)
     rank_total = np.zeros(len(rank_keys), np.int64)
     np.add.at(rank_total, rank_idx, total)

@@ -27,7 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfsight import columns
 from perfsight.analysis.hierarchy import enclosing_op
+from perfsight.analysis.index import index_of
 from perfsight.model import Trace
 
 MEMORY_CURVE_SCHEMA = pa.schema(
@@ -75,13 +77,17 @@ def _device_groups(memory: pa.Table) -> np.ndarray:
     """A small integer per (rank, device_type, device_index), ordered like those keys."""
     dtype = pc.dictionary_encode(memory.column("device_type").cast(pa.string())).combine_chunks()
     # codes ordered by the type's text so that groups sort by name
-    order = np.argsort(np.array(dtype.dictionary.to_pylist(), dtype=object))
-    rank_of_code = np.empty(len(order), np.int64)
-    rank_of_code[order] = np.arange(len(order))
-    code = rank_of_code[dtype.indices.to_numpy().astype(np.int64)]
-    keys = np.c_[memory.column("rank").to_numpy(), code, memory.column("device_index").to_numpy()]
-    _, group = np.unique(keys.astype(np.int64), axis=0, return_inverse=True)
-    return group.ravel()
+    by_name = columns.int64(pc.sort_indices(dtype.dictionary))
+    rank_of_code = np.empty(len(by_name), np.int64)
+    rank_of_code[by_name] = np.arange(len(by_name))
+    keys = (columns.int64(memory.column("device_index")), rank_of_code[columns.int64(dtype.indices)],
+            columns.int64(memory.column("rank")))
+    order = np.lexsort(keys)
+    new_group = np.zeros(len(order), bool)
+    new_group[1:] = np.any([np.diff(key[order]) != 0 for key in keys], axis=0)
+    group = np.empty(len(order), np.int64)
+    group[order] = np.cumsum(new_group)
+    return group
 
 
 def memory_curve(trace: Trace) -> pa.Table:
@@ -90,7 +96,7 @@ def memory_curve(trace: Trace) -> pa.Table:
     if memory.num_rows == 0:
         return MEMORY_CURVE_SCHEMA.empty_table()
     group = _device_groups(memory)
-    order = np.lexsort((np.arange(memory.num_rows), memory.column("ts_ns").to_numpy(), group))
+    order = np.lexsort((np.arange(memory.num_rows), columns.int64(memory.column("ts_ns")), group))
     sub = memory.take(pa.array(order))
     return pa.table(
         {
@@ -106,9 +112,12 @@ def memory_curve(trace: Trace) -> pa.Table:
     )
 
 
-def memory_peaks(trace: Trace) -> pa.Table:
-    """Highest allocated and reserved totals per (rank, device), and when allocated peaked."""
-    curve = memory_curve(trace)
+def memory_peaks(trace: Trace, curve: pa.Table | None = None) -> pa.Table:
+    """Highest allocated and reserved totals per (rank, device), and when allocated peaked.
+
+    Pass ``curve`` (from :func:`memory_curve`) to avoid computing it twice.
+    """
+    curve = memory_curve(trace) if curve is None else curve
     if curve.num_rows == 0:
         return MEMORY_PEAKS_SCHEMA.empty_table()
     grouped = curve.group_by(["rank", "device_type", "device_index"], use_threads=False).aggregate(
@@ -144,9 +153,9 @@ def operator_memory(trace: Trace) -> pa.Table:
         return OPERATOR_MEMORY_SCHEMA.empty_table()
     n = memory.num_rows
     group = _device_groups(memory)
-    addr = memory.column("addr").to_numpy().astype(np.int64)
-    ts = memory.column("ts_ns").to_numpy().astype(np.int64)
-    size = memory.column("bytes").to_numpy().astype(np.int64)
+    addr = columns.int64(memory.column("addr"))
+    ts = columns.int64(memory.column("ts_ns"))
+    size = columns.int64(memory.column("bytes"))
     order = np.lexsort((np.arange(n), ts, addr, group))
     # the event after each one in (device, address, time) order
     nxt = np.full(n, -1, np.int64)
@@ -160,9 +169,9 @@ def operator_memory(trace: Trace) -> pa.Table:
     release = np.where(released, release, -1)
 
     op = enclosing_op(
-        trace.slices,
-        memory.column("rank").to_numpy().astype(np.int64)[alloc],
-        memory.column("tid").to_numpy().astype(np.int64)[alloc],
+        index_of(trace),
+        columns.int64(memory.column("rank"))[alloc],
+        columns.int64(memory.column("tid"))[alloc],
         ts[alloc],
     )
     has_op = op >= 0

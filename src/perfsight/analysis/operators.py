@@ -27,9 +27,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from perfsight import columns
 from perfsight.analysis.flops import row_flops
-from perfsight.analysis.hierarchy import device_work_mask, host_op_mask, launching_op, parent_rows
-from perfsight.analysis.jsontext import json_text
+from perfsight.analysis.hierarchy import launching_op, parents
+from perfsight.analysis.index import index_of
+from perfsight.jsontext import json_text
 from perfsight.model import Trace
 
 OPERATOR_INSTANCES_SCHEMA = pa.schema(
@@ -66,38 +68,35 @@ OPERATOR_STATS_SCHEMA = pa.schema(
 )
 
 
-def self_times(trace: Trace, parents: np.ndarray | None = None) -> np.ndarray:
+def self_times(trace: Trace) -> np.ndarray:
     """Self time (ns) of every slice: its duration minus its direct children's, floored at 0."""
-    slices = trace.slices
-    dur = np.maximum(slices.column("dur_ns").to_numpy().astype(np.int64), 0)
-    parents = parent_rows(slices) if parents is None else parents
-    children = np.zeros(len(dur), np.int64)
-    has = parents >= 0
-    np.add.at(children, parents[has], dur[has])
-    return np.maximum(dur - children, 0)
+    ix = index_of(trace)
+    parent = parents(ix)
+    has = parent >= 0
+    children = np.zeros(ix.n, np.int64)
+    np.add.at(children, parent[has], ix.dur[has])
+    return np.maximum(ix.dur - children, 0)
 
 
-def launched_device_ns(trace: Trace, parents: np.ndarray | None = None) -> np.ndarray:
+def launched_device_ns(trace: Trace) -> np.ndarray:
     """Device time (ns) each slice launched directly (0 for slices that launched nothing)."""
-    slices = trace.slices
-    launcher = launching_op(slices, trace.flows, parents)
-    dur = np.maximum(slices.column("dur_ns").to_numpy().astype(np.int64), 0)
-    device = np.zeros(slices.num_rows, np.int64)
-    linked = device_work_mask(slices) & (launcher >= 0)
-    np.add.at(device, launcher[linked], dur[linked])
+    ix = index_of(trace)
+    launcher = launching_op(ix)
+    linked = ix.device_work & (launcher >= 0)
+    device = np.zeros(ix.n, np.int64)
+    np.add.at(device, launcher[linked], ix.dur[linked])
     return device
 
 
 def operator_instances(trace: Trace) -> pa.Table:
     """One row per host operator call, in trace row order (see the module docstring)."""
     slices = trace.slices
-    rows = np.flatnonzero(host_op_mask(slices))
+    rows = np.flatnonzero(index_of(trace).host_op)
     if not len(rows):
         return OPERATOR_INSTANCES_SCHEMA.empty_table()
-    parents = parent_rows(slices)
-    self_ns = self_times(trace, parents)[rows]
-    device_ns = launched_device_ns(trace, parents)[rows]
-    flops = row_flops(slices)[rows]
+    self_ns = self_times(trace)[rows]
+    device_ns = launched_device_ns(trace)[rows]
+    flops = row_flops(trace)[rows]
     wanted = ["rank", "step", "name", "tid", "start_ns", "dur_ns", "input_dims", "input_types"]
     sub = slices.select(wanted).take(pa.array(rows))
     return pa.table(
@@ -138,10 +137,10 @@ def operator_stats(trace: Trace, instances: pa.Table | None = None) -> pa.Table:
             ("flops", "sum"),
         ]
     )
-    count = grouped.column("dur_ns_count").to_numpy().astype(np.int64)
-    total = grouped.column("dur_ns_sum").to_numpy().astype(np.int64)
-    self_total = grouped.column("self_ns_sum").to_numpy().astype(np.int64)
-    rank = grouped.column("rank").to_numpy()
+    count = columns.int64(grouped.column("dur_ns_count"))
+    total = columns.int64(grouped.column("dur_ns_sum"))
+    self_total = columns.int64(grouped.column("self_ns_sum"))
+    rank = columns.numpy(grouped.column("rank"))
     # share of each rank's total self time
     rank_keys, rank_idx = np.unique(rank, return_inverse=True)
     rank_self = np.zeros(len(rank_keys), np.int64)

@@ -37,8 +37,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from perfsight import columns
 from perfsight.analysis import intervals as iv
-from perfsight.analysis.timeline import activity, choose_timeline, int_column, step_windows
+from perfsight.analysis.timeline import Activity, activity, choose_timeline, step_windows
 from perfsight.model import Trace
 
 OVERLAP_SCHEMA = pa.schema(
@@ -72,18 +73,26 @@ OVERLAP_INTERVAL_SCHEMA = pa.schema(
 )
 
 
-def overlap_breakdown(trace: Trace) -> pa.Table:
-    """Per step: computing, communication (overlapped or not), free, bubble and preparing time in ns."""
+def _steps_and_work(trace: Trace) -> tuple[pa.Table, Activity, iv.Intervals]:
+    """The step windows, the work on the rank's timeline, and its busy set (compute ∪ communication)."""
     timeline = choose_timeline(trace)
     windows = step_windows(trace, timeline)
     if windows.num_rows == 0:
-        return OVERLAP_SCHEMA.empty_table()
+        return windows, Activity(timeline, iv.empty(), iv.empty(), iv.empty()), iv.empty()
     work = activity(trace, timeline)
-    lo, hi = int_column(windows, "start_ns"), int_column(windows, "end_ns")
     busy = iv.union(
         np.concatenate((work.compute[0], work.communication[0])),
         np.concatenate((work.compute[1], work.communication[1])),
     )
+    return windows, work, busy
+
+
+def overlap_breakdown(trace: Trace) -> pa.Table:
+    """Per step: computing, communication (overlapped or not), free, bubble and preparing time in ns."""
+    windows, work, busy = _steps_and_work(trace)
+    if windows.num_rows == 0:
+        return OVERLAP_SCHEMA.empty_table()
+    lo, hi = columns.int64(windows.column("start_ns")), columns.int64(windows.column("end_ns"))
     step_ns = hi - lo
     preparing = iv.first_covered(busy, lo, hi) - lo
     stage = step_ns - preparing
@@ -92,7 +101,7 @@ def overlap_breakdown(trace: Trace) -> pa.Table:
     overlapped = iv.measure(iv.intersect(work.compute, work.communication), lo, hi)
     not_overlapped = communication - overlapped
     bubble = iv.measure(iv.subtract(work.receive, work.compute), lo, hi)
-    columns = {
+    by_name = {
         "rank": windows.column("rank"),
         "step": windows.column("step"),
         "step_ns": step_ns,
@@ -109,7 +118,7 @@ def overlap_breakdown(trace: Trace) -> pa.Table:
     return pa.Table.from_arrays(
         [
             pa.array(v, f.type) if isinstance(v, np.ndarray) else v
-            for f, v in zip(OVERLAP_SCHEMA, columns.values(), strict=True)
+            for f, v in zip(OVERLAP_SCHEMA, by_name.values(), strict=True)
         ],
         schema=OVERLAP_SCHEMA,
     )
@@ -117,17 +126,11 @@ def overlap_breakdown(trace: Trace) -> pa.Table:
 
 def overlap_intervals(trace: Trace) -> pa.Table:
     """Merged Computing / Communication / Communication(Not Overlapped) / Free intervals inside the steps."""
-    timeline = choose_timeline(trace)
-    windows = step_windows(trace, timeline)
+    windows, work, busy = _steps_and_work(trace)
     if windows.num_rows == 0:
         return OVERLAP_INTERVAL_SCHEMA.empty_table()
-    work = activity(trace, timeline)
-    lo, hi = int_column(windows, "start_ns"), int_column(windows, "end_ns")
+    lo, hi = columns.int64(windows.column("start_ns")), columns.int64(windows.column("end_ns"))
     steps = iv.union(lo, hi)
-    busy = iv.union(
-        np.concatenate((work.compute[0], work.communication[0])),
-        np.concatenate((work.compute[1], work.communication[1])),
-    )
     stages = iv.union(iv.first_covered(busy, lo, hi), hi)
     lanes = {
         "Computing": iv.intersect(work.compute, steps),
@@ -135,13 +138,13 @@ def overlap_intervals(trace: Trace) -> pa.Table:
         "Communication(Not Overlapped)": iv.intersect(iv.subtract(work.communication, work.compute), steps),
         "Free": iv.subtract(stages, busy),
     }
-    lane_names = np.concatenate([np.full(s.size, lane, dtype=object) for lane, (s, _) in lanes.items()])
+    lane_of = np.repeat(np.arange(len(lanes), dtype=np.int32), [s.size for s, _ in lanes.values()])
     starts = np.concatenate([s for s, _ in lanes.values()])
     ends = np.concatenate([e for _, e in lanes.values()])
     return pa.Table.from_arrays(
         [
             pa.array(np.full(starts.size, trace.rank, dtype=np.int32), pa.int32()),
-            pa.array(lane_names, pa.string()),
+            pa.array(list(lanes), pa.string()).take(pa.array(lane_of)),
             pa.array(starts, pa.int64()),
             pa.array(ends, pa.int64()),
         ],

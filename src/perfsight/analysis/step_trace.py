@@ -78,18 +78,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from perfsight import columns
 from perfsight.analysis import intervals as iv
+from perfsight.analysis.hierarchy import launcher
+from perfsight.analysis.index import TraceIndex, dictionary_mask, index_of
 from perfsight.analysis.timeline import (
     Timeline,
-    bool_column,
     choose_timeline,
     device_activity_mask,
-    int_column,
-    is_in,
-    launcher_rows,
     names_of,
     step_windows,
-    string_mask,
 )
 from perfsight.model import DEVICE_KINDS, NO_ID, SliceKind, Trace
 
@@ -126,11 +124,9 @@ def _sorted_rows(
 
 def main_track(trace: Trace) -> int:
     """The host track of the training loop: the one carrying step markers (``-1`` if none)."""
-    sl = trace.slices
-    host = ~bool_column(sl, "is_device")
-    track = int_column(sl, "track")
+    ix = index_of(trace)
     for kind in (SliceKind.STEP.value, SliceKind.CPU_OP.value):
-        tracks = track[host & is_in(sl.column("kind"), [kind])]
+        tracks = ix.track[ix.kind_mask([kind], is_device=False)]
         if tracks.size:
             values, counts = np.unique(tracks, return_counts=True)
             return int(values[np.argmax(counts)])
@@ -141,18 +137,19 @@ def _autograd_tracks(trace: Trace, backward_named: NDArray[np.bool_], main: int)
     tracks = trace.tracks
     named = np.zeros(0, dtype=np.int64)
     if tracks.num_rows:
-        by_name = string_mask(
+        by_name = dictionary_mask(
             tracks.column("name"), lambda a: pc.match_substring(a, "autograd", ignore_case=True)
         )
-        named = int_column(tracks, "track")[by_name & ~bool_column(tracks, "is_device")]
-    carrying = np.unique(int_column(trace.slices, "track")[backward_named])
+        on_host = ~columns.numpy(tracks.column("is_device"), null=False)
+        named = columns.int64(tracks.column("track"))[by_name & on_host]
+    carrying = np.unique(index_of(trace).track[backward_named])
     return np.setdiff1d(np.union1d(named, carrying), [main])
 
 
 def _launched_by(
     trace: Trace,
     host_rows: NDArray[np.int64],
-    launcher: NDArray[np.int64],
+    launched: NDArray[np.int64],
     start: NDArray[np.int64],
     end: NDArray[np.int64],
 ) -> NDArray[np.bool_]:
@@ -161,15 +158,14 @@ def _launched_by(
     Inside means on the same track within the slice's time, or carrying the
     slice's ``external_id``.  Loops over tracks only.
     """
-    sl = trace.slices
-    out = np.zeros(sl.num_rows, dtype=bool)
-    has = launcher >= 0
+    ix = index_of(trace)
+    out = np.zeros(ix.n, dtype=bool)
+    has = launched >= 0
     if host_rows.size == 0 or not has.any():
         return out
-    track = int_column(sl, "track")
-    ext = int_column(sl, "external_id")
+    track, ext = ix.track, ix.external_id
     rows = np.flatnonzero(has)
-    calls = launcher[rows]
+    calls = launched[rows]
     call_track, call_start, call_ext = track[calls], start[calls], ext[calls]
     hit = np.zeros(rows.size, dtype=bool)
     for t in np.unique(track[host_rows]):
@@ -182,6 +178,14 @@ def _launched_by(
     hit |= (call_ext != NO_ID) & np.isin(call_ext, host_ext)
     out[rows[hit]] = True
     return out
+
+
+def _named(ix: TraceIndex, name: str | None) -> NDArray[np.bool_]:
+    """Rows named exactly ``name`` (none when ``name`` is None)."""
+    if not name:
+        return np.zeros(ix.n, dtype=bool)
+    value_set = pa.array([name], pa.string())
+    return ix.name_mask(lambda a: pc.is_in(a, value_set=value_set), ("exactly", name))
 
 
 class _Rows:
@@ -213,13 +217,14 @@ class _DeviceWork:
 
     def __init__(self, trace: Trace, start: NDArray[np.int64], end: NDArray[np.int64]) -> None:
         self.trace, self.start_all, self.end_all = trace, start, end
-        self.launcher = launcher_rows(trace)
+        ix = index_of(trace)
+        self.launcher = launcher(ix)
         rows = np.flatnonzero(device_activity_mask(trace))
         self.rows = rows[np.argsort(start[rows], kind="stable")]
         self.start, self.end = start[self.rows], end[self.rows]
         calls = self.launcher[self.rows]
         self.launch = np.where(calls >= 0, start[np.maximum(calls, 0)], NO_ID)
-        self.compute = is_in(trace.slices.column("kind"), DEVICE_KINDS)[self.rows]
+        self.compute = ix.of_kind(DEVICE_KINDS)[self.rows]
 
     def launched_by(self, host_rows: NDArray[np.int64]) -> NDArray[np.bool_]:
         """Per device activity: launched from inside one of ``host_rows``."""
@@ -253,40 +258,33 @@ def step_trace(trace: Trace, fp_point: str | None = None, bp_point: str | None =
     if windows.num_rows == 0:
         return STEP_TRACE_SCHEMA.empty_table()
     sl = trace.slices
-    start = int_column(sl, "start_ns")
-    end = start + np.maximum(int_column(sl, "dur_ns"), 0)
-    depth = int_column(sl, "depth")
-    track = int_column(sl, "track")
-    host = ~bool_column(sl, "is_device")
-    kind = sl.column("kind")
-    name = sl.column("name")
+    ix = index_of(trace)
+    start, end, depth, track = ix.start, ix.end, ix.depth, ix.track
+    host = ~ix.is_device
     main = main_track(trace)
 
-    cpu_op = host & is_in(kind, [SliceKind.CPU_OP.value])
+    cpu_op = ix.kind_mask([SliceKind.CPU_OP.value], is_device=False)
     first_ops = _Rows(np.flatnonzero(cpu_op & (track == main)), start, depth)
     loading = _Rows(
-        np.flatnonzero(host & is_in(kind, [SliceKind.DATA_LOADING.value]) & (track == main)), start, depth
+        np.flatnonzero(ix.kind_mask([SliceKind.DATA_LOADING.value], is_device=False) & (track == main)),
+        start, depth,
     )
-    backward_named = host & string_mask(name, lambda a: pc.starts_with(a.cast(pa.string()), BACKWARD_PREFIX))
+    backward_named = host & ix.name_mask(lambda a: pc.starts_with(a, BACKWARD_PREFIX), "backward")
     on_autograd = cpu_op & np.isin(track, _autograd_tracks(trace, backward_named, main))
     backward = _Rows(np.flatnonzero(backward_named), start, depth)
     autograd = _Rows(np.flatnonzero(on_autograd & ~backward_named), start, depth)
-    fp_named = _Rows(
-        np.flatnonzero(host & is_in(name, [fp_point])) if fp_point else np.zeros(0, np.int64), start, depth
-    )
-    bp_named = _Rows(
-        np.flatnonzero(host & is_in(name, [bp_point])) if bp_point else np.zeros(0, np.int64), start, depth
-    )
+    fp_named = _Rows(np.flatnonzero(host & _named(ix, fp_point)), start, depth)
+    bp_named = _Rows(np.flatnonzero(host & _named(ix, bp_point)), start, depth)
 
     # BP candidates, in order of preference: the named op, autograd node slices, autograd-thread ops
     bp_sources = ([bp_named] if bp_point else []) + [backward, autograd]
     device = _DeviceWork(trace, start, end) if timeline == "device" else None
     launched = [device.launched_by(rows.rows) if device else None for rows in bp_sources]
 
-    w_start = int_column(windows, "start_ns")
-    w_end = int_column(windows, "end_ns")
-    h_start = int_column(windows, "host_start_ns")
-    h_end = int_column(windows, "host_end_ns")
+    w_start = columns.int64(windows.column("start_ns"))
+    w_end = columns.int64(windows.column("end_ns"))
+    h_start = columns.int64(windows.column("host_start_ns"))
+    h_end = columns.int64(windows.column("host_end_ns"))
     n = windows.num_rows
     fp_ns = w_start.copy()
     bp_ns = w_end.copy()

@@ -38,7 +38,7 @@ and must not loop over events in Python; loops are over tracks at most.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -46,8 +46,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from perfsight import columns
 from perfsight.analysis import intervals as iv
-from perfsight.analysis.hierarchy import launch_pairs
+from perfsight.analysis.hierarchy import launcher
+from perfsight.analysis.index import dictionary_mask, index_of
 from perfsight.model import DEVICE_KINDS, NO_ID, SliceKind, Trace
 
 Timeline = Literal["device", "host"]
@@ -74,44 +76,11 @@ WINDOW_SCHEMA = pa.schema(
 
 
 # ---------------------------------------------------------------------------------------------
-# Column helpers (vectorised over dictionary columns: the predicate runs once per distinct value)
-
-
-def string_mask(column: pa.ChunkedArray, predicate: Callable[[pa.Array], pa.Array]) -> NDArray[np.bool_]:
-    """``predicate`` (an Arrow string array -> boolean array) applied to every row of ``column``."""
-    parts: list[NDArray[np.bool_]] = []
-    for chunk in column.chunks:
-        if pa.types.is_dictionary(chunk.type):
-            values = chunk.dictionary
-            per_value = np.asarray(predicate(values).fill_null(False).to_numpy(zero_copy_only=False), bool)
-            if per_value.size == 0:
-                parts.append(np.zeros(len(chunk), dtype=bool))
-                continue
-            idx = chunk.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-            valid = chunk.is_valid().to_numpy(zero_copy_only=False)
-            parts.append(per_value[idx] & valid)
-        else:
-            parts.append(np.asarray(predicate(chunk).fill_null(False).to_numpy(zero_copy_only=False), bool))
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
-
-
-def is_in(column: pa.ChunkedArray, values: Sequence[str]) -> NDArray[np.bool_]:
-    """Rows whose value is one of ``values``."""
-    value_set = pa.array(list(values), pa.string())
-    return string_mask(column, lambda arr: pc.is_in(arr.cast(pa.string()), value_set=value_set))
-
-
-def int_column(table: pa.Table, name: str) -> NDArray[np.int64]:
-    """An integer column as int64 NumPy (nulls become ``NO_ID``)."""
-    return table.column(name).fill_null(NO_ID).to_numpy().astype(np.int64, copy=False)
-
-
-def bool_column(table: pa.Table, name: str) -> NDArray[np.bool_]:
-    return np.asarray(table.column(name).fill_null(False).to_numpy(), dtype=bool)
+# Column helpers
 
 
 def names_of(table: pa.Table, rows: NDArray[np.int64]) -> list[str]:
-    """The ``name`` of each row (``""`` for ``-1``)."""
+    """The ``name`` of each row (``""`` for ``-1``); for a handful of rows (one per step)."""
     valid = rows >= 0
     out = [""] * rows.size
     if valid.any():
@@ -121,21 +90,8 @@ def names_of(table: pa.Table, rows: NDArray[np.int64]) -> list[str]:
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# Links between host and device
-
-
-def launcher_rows(trace: Trace) -> NDArray[np.int64]:
-    """For every slice row, the row of the runtime call that launched it, or ``-1``.
-
-    The links are :func:`perfsight.analysis.hierarchy.launch_pairs`' (``launch``
-    flows, then equal ``correlation``); this only spreads them over all rows.
-    """
-    out = np.full(trace.slices.num_rows, -1, dtype=np.int64)
-    if trace.slices.num_rows:
-        src, dst = launch_pairs(trace.slices, trace.flows)
-        out[dst] = src
-    return out
+def _matches(pattern: str) -> Callable[[pa.Array], pa.Array]:
+    return lambda values: pc.match_substring_regex(values, pattern)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,8 +110,7 @@ class Activity:
 
 def device_activity_mask(trace: Trace) -> NDArray[np.bool_]:
     """Rows that occupy the device timeline."""
-    sl = trace.slices
-    return bool_column(sl, "is_device") & is_in(sl.column("kind"), DEVICE_ACTIVITY_KINDS)
+    return index_of(trace).kind_mask(DEVICE_ACTIVITY_KINDS, is_device=True)
 
 
 def choose_timeline(trace: Trace) -> Timeline:
@@ -165,41 +120,32 @@ def choose_timeline(trace: Trace) -> Timeline:
 
 def _receive_mask(trace: Trace, comm_rows: NDArray[np.int64]) -> NDArray[np.bool_]:
     """Which of ``comm_rows`` are point-to-point receives (see the module docstring)."""
-    sl = trace.slices
+    ix = index_of(trace)
     if comm_rows.size == 0:
         return np.zeros(0, dtype=bool)
-    by_name = string_mask(
-        sl.column("name"), lambda a: pc.match_substring_regex(a.cast(pa.string()), RECEIVE_PATTERN)
-    )
-    recv_row = by_name.copy()
+    recv_row = ix.name_mask(_matches(RECEIVE_PATTERN), "receive").copy()
     comm = trace.comm
     if comm.num_rows:
-        recv_coll = string_mask(
-            comm.column("collective"),
-            lambda a: pc.match_substring_regex(a.cast(pa.string()), RECEIVE_PATTERN),
-        )
-        rows = int_column(comm, "slice")[recv_coll]
-        recv_row[rows[(rows >= 0) & (rows < sl.num_rows)]] = True
-    launcher = launcher_rows(trace)
-    ext = int_column(sl, "external_id")
-    recv_ext = np.unique(ext[recv_row & ~bool_column(sl, "is_device") & (ext != NO_ID)])
+        recv_coll = dictionary_mask(comm.column("collective"), _matches(RECEIVE_PATTERN))
+        rows = columns.int64(comm.column("slice"), NO_ID)[recv_coll]
+        recv_row[rows[(rows >= 0) & (rows < ix.n)]] = True
+    launched_by = launcher(ix)
+    ext = ix.external_id
+    recv_ext = np.unique(ext[recv_row & ~ix.is_device & (ext != NO_ID)])
     own = ext[comm_rows]
-    via_launch = np.where(launcher[comm_rows] >= 0, ext[np.maximum(launcher[comm_rows], 0)], NO_ID)
+    via_launch = np.where(launched_by[comm_rows] >= 0, ext[np.maximum(launched_by[comm_rows], 0)], NO_ID)
     linked = (np.isin(own, recv_ext) & (own != NO_ID)) | (
         np.isin(via_launch, recv_ext) & (via_launch != NO_ID)
     )
     return recv_row[comm_rows] | linked
 
 
-def _host_compute(
-    trace: Trace, start: NDArray[np.int64], end: NDArray[np.int64], comm_rows: NDArray[np.int64]
-) -> iv.Intervals:
+def _host_compute(trace: Trace, comm_rows: NDArray[np.int64]) -> iv.Intervals:
     """Host compute: per thread, ``cpu_op`` time not spent inside that thread's communication
     slices; then, across threads, minus data loading.  Loops over threads only."""
-    sl = trace.slices
-    host = ~bool_column(sl, "is_device")
-    track = int_column(sl, "track")
-    op = np.flatnonzero(host & is_in(sl.column("kind"), [SliceKind.CPU_OP.value]))
+    ix = index_of(trace)
+    start, end, track = ix.start, ix.end, ix.track
+    op = np.flatnonzero(ix.kind_mask([SliceKind.CPU_OP.value], is_device=False))
     comm_track = track[comm_rows]
     parts_s: list[NDArray[np.int64]] = []
     parts_e: list[NDArray[np.int64]] = []
@@ -211,29 +157,28 @@ def _host_compute(
         parts_e.append(e_t)
     if not parts_s:
         return iv.empty()
-    loading = host & is_in(sl.column("kind"), [SliceKind.DATA_LOADING.value])
+    loading = ix.kind_mask([SliceKind.DATA_LOADING.value], is_device=False)
     return iv.subtract((np.concatenate(parts_s), np.concatenate(parts_e)), (start[loading], end[loading]))
 
 
 def activity(trace: Trace, timeline: Timeline | None = None) -> Activity:
     """Compute, communication and receive intervals of ``trace`` on its timeline."""
-    sl = trace.slices
     timeline = timeline or choose_timeline(trace)
-    if sl.num_rows == 0:
+    return index_of(trace).derived(("activity", timeline), lambda: _activity(trace, timeline))
+
+
+def _activity(trace: Trace, timeline: Timeline) -> Activity:
+    ix = index_of(trace)
+    if ix.n == 0:
         return Activity(timeline, iv.empty(), iv.empty(), iv.empty())
-    start = int_column(sl, "start_ns")
-    end = start + np.maximum(int_column(sl, "dur_ns"), 0)
-    is_device = bool_column(sl, "is_device")
-    kind = sl.column("kind")
-    is_comm = is_in(kind, [COMMUNICATION])
-    if timeline == "device":
-        comm_rows = np.flatnonzero(is_device & is_comm)
-        compute = iv.union(
-            start[is_device & is_in(kind, DEVICE_KINDS)], end[is_device & is_in(kind, DEVICE_KINDS)]
-        )
+    start, end = ix.start, ix.end
+    on_device = timeline == "device"
+    comm_rows = np.flatnonzero(ix.kind_mask([COMMUNICATION], is_device=on_device))
+    if on_device:
+        compute_rows = ix.kind_mask(DEVICE_KINDS, is_device=True)
+        compute = iv.union(start[compute_rows], end[compute_rows])
     else:
-        comm_rows = np.flatnonzero(~is_device & is_comm)
-        compute = _host_compute(trace, start, end, comm_rows)
+        compute = _host_compute(trace, comm_rows)
     recv = _receive_mask(trace, comm_rows)
     return Activity(
         timeline=timeline,
@@ -249,16 +194,15 @@ def activity(trace: Trace, timeline: Timeline | None = None) -> Activity:
 
 def _last_launched_end(trace: Trace, lo: NDArray[np.int64], hi: NDArray[np.int64]) -> NDArray[np.int64]:
     """Per host window ``[lo, hi)``, the last end of device work whose launch call started in it (else lo)."""
-    sl = trace.slices
+    ix = index_of(trace)
     out = lo.copy()
     dev = np.flatnonzero(device_activity_mask(trace))
-    launcher = launcher_rows(trace)[dev]
-    linked = launcher >= 0
+    call = launcher(ix)[dev]
+    linked = call >= 0
     if not linked.any():
         return out
-    start = int_column(sl, "start_ns")
-    dev_end = (start + np.maximum(int_column(sl, "dur_ns"), 0))[dev][linked]
-    launch_ns = start[launcher[linked]]
+    dev_end = ix.end[dev][linked]
+    launch_ns = ix.start[call[linked]]
     order = np.argsort(launch_ns, kind="stable")
     launch_ns, dev_end = launch_ns[order], dev_end[order]
     a = np.searchsorted(launch_ns, lo, side="left")
@@ -270,17 +214,21 @@ def _last_launched_end(trace: Trace, lo: NDArray[np.int64], hi: NDArray[np.int64
 
 def step_windows(trace: Trace, timeline: Timeline | None = None) -> pa.Table:
     """The window of every step of ``trace`` on ``timeline`` (see the module docstring)."""
-    steps = trace.steps
-    if steps.num_rows == 0:
+    if trace.steps.num_rows == 0:
         return WINDOW_SCHEMA.empty_table()
     timeline = timeline or choose_timeline(trace)
-    order = np.lexsort((int_column(steps, "step"), int_column(steps, "start_ns")))
+    return index_of(trace).derived(("step_windows", timeline), lambda: _step_windows(trace, timeline))
+
+
+def _step_windows(trace: Trace, timeline: Timeline) -> pa.Table:
+    steps = trace.steps
+    order = np.lexsort((columns.int64(steps.column("step")), columns.int64(steps.column("start_ns"))))
     steps = steps.take(pa.array(order))
-    host_start = int_column(steps, "start_ns")
-    host_end = np.maximum(int_column(steps, "end_ns"), host_start)
+    host_start = columns.int64(steps.column("start_ns"))
+    host_end = np.maximum(columns.int64(steps.column("end_ns")), host_start)
     raw_end = host_end.copy()
     if timeline == "device":
-        dev_end = steps.column("device_end_ns").fill_null(NO_ID).to_numpy().astype(np.int64)
+        dev_end = columns.int64(steps.column("device_end_ns"), NO_ID)
         raw_end = np.maximum(raw_end, np.where(dev_end == NO_ID, raw_end, dev_end))
         raw_end = np.maximum(raw_end, _last_launched_end(trace, host_start, host_end))
     reach = np.maximum.accumulate(raw_end)  # the end of every earlier window

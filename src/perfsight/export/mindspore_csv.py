@@ -24,10 +24,12 @@ import csv
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from perfsight import columns
 from perfsight.export import text
 from perfsight.export.units import bytes_to_kb, bytes_to_mb, ns_to_us, ratio_to_pct, round3
 from perfsight.model import NO_ID
@@ -78,16 +80,22 @@ def _opt_mb(name: str) -> ColumnBuilder:
 def accelerator_core(kind: pa.Array) -> pa.Array:
     """Kernel kind -> Accelerator Core / Core Type: ``"GPU"`` for compute kernels, the kind
     upper-cased otherwise (``"MEMCPY"``, ``"MEMSET"``, ``"COMMUNICATION"``)."""
-    kinds = text.plain(kind).cast(pa.string())
-    return pc.if_else(pc.equal(kinds, "kernel"), "GPU", pc.utf8_upper(kinds))
+    def core(kinds: pa.Array) -> pa.Array:
+        kinds = kinds.cast(pa.string())
+        return pc.if_else(pc.equal(kinds, "kernel"), "GPU", pc.utf8_upper(kinds))
+
+    return columns.per_distinct(kind, core)
 
 
 def device_type_text(device_type: pa.Array, device_index: pa.Array) -> pa.Array:
     """``("cuda", 0)`` -> ``"CUDA:0"``; an index of ``NO_ID`` gives just ``"CPU"``."""
-    kind = pc.utf8_upper(text.plain(device_type).cast(pa.string()))
-    index = text.combined(device_index)
+    types, indices = text.plain(device_type).cast(pa.string()), text.combined(device_index)
+    codes = columns.joint_codes(types, indices)  # a handful of devices: each text is made once
+    first = pa.array(columns.first_rows(codes))
+    kind, index = pc.utf8_upper(types.take(first)), indices.take(first)
     with_index = text.concat(kind, ":", index.cast(pa.string()))
-    return pc.if_else(pc.and_(pc.is_valid(index), pc.greater_equal(index, 0)), with_index, kind)
+    texts = pc.if_else(pc.and_(pc.is_valid(index), pc.greater_equal(index, 0)), with_index, kind)
+    return texts.take(pa.array(codes))
 
 
 def _device_type(t: pa.Table) -> pa.Array:
@@ -213,15 +221,30 @@ def write_table_csv(path: str | Path, table: pa.Table) -> Path:
 def _needs_quotes(table: pa.Table) -> bool:
     """Whether any string cell holds a character that CSV must quote (comma, quote, line break)."""
     return any(
-        (pa.types.is_string(column.type) or pa.types.is_large_string(column.type))
+        columns.is_text(column.type)
         and pc.any(pc.match_substring_regex(column, r'[,"\r\n]')).as_py()
         for column in table.columns
     )
 
 
+def _in_order(table: pa.Table, keys: list[tuple[str, str]]) -> bool:
+    """Whether ``table`` is already sorted by ``keys`` (ascending integer keys without nulls; any
+    other key says no): analysis tables usually are, and a stable sort would then copy for nothing."""
+    ascending = np.ones(max(table.num_rows - 1, 0), bool)
+    tied = np.ones_like(ascending)
+    for name, direction in keys:
+        column = table.column(name)
+        if direction != "ascending" or not pa.types.is_integer(column.type) or column.null_count:
+            return False
+        values = columns.int64(column)
+        ascending &= ~tied | (values[1:] >= values[:-1])
+        tied &= values[1:] == values[:-1]
+    return bool(ascending.all())
+
+
 def _write(folder: str | Path, file_name: str, table: pa.Table, sort_keys: list[tuple[str, str]]) -> Path:
     _one_rank(table, file_name)
-    if sort_keys and table.num_rows:
+    if sort_keys and table.num_rows and not _in_order(table, sort_keys):
         table = table.sort_by(sort_keys)
     return write_table_csv(Path(folder) / file_name, build(FILES[file_name], table))
 

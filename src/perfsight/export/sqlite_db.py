@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from perfsight.columns import is_list
 from perfsight.export import text
+from perfsight.jsontext import json_text
 
 BATCH_ROWS = 50_000
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -49,13 +51,8 @@ def _sql_column(column: pa.Array) -> pa.Array:
     """One Arrow column in the form SQLite stores (dictionary decoded, lists as JSON text)."""
     arr = text.plain(column)
     kind = arr.type
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        value = arr.type.value_type
-        if pa.types.is_list(value) or pa.types.is_large_list(value):
-            return text.json_shapes(arr)
-        if pa.types.is_string(value) or pa.types.is_large_string(value) or pa.types.is_dictionary(value):
-            return text.json_string_lists(arr)
-        return text.json_int_lists(arr)
+    if is_list(kind):
+        return json_text(arr, sep=",")
     if pa.types.is_boolean(arr.type):
         return arr.cast(pa.int8())
     if pa.types.is_decimal(arr.type):

@@ -27,10 +27,12 @@ Otherwise (nanosecond-resolution wall-clock times) the start of the trace's firs
 subtracted from every timestamp and recorded as ``otherData.perfsight_time_offset_ns``; add it
 back to recover the trace's clock.
 
-The file is written in chunks of rows, each chunk's JSON text built with Arrow string kernels
-over whole columns (names escaped by orjson once per distinct value), so memory stays bounded by
-the chunk size and no Python object is made per event.  This module must not compute analyses
-(it draws what ``overlap_intervals`` returns) and must not convert units except via ``units.py``.
+The file is written in chunks of rows, each laid out by :class:`perfsight.export.text.TextRows`:
+every distinct piece of text (a name escaped by orjson, a duration, a launch geometry, an event's
+fixed keys) is made once, and one Arrow ``take`` copies the pieces of all rows into place, so
+memory stays bounded by the chunk and no Python object is made per event.  This module must not
+compute analyses (it draws what ``overlap_intervals`` returns) and must not convert units except
+via ``units.py``.
 """
 
 from __future__ import annotations
@@ -38,18 +40,28 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfsight import columns
 from perfsight.export import text
-from perfsight.export.units import bytes_to_mb, us_text
+from perfsight.export.units import (
+    NS_PER_S,
+    NS_PER_US,
+    US_FRACTIONS,
+    US_SIGNS,
+    bytes_to_mb,
+    is_whole_us,
+    us_pieces,
+    us_text,
+)
+from perfsight.jsontext import json_strings, json_text
 from perfsight.model import NO_ID, Trace
 
-CHUNK_ROWS = 65_536
+CHUNK_ROWS = 16_384
 """Events built and written per chunk: bounds the writer's memory whatever the trace size."""
 
 OVERLAP_PROCESS = "Overlap Analysis"
@@ -60,7 +72,6 @@ EXACT_US_LIMIT = 2**43
 WHOLE_US_LIMIT = 2**53
 """Below this many µs a double holds every whole microsecond exactly."""
 
-NS_PER_S = 1_000_000_000
 UINT32_MAX = 2**32 - 1
 
 
@@ -80,14 +91,14 @@ def _timestamps(trace: Trace, overlap: pa.Table | None) -> Iterator[np.ndarray]:
     """Every timestamp (ns) the file will hold, one array at a time."""
     slices = trace.slices
     if slices.num_rows:
-        start = text.combined(slices.column("start_ns")).to_numpy()
+        start = columns.int64(slices.column("start_ns"))
         yield start
-        yield start + text.combined(slices.column("dur_ns")).to_numpy()
+        yield start + columns.int64(slices.column("dur_ns"))
     if trace.memory.num_rows:
-        yield text.combined(trace.memory.column("ts_ns")).to_numpy()
+        yield columns.int64(trace.memory.column("ts_ns"))
     if overlap is not None and overlap.num_rows:
-        yield text.combined(overlap.column("start_ns")).to_numpy()
-        yield text.combined(overlap.column("end_ns")).to_numpy()
+        yield columns.int64(overlap.column("start_ns"))
+        yield columns.int64(overlap.column("end_ns"))
 
 
 def time_offset_ns(trace: Trace, overlap: pa.Table | None = None) -> int:
@@ -96,10 +107,10 @@ def time_offset_ns(trace: Trace, overlap: pa.Table | None = None) -> int:
     for values in _timestamps(trace, overlap):
         low = int(values.min()) if low is None else min(low, int(values.min()))
         high = max(high, int(np.abs(values).max()))
-        whole_us = whole_us and bool((values % 1000 == 0).all())
+        whole_us = whole_us and is_whole_us(values)
     if low is None:
         return 0
-    if high < EXACT_US_LIMIT * 1000 or (whole_us and high < WHOLE_US_LIMIT * 1000):
+    if high < EXACT_US_LIMIT * NS_PER_US or (whole_us and high < WHOLE_US_LIMIT * NS_PER_US):
         return 0
     return (low // NS_PER_S) * NS_PER_S
 
@@ -189,13 +200,19 @@ def _lanes(trace: Trace, memory_keys: list[str]) -> _Lanes:
     return _Lanes(track_pid, track_tid, metadata, memory_pid, overlap_pid, overlap_tids)
 
 
-def _escaped_dictionary(column: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, pa.Array]:
-    """(indices, JSON-escaped dictionary values) of a string column, escaped once per value."""
+# ---------------------------------------------------------------------------------------------
+# Events as text, one chunk of rows at a time (see ``text.TextRows``).  Every event starts with its
+# separator (",\n"): the metadata events always come first, so chunks are written as they are.
+
+
+def _escaped_dictionary(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
+    """(per-row codes, JSON-escaped text per code) of a string column, escaped once per value;
+    a null row gets code ``-1``."""
     arr = text.combined(column)
     if not pa.types.is_dictionary(arr.type):
         arr = pc.dictionary_encode(arr.cast(pa.string()))
-    escaped = text.json_strings(arr.dictionary.cast(pa.string()))
-    return arr.indices, escaped
+    escaped = json_strings(arr.dictionary.cast(pa.string())).to_pylist()
+    return columns.numpy(arr.indices, -1), escaped
 
 
 def _num(values: pa.Array) -> pa.Array:
@@ -205,81 +222,113 @@ def _num(values: pa.Array) -> pa.Array:
     return values.cast(pa.string())
 
 
-def _id(values: pa.Array) -> pa.Array:
-    """Integer ids as text, with ``NO_ID`` as null (then omitted)."""
-    return pc.if_else(pc.equal(values, NO_ID), pa.nulls(len(values), pa.string()), values.cast(pa.string()))
+def _add_us(rows: text.TextRows, ns: np.ndarray) -> None:
+    """Exact microseconds with three decimals (``units.us_pieces``)."""
+    sign, whole, fraction = us_pieces(ns)
+    rows.add_choice(sign, US_SIGNS)
+    rows.add_values(whole)
+    rows.add_choice(fraction, US_FRACTIONS)
 
 
-def _object(pairs: list[tuple[str, pa.Array]]) -> pa.Array:
-    """A JSON object per row from ``(key, value JSON text)`` pairs; null values are left out."""
-    pieces = [text.concat(orjson.dumps(key).decode() + ":", value) for key, value in pairs]
-    joined = pc.binary_join_element_wise(*pieces, ",", null_handling="skip")
-    return text.concat("{", joined, "}")
+Value = tuple[np.ndarray, list[str]] | pa.Array
+"""A JSON value per row: (code per row, text per code; -1 = null) or JSON text (null = null)."""
 
 
-def _slice_chunks(trace: Trace, lanes: _Lanes, offset: int, chunk_rows: int) -> Iterator[str]:
+def _add_object(rows: text.TextRows, pairs: list[tuple[str, Value]]) -> None:
+    """A JSON object from ``(key, value)`` pairs; a key whose value is null is left out."""
+    rows.add("{")
+    earlier = np.zeros(rows.n, bool)
+    for key, value in pairs:
+        name = orjson.dumps(key).decode() + ":"
+        if isinstance(value, pa.Array):
+            present = columns.numpy(value.is_valid()) if value.null_count else np.ones(rows.n, bool)
+            rows.add_choice(np.where(present, earlier.view(np.int8), -1), [name, "," + name])
+            rows.add_values(value)
+        else:  # the key and its value as one choice: first key, or after a comma
+            codes, texts = value
+            present = codes >= 0
+            rows.add_choice(np.where(present, codes + earlier * len(texts), -1),
+                            [name + t for t in texts] + ["," + name + t for t in texts])
+        earlier |= present
+    rows.add("}")
+
+
+def _json_list(values: pa.Array) -> pa.Array:
+    return json_text(values, sep=",")
+
+
+def _mb(values: pa.Array) -> pa.Array:
+    return _num(bytes_to_mb(values))
+
+
+def _ids(values: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Integer ids with ``NO_ID`` as null (its key is then left out)."""
+    ids = columns.int64(values, NO_ID)
+    return pa.array(ids, pa.int64(), mask=ids == NO_ID)
+
+
+def _slice_chunks(trace: Trace, lanes: _Lanes, offset: int, chunk_rows: int) -> Iterator[memoryview]:
     slices = trace.slices
-    name_idx, name_esc = _escaped_dictionary(slices.column("name"))
-    kind_idx, kind_esc = _escaped_dictionary(slices.column("kind"))
-    cat_idx, cat_esc = _escaped_dictionary(slices.column("category"))
-    track_pid = pa.array(lanes.track_pid).cast(pa.string())
-    track_tid = pa.array(lanes.track_tid).cast(pa.string())
+    name_code, name_esc = _escaped_dictionary(slices.column("name"))
+    kind_code, kind_esc = _escaped_dictionary(slices.column("kind"))
+    cat_code, cat_esc = _escaped_dictionary(slices.column("category"))
+    heads = pa.array([',\n{"ph":"X","name":' + name for name in name_esc], pa.string())
+    cats = [',"cat":' + c for c in cat_esc + kind_esc]  # no category: the kind
+    lane_text = _lane_texts(lanes)
+    track = columns.numpy(slices.column("track"))
+    start = columns.numpy(slices.column("start_ns"))
     for lo in range(0, slices.num_rows, chunk_rows):
-        n = min(chunk_rows, slices.num_rows - lo)
-        part = slices.slice(lo, n)
-
-        def col(name: str, part: pa.Table = part) -> pa.Array:
-            return text.combined(part.column(name))
-
-        track = col("track")
-        kind = kind_esc.take(kind_idx.slice(lo, n))
-        category = pc.fill_null(cat_esc.take(cat_idx.slice(lo, n)), kind)
-        args = _object([
-            ("kind", kind),
-            ("step", _id(col("step"))),
-            ("correlation", _id(col("correlation"))),
-            ("External id", _id(col("external_id"))),
-            ("Input Dims", text.json_shapes(col("input_dims"))),
-            ("Input type", text.json_string_lists(col("input_types"))),
-            ("grid", text.json_int_lists(col("grid"))),
-            ("block", text.json_int_lists(col("block"))),
-            ("est. achieved occupancy %", _num(col("occupancy_pct"))),
-            ("bytes", _num(col("bytes"))),
+        part = slices.slice(lo, chunk_rows)
+        n = part.num_rows
+        kind, cat = kind_code[lo : lo + n], cat_code[lo : lo + n]
+        rows = text.TextRows(n)
+        rows.add_choice(name_code[lo : lo + n], heads)
+        rows.add_choice(np.where(cat >= 0, cat, len(cat_esc) + kind), cats)
+        rows.add_choice(track[lo : lo + n], lane_text)
+        _add_us(rows, start[lo : lo + n] - offset)
+        rows.add(',"dur":')
+        rows.add_choice(*text.distinct_texts(part.column("dur_ns"), us_text))  # durations repeat
+        rows.add(',"args":')
+        _add_object(rows, [  # values with few distinct texts are coded: each text is made once
+            ("kind", (kind, kind_esc)),
+            ("step", text.distinct_texts(_ids(part.column("step")))),
+            ("correlation", _ids(part.column("correlation")).cast(pa.string())),
+            ("External id", _ids(part.column("external_id")).cast(pa.string())),
+            ("Input Dims", text.distinct_texts(part.column("input_dims"), _json_list)),
+            ("Input type", text.distinct_texts(part.column("input_types"), _json_list)),
+            ("grid", text.distinct_texts(part.column("grid"), _json_list)),
+            ("block", text.distinct_texts(part.column("block"), _json_list)),
+            ("est. achieved occupancy %", text.distinct_texts(part.column("occupancy_pct"), _num)),
+            ("bytes", text.distinct_texts(part.column("bytes"), _num)),
         ])
-        events = text.concat(
-            '{"ph":"X","name":', name_esc.take(name_idx.slice(lo, n)),
-            ',"cat":', category,
-            ',"pid":', track_pid.take(track), ',"tid":', track_tid.take(track),
-            ',"ts":', us_text(pc.subtract(col("start_ns"), offset)),
-            ',"dur":', us_text(col("dur_ns")),
-            ',"args":', args, "}",
-        )
-        yield text.join_rows(events, ",\n")
+        rows.add("}")
+        yield rows.to_bytes()
 
 
-def _flow_chunks(trace: Trace, lanes: _Lanes, offset: int, chunk_rows: int) -> Iterator[str]:
+def _lane_texts(lanes: _Lanes) -> list[str]:
+    """Per track: its output pid and tid, up to the timestamp's key."""
+    return [f',"pid":{p},"tid":{t},"ts":' for p, t in zip(lanes.track_pid, lanes.track_tid, strict=True)]
+
+
+def _flow_chunks(trace: Trace, lanes: _Lanes, offset: int, chunk_rows: int) -> Iterator[memoryview]:
     flows = trace.flows
-    if flows.num_rows == 0:
-        return
-    start = text.combined(trace.slices.column("start_ns"))
-    track = text.combined(trace.slices.column("track"))
-    track_pid = pa.array(lanes.track_pid).cast(pa.string())
-    track_tid = pa.array(lanes.track_tid).cast(pa.string())
-    kind_idx, kind_esc = _escaped_dictionary(flows.column("kind"))
-    for lo in range(0, flows.num_rows, chunk_rows):
-        n = min(chunk_rows, flows.num_rows - lo)
-        part = flows.slice(lo, n)
-        kind = kind_esc.take(kind_idx.slice(lo, n))
-        flow_id = pa.array(np.arange(lo, lo + n, dtype=np.int64)).cast(pa.string())
-        for phase, end in (('"s"', "src"), ('"f","bp":"e"', "dst")):
-            rows = text.combined(part.column(end))
-            at = track.take(rows)
-            events = text.concat(
-                '{"ph":', phase, ',"id":', flow_id, ',"cat":', kind, ',"name":', kind,
-                ',"pid":', track_pid.take(at), ',"tid":', track_tid.take(at),
-                ',"ts":', us_text(pc.subtract(start.take(rows), offset)), "}",
-            )
-            yield text.join_rows(events, ",\n")
+    start = columns.numpy(trace.slices.column("start_ns"))
+    track = columns.numpy(trace.slices.column("track"))
+    kind_code, kind_esc = _escaped_dictionary(flows.column("kind"))
+    kinds = [f',"cat":{k},"name":{k}' for k in kind_esc]
+    lane_text = _lane_texts(lanes)
+    for phase, end in (('"s"', "src"), ('"f","bp":"e"', "dst")):  # every start, then every finish
+        at = columns.int64(flows.column(end))
+        for lo in range(0, flows.num_rows, chunk_rows):
+            hi = min(lo + chunk_rows, flows.num_rows)
+            rows = text.TextRows(hi - lo)
+            rows.add(',\n{"ph":' + phase + ',"id":')
+            rows.add_values(pa.array(np.arange(lo, hi, dtype=np.int64)).cast(pa.string()))
+            rows.add_choice(kind_code[lo:hi], kinds)
+            rows.add_choice(track[at[lo:hi]], lane_text)
+            _add_us(rows, start[at[lo:hi]] - offset)
+            rows.add("}")
+            yield rows.to_bytes()
 
 
 def _memory_keys(trace: Trace) -> pa.Array:
@@ -290,58 +339,42 @@ def _memory_keys(trace: Trace) -> pa.Array:
 
 
 def _memory_chunks(trace: Trace, lanes: _Lanes, keys: pa.Array, offset: int, chunk_rows: int
-                   ) -> Iterator[str]:
+                   ) -> Iterator[memoryview]:
     memory = trace.memory
-    if memory.num_rows == 0:
-        return
-    names = list(lanes.memory_pid)
-    pids = pa.array([lanes.memory_pid[k] for k in names], pa.int64()).cast(pa.string())
-    pid = pids.take(pc.index_in(keys, value_set=pa.array(names, pa.string())))
+    heads = [f',\n{{"ph":"C","name":"Memory (MB)","pid":{pid},"tid":{pid},"ts":'
+             for pid in lanes.memory_pid.values()]
+    head_code = columns.int64(pc.index_in(keys, value_set=pa.array(list(lanes.memory_pid), pa.string())))
+    ts = columns.numpy(memory.column("ts_ns"))
     for lo in range(0, memory.num_rows, chunk_rows):
-        n = min(chunk_rows, memory.num_rows - lo)
-        part = memory.slice(lo, n)
-        args = _object([
-            ("Allocated", _num(bytes_to_mb(part.column("allocated_bytes")))),
-            ("Reserved", _num(bytes_to_mb(part.column("reserved_bytes")))),
-            ("Active", _num(bytes_to_mb(part.column("active_bytes")))),
-        ])
-        events = text.concat(
-            '{"ph":"C","name":"Memory (MB)","pid":', pid.slice(lo, n), ',"tid":', pid.slice(lo, n),
-            ',"ts":', us_text(pc.subtract(text.combined(part.column("ts_ns")), offset)),
-            ',"args":', args, "}",
-        )
-        yield text.join_rows(events, ",\n")
+        part = memory.slice(lo, chunk_rows)
+        rows = text.TextRows(part.num_rows)
+        rows.add_choice(head_code[lo : lo + part.num_rows], heads)
+        _add_us(rows, ts[lo : lo + part.num_rows] - offset)
+        rows.add(',"args":')
+        _add_object(rows, [(key, text.distinct_texts(part.column(column), _mb)) for key, column in
+                           (("Allocated", "allocated_bytes"), ("Reserved", "reserved_bytes"),
+                            ("Active", "active_bytes"))])
+        rows.add("}")
+        yield rows.to_bytes()
 
 
-def _overlap_chunks(overlap: pa.Table, lanes: _Lanes, offset: int, chunk_rows: int) -> Iterator[str]:
-    if overlap.num_rows == 0:
-        return
+def _overlap_chunks(overlap: pa.Table, lanes: _Lanes, offset: int, chunk_rows: int) -> Iterator[memoryview]:
     lane_names = pa.array(OVERLAP_LANES, pa.string())
-    lane_tid = pa.array([str(t) for t in lanes.overlap_tids], pa.string())
-    lane_esc = text.json_strings(lane_names)
+    heads = [f',\n{{"ph":"X","name":{orjson.dumps(lane).decode()},"cat":"overlap"'
+             f',"pid":{lanes.overlap_pid},"tid":{tid},"ts":'
+             for lane, tid in zip(OVERLAP_LANES, lanes.overlap_tids, strict=True)]
+    lane_code = columns.int64(pc.index_in(text.combined(overlap.column("lane")), value_set=lane_names))
+    start = columns.int64(overlap.column("start_ns"))
+    end = columns.int64(overlap.column("end_ns"))
     for lo in range(0, overlap.num_rows, chunk_rows):
-        part = overlap.slice(lo, min(chunk_rows, overlap.num_rows - lo))
-        index = pc.index_in(text.combined(part.column("lane")), value_set=lane_names)
-        start = text.combined(part.column("start_ns"))
-        events = text.concat(
-            '{"ph":"X","name":', lane_esc.take(index), ',"cat":"overlap"',
-            f',"pid":{lanes.overlap_pid},"tid":', lane_tid.take(index),
-            ',"ts":', us_text(pc.subtract(start, offset)),
-            ',"dur":', us_text(pc.subtract(text.combined(part.column("end_ns")), start)),
-            ',"args":{}}',
-        )
-        yield text.join_rows(events, ",\n")
-
-
-def _write_blocks(handle: IO[str], blocks: Iterator[str], first: bool) -> bool:
-    for block in blocks:
-        if not block:
-            continue
-        if not first:
-            handle.write(",\n")
-        handle.write(block)
-        first = False
-    return first
+        hi = min(lo + chunk_rows, overlap.num_rows)
+        rows = text.TextRows(hi - lo)
+        rows.add_choice(lane_code[lo:hi], heads)
+        _add_us(rows, start[lo:hi] - offset)
+        rows.add(',"dur":')
+        _add_us(rows, end[lo:hi] - start[lo:hi])
+        rows.add(',"args":{}}')
+        yield rows.to_bytes()
 
 
 def write_trace_view(path: str | Path, trace: Trace, overlap: pa.Table | None = None,
@@ -362,16 +395,15 @@ def write_trace_view(path: str | Path, trace: Trace, overlap: pa.Table | None = 
     other = {"producer": "perfsight", "rank": trace.rank, "world_size": trace.meta.world_size,
              "perfsight_time_offset_ns": offset, "time_unit_of_ts": "us"}
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        handle.write('{"displayTimeUnit":"ns","otherData":')
-        handle.write(orjson.dumps(other).decode())
-        handle.write(',"traceEvents":[\n')
-        first = _write_blocks(handle, iter([",\n".join(orjson.dumps(m).decode() for m in lanes.metadata)]),
-                              True)
-        first = _write_blocks(handle, _slice_chunks(trace, lanes, offset, chunk_rows), first)
-        first = _write_blocks(handle, _flow_chunks(trace, lanes, offset, chunk_rows), first)
-        first = _write_blocks(handle, _memory_chunks(trace, lanes, keys, offset, chunk_rows), first)
-        _write_blocks(handle, _overlap_chunks(overlap, lanes, offset, chunk_rows), first)
-        handle.write("\n]}\n")
+    with tmp.open("wb") as handle:
+        handle.write(b'{"displayTimeUnit":"ns","otherData":' + orjson.dumps(other) + b',"traceEvents":[\n')
+        handle.write(b",\n".join(orjson.dumps(m) for m in lanes.metadata))  # never empty: see _lanes
+        for chunks in (_slice_chunks(trace, lanes, offset, chunk_rows),
+                       _flow_chunks(trace, lanes, offset, chunk_rows),
+                       _memory_chunks(trace, lanes, keys, offset, chunk_rows),
+                       _overlap_chunks(overlap, lanes, offset, chunk_rows)):
+            for chunk in chunks:
+                handle.write(chunk)
+        handle.write(b"\n]}\n")
     tmp.replace(path)
     return path

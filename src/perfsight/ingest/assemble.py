@@ -21,6 +21,7 @@ from perfsight.model import (
     TRACK_SCHEMA,
     SliceKind,
     conform,
+    kind_code,
 )
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
@@ -118,7 +119,7 @@ def step_windows(
 
     Without markers the whole trace is one inferred step 0.
     """
-    is_step = (kind == SliceKind.STEP.value) & ~is_device
+    is_step = (kind == kind_code(SliceKind.STEP)) & ~is_device
     idx = np.flatnonzero(is_step)
     if len(idx):
         numbers = np.array(
@@ -171,22 +172,32 @@ def step_of(times: np.ndarray, steps: pa.Table) -> np.ndarray:
     return result
 
 
+def first_match(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """For each query, the position in ``keys`` of the first element equal to it (-1 if none)."""
+    found = np.full(len(queries), -1, dtype=np.int64)
+    if not len(keys) or not len(queries):
+        return found
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    pos = np.minimum(np.searchsorted(ordered, queries), len(ordered) - 1)
+    hit = ordered[pos] == queries
+    found[hit] = order[pos[hit]]
+    return found
+
+
 def launch_links(
     correlation: np.ndarray, is_device: np.ndarray, kind: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(runtime row, device row) pairs sharing a correlation id: the launch flows."""
+    """(runtime row, device row) pairs sharing a correlation id: the launch flows.
+
+    A device row whose id several runtime calls carry is linked to the first of them.
+    """
     has = correlation != NO_ID
-    runtime = np.flatnonzero(has & ~is_device & (kind == SliceKind.RUNTIME.value))
+    runtime = np.flatnonzero(has & ~is_device & (kind == kind_code(SliceKind.RUNTIME)))
     device = np.flatnonzero(has & is_device)
-    if not len(runtime) or not len(device):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    rt_corr = correlation[runtime]
-    order = np.argsort(rt_corr, kind="stable")
-    rt_sorted = rt_corr[order]
-    pos = np.searchsorted(rt_sorted, correlation[device])
-    pos_clipped = np.minimum(pos, len(rt_sorted) - 1)
-    found = rt_sorted[pos_clipped] == correlation[device]
-    return runtime[order[pos_clipped[found]]], device[found]
+    match = first_match(correlation[runtime], correlation[device])
+    found = match >= 0
+    return runtime[match[found]], device[found]
 
 
 def device_step(
@@ -248,19 +259,24 @@ def flows_table(rank: int, src: np.ndarray, dst: np.ndarray, kind: str) -> pa.Ta
     )
 
 
-def outermost(track: np.ndarray, start: np.ndarray, end: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def outermost(
+    track: np.ndarray, start: np.ndarray, end: np.ndarray, mask: np.ndarray, depth: np.ndarray | None = None
+) -> np.ndarray:
     """True for masked slices that no other masked slice of the same track encloses.
 
     Used to count nested instrumentation once (a collective's host wrappers, a
-    matmul's inner calls).  Loops over tracks; within a track a running maximum
-    of end times says whether an earlier slice still covers this one.
+    matmul's inner calls).  Loops over tracks; within a track, sorted by start and
+    longest first, a running maximum of end times says whether an earlier slice
+    still covers this one.  Of identical intervals the first row (or, given
+    ``depth``, the shallowest) is the outer one.
     """
     result = np.zeros(len(mask), bool)
     rows = np.flatnonzero(mask)
     if not len(rows):
         return result
     t, s, e = track[rows], start[rows], end[rows]
-    order = np.lexsort((-e, s, t))
+    keys = (-e, s, t) if depth is None else (depth[rows], -e, s, t)
+    order = np.lexsort(keys)
     t, s, e = t[order], s[order], e[order]
     bounds = np.flatnonzero(np.diff(t)) + 1
     outer = np.ones(len(t), bool)

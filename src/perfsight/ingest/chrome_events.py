@@ -1,16 +1,24 @@
-"""Parse batches of Chrome-trace events into one raw Arrow table.
+"""Parse the event array of a Chrome trace into flat raw Arrow tables.
 
-The columnar JSON parser (``pyarrow.json``) reads a batch in C++ against an
-explicit schema of the fields we use; everything else is skipped unread.  A
-batch it rejects -- a field whose type differs from event to event (Kineto's
-``"pid": "Spans"``), a nested shape list, a decimal string timestamp -- is split
-in halves until the offending events are few, and those few are decoded one
-by one with ``orjson`` and coerced.  An event that is not valid JSON marks the
-damage point: everything before it is kept, the rest is dropped, and the
-caller is told where.
+Every event whose phase the reader uses (:data:`KEPT_PHASES`) becomes one row of
+:data:`RAW_SCHEMA`: the event's own fields, times as exact integer nanoseconds,
+and the ``args`` keys of :data:`ARG_FIELDS` as ``args.<key>`` columns.  Other
+keys and other events are validated but never converted.
 
-Timestamps and durations are read as exact decimals of microseconds and turned
-into integer nanoseconds, so nanosecond-resolution traces lose nothing.
+Two paths give the same rows:
+
+* native -- the C scanner of :mod:`perfsight.ingest.eventscan` splits and
+  converts the decompressed blocks in one pass, without the GIL;
+* portable -- :mod:`perfsight.ingest.jsonstream` splits the array into batches
+  that ``pyarrow.json`` parses in C++ against an explicit schema.
+
+On both, an event whose values do not fit their columns (Kineto's
+``"pid": "Spans"`` is foreseen by the columns; a TensorList's deeper ``Input
+Dims``, a decimal-string timestamp on the portable path) is decoded alone with
+``orjson`` and coerced.  An event that is not valid JSON marks the damage point:
+everything before it is kept, the rest is dropped, and the caller is told
+where.  Timestamps are read as exact decimals of microseconds, so
+nanosecond-resolution traces lose nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ from __future__ import annotations
 import dataclasses
 import decimal
 import io
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,7 +36,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from perfsight.ingest.jsonstream import EventBatch
+from perfsight.ingest import eventscan
+from perfsight.ingest.eventscan import ColumnSpec
+from perfsight.ingest.jsonstream import EventBatch, EventStream, StreamReport, open_events
 
 _DIMS = pa.list_(pa.list_(pa.int64()))
 _TIME = pa.decimal128(24, 3)
@@ -67,21 +79,26 @@ ARG_FIELDS: dict[str, pa.DataType] = {
 }
 """The ``args`` keys we read, with the type each has in well-formed Kineto output."""
 
-RAW_SCHEMA = pa.schema(
-    [
-        ("ph", pa.string()),
-        ("cat", pa.string()),
-        ("name", pa.string()),
-        ("pid", pa.int64()),
-        ("tid", pa.int64()),
-        ("ts", _TIME),
-        ("dur", _TIME),
-        ("id", pa.int64()),
-        ("args", pa.struct([pa.field(k, t) for k, t in ARG_FIELDS.items()])),
-        ("pid_label", pa.string()),  # pid/tid that were strings ("Spans", "stream 7")
-        ("tid_label", pa.string()),
-    ]
-)
+KEPT_PHASES = "XiM"
+"""Phases the reader uses: complete slices, instants (allocator events), metadata (names).
+Flow arrows (``s``/``f``, a third of a Kineto file) are derived from correlation ids instead."""
+
+FIELDS: list[ColumnSpec] = [
+    ColumnSpec("ph", "ph", 0, pa.string()),
+    ColumnSpec("cat", "cat", 0, pa.string()),
+    ColumnSpec("name", "name", 0, pa.string()),
+    ColumnSpec("pid", "pid", 0, pa.int64(), label="pid_label"),
+    ColumnSpec("tid", "tid", 0, pa.int64(), label="tid_label"),
+    ColumnSpec("ts_ns", "ts", 0, pa.int64(), micros=True),
+    ColumnSpec("dur_ns", "dur", 0, pa.int64(), micros=True),
+    # pid/tid that were strings ("Spans", "stream 7")
+    ColumnSpec("pid_label", None, 0, pa.string()),
+    ColumnSpec("tid_label", None, 0, pa.string()),
+    *(ColumnSpec(f"args.{key}", key, 1, dtype) for key, dtype in ARG_FIELDS.items()),
+]
+"""The raw columns, where each comes from, and its type: the one list both paths follow."""
+
+RAW_SCHEMA = pa.schema([(f.name, f.dtype) for f in FIELDS])
 """Columns of the raw event table, before normalisation into the trace model."""
 
 _SMALL = 64
@@ -90,13 +107,103 @@ _SMALL = 64
 
 @dataclasses.dataclass
 class ParseResult:
-    table: pa.Table
+    table: pa.Table  # RAW_SCHEMA rows of kept events, in file order
     damage_offset: int | None = None  # file offset of the first event that is not valid JSON
     problem: str | None = None
 
 
+def read_events(path: Path, native: bool | None = None) -> tuple[Iterator[ParseResult], StreamReport]:
+    """Open ``path`` (raising :class:`~perfsight.ingest.jsonstream.NotATraceError` if it is not a
+    trace) and return (parsed tables, in order; the stream report, complete once they are read).
+
+    After a result with a ``problem`` nothing more comes.  ``native`` picks the path (default:
+    the native scanner when it is built).
+    """
+    stream = open_events(path)
+    if native is None:
+        native = eventscan.available()
+    results = _native(stream) if native else _portable(stream, stream.batches())
+    return results, stream.report
+
+
+def _portable(stream: EventStream, batches: Iterator[EventBatch]) -> Iterator[ParseResult]:
+    try:
+        for batch in batches:
+            result = parse_batch(batch)
+            if result.problem:
+                stream.abandon()
+                yield result
+                return
+            yield result
+    finally:
+        stream.close()
+
+
+def _native(stream: EventStream) -> Iterator[ParseResult]:
+    """Scan the decompressed blocks with the C scanner; hand anything it cannot place to the
+    portable splitter from that event on, so damage is judged the same way on both paths."""
+    scanner = eventscan.Scanner(FIELDS, KEPT_PHASES)
+    report = stream.report
+    window, base, pos = eventscan.Window(stream.first), stream.offset, 0  # window[0] is at offset base
+    blocks = iter(stream.blocks)
+    try:
+        while True:
+            scan = scanner.scan(window, pos)
+            report.events += scan.events
+            if scan.table.num_rows:
+                result = _with_slow_rows(scan, window, base)
+                if result.problem:
+                    stream.abandon()
+                    yield result
+                    return
+                yield result
+            pos = scan.pos
+            if scan.status == eventscan.FULL:
+                continue
+            if scan.status == eventscan.END:
+                stream.finish(window.bytes(pos + 1))
+                return
+            if scan.status == eventscan.INVALID:
+                yield from _portable(stream, stream.batches(window.bytes(pos), base + pos))
+                return
+            block = next(blocks, None)  # NEED_MORE: an event goes on in the next block
+            if block is None:
+                stream.cut_short(base + pos, window.bytes(pos))
+                return
+            window.advance(pos, block)
+            base, pos, block = base + pos, 0, None
+    finally:
+        stream.close()
+
+
+def _with_slow_rows(scan: eventscan.Scan, window: eventscan.Window, base: int) -> ParseResult:
+    """Fill the rows the scanner could not convert by decoding those events one by one."""
+    table = scan.table
+    if not len(scan.slow_rows):
+        return ParseResult(table=table)
+    rows = []
+    for i, (start, end) in enumerate(scan.slow_spans.tolist()):
+        try:
+            rows.append(_coerce(orjson.loads(window.bytes(start, end))))
+        except orjson.JSONDecodeError as exc:  # the scanner's JSON is stricter; this is a safety net
+            keep = int(scan.slow_rows[i])
+            head = _merge(table.slice(0, keep), scan.slow_rows[:i], rows)
+            return ParseResult(head, base + start, f"an event is not valid JSON ({exc})")
+    return ParseResult(table=_merge(table, scan.slow_rows, rows))
+
+
+def _merge(table: pa.Table, slow_rows: np.ndarray, rows: list[dict[str, Any] | None]) -> pa.Table:
+    """``table`` with row ``slow_rows[j]`` replaced by ``rows[j]``."""
+    if not len(slow_rows):
+        return table
+    n = table.num_rows
+    order = np.arange(n, dtype=np.int64)
+    order[slow_rows] = n + np.arange(len(slow_rows))
+    return pa.concat_tables([table, _rows_table(rows)]).take(pa.array(order))
+
+
 def parse_batch(batch: EventBatch) -> ParseResult:
-    """Parse every event of ``batch``; stop at the first undecodable one."""
+    """Parse every event of ``batch`` (portable path); stop at the first undecodable one."""
     tables: list[pa.Table] = []
     result = _parse_range(batch, 0, len(batch.ends), tables)
     table = pa.concat_tables(tables) if tables else RAW_SCHEMA.empty_table()
@@ -120,8 +227,24 @@ def _parse_range(batch: EventBatch, lo: int, hi: int, out: list[pa.Table]) -> tu
     return _parse_range(batch, mid, hi, out)
 
 
+_JSON_SCHEMA = pa.schema(
+    [
+        ("ph", pa.string()),
+        ("cat", pa.string()),
+        ("name", pa.string()),
+        ("pid", pa.int64()),
+        ("tid", pa.int64()),
+        ("ts", _TIME),
+        ("dur", _TIME),
+        ("args", pa.struct([pa.field(k, t) for k, t in ARG_FIELDS.items()])),
+        ("pid_label", pa.string()),
+        ("tid_label", pa.string()),
+    ]
+)
+"""What pyarrow.json reads (portable path) before :func:`_flat` makes it RAW_SCHEMA."""
+
 _PARSE = pj.ParseOptions(
-    explicit_schema=RAW_SCHEMA, unexpected_field_behavior="ignore", newlines_in_values=True
+    explicit_schema=_JSON_SCHEMA, unexpected_field_behavior="ignore", newlines_in_values=True
 )
 _READ = pj.ReadOptions(block_size=1 << 21)  # several blocks per batch, so both cores parse
 
@@ -140,7 +263,26 @@ def _columnar(data: bytes) -> pa.Table:
     for old, new in _LABEL_KEYS:
         if old in data:
             data = data.replace(old, new)
-    return pj.read_json(io.BytesIO(data), read_options=_READ, parse_options=_PARSE)
+    return _flat(pj.read_json(io.BytesIO(data), read_options=_READ, parse_options=_PARSE))
+
+
+def _flat(parsed: pa.Table) -> pa.Table:
+    """pyarrow.json's nested table -> RAW_SCHEMA rows of the kept phases."""
+    parsed = parsed.filter(pc.is_in(parsed.column("ph"), pa.array(list(KEPT_PHASES))))
+    args = parsed.column("args")
+    columns = {
+        "ph": parsed.column("ph"),
+        "cat": parsed.column("cat"),
+        "name": parsed.column("name"),
+        "pid": parsed.column("pid"),
+        "tid": parsed.column("tid"),
+        "ts_ns": micros_to_ns(parsed.column("ts")),
+        "dur_ns": micros_to_ns(parsed.column("dur")),
+        "pid_label": parsed.column("pid_label"),
+        "tid_label": parsed.column("tid_label"),
+        **{f"args.{key}": pc.struct_field(args, key) for key in ARG_FIELDS},
+    }
+    return pa.table(columns, schema=RAW_SCHEMA)
 
 
 def _one_by_one(batch: EventBatch, lo: int, hi: int, out: list[pa.Table]) -> tuple[int | None, str | None]:
@@ -155,8 +297,9 @@ def _one_by_one(batch: EventBatch, lo: int, hi: int, out: list[pa.Table]) -> tup
             if rows:
                 out.append(_rows_table(rows))
             return batch.offset + start + stripped, f"event #{i} is not valid JSON ({exc})"
-        if isinstance(event, dict):
-            rows.append(_coerce(event))
+        row = _coerce(event)
+        if row is not None:
+            rows.append(row)
     if rows:
         out.append(_rows_table(rows))
     return None, None
@@ -165,20 +308,25 @@ def _one_by_one(batch: EventBatch, lo: int, hi: int, out: list[pa.Table]) -> tup
 _RAW_STRUCT = pa.struct(list(RAW_SCHEMA))
 
 
-def _rows_table(rows: list[dict[str, Any]]) -> pa.Table:
+def _rows_table(rows: list[dict[str, Any] | None]) -> pa.Table:
     """Rows -> table without Table.from_pylist, which imports pandas (a second of start-up)."""
     return pa.Table.from_struct_array(pa.array(rows, type=_RAW_STRUCT))
 
 
-def _coerce(event: dict[str, Any]) -> dict[str, Any]:
-    """Bring one loosely-typed event to RAW_SCHEMA's types (slow path, few events)."""
+def _coerce(event: Any) -> dict[str, Any] | None:
+    """Bring one loosely-typed event to RAW_SCHEMA's types (slow path, few events);
+    None for an event of a phase the reader does not keep (or not an object)."""
+    if not isinstance(event, dict):
+        return None
+    ph = _text(event.get("ph"))
+    if ph is None or len(ph) != 1 or ph not in KEPT_PHASES:
+        return None
     row: dict[str, Any] = {
-        "ph": _text(event.get("ph")),
+        "ph": ph,
         "cat": _text(event.get("cat")),
         "name": _text(event.get("name")),
-        "ts": _micros(event.get("ts")),
-        "dur": _micros(event.get("dur")),
-        "id": _integer(event.get("id")),
+        "ts_ns": _nanos(event.get("ts")),
+        "dur_ns": _nanos(event.get("dur")),
     }
     for key in ("pid", "tid"):
         value = event.get(key)
@@ -187,7 +335,7 @@ def _coerce(event: dict[str, Any]) -> dict[str, Any]:
         row[f"{key}_label"] = str(value) if number is None and value is not None else None
     args = event.get("args")
     if isinstance(args, dict):
-        row["args"] = {k: _coerce_arg(args.get(k), t) for k, t in ARG_FIELDS.items()}
+        row.update({f"args.{k}": _coerce_arg(args.get(k), t) for k, t in ARG_FIELDS.items()})
     return row
 
 
@@ -257,8 +405,15 @@ def _micros(value: Any) -> decimal.Decimal | None:
     return number.quantize(decimal.Decimal("0.001"), rounding=decimal.ROUND_HALF_EVEN)
 
 
-def micros_to_ns(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """Exact decimal microseconds -> int64 nanoseconds (nulls become 0)."""
+def _nanos(value: Any) -> int | None:
+    micros = _micros(value)
+    if micros is None:
+        return None
+    nanos = int(micros * 1000)
+    return nanos if -_INT64_MAX <= nanos <= _INT64_MAX else None
+
+
+def micros_to_ns(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """Exact decimal microseconds -> int64 nanoseconds (nulls stay null)."""
     scaled = pc.multiply(column, pa.scalar(decimal.Decimal(1000), pa.decimal128(5, 0)))
-    ints = pc.cast(scaled, pa.int64(), safe=False)
-    return ints.fill_null(0).to_numpy()
+    return pc.cast(scaled, pa.int64(), safe=False)

@@ -7,6 +7,12 @@ structural scan (NumPy over the raw bytes) finds where each top-level event
 ends, and complete events are handed on in batches of raw bytes whose
 separating commas are blanked, ready for a columnar JSON parser.
 
+Decompression runs in a background thread, a couple of blocks ahead of the
+consumer (zlib releases the GIL), so it overlaps with parsing.  Callers that
+split and parse in one pass themselves (the native scanner) take the raw blocks
+from :func:`open_events` and come back here for the header, the truncation
+report, or -- when they meet text they do not handle -- to split the rest.
+
 The scan tracks strings (with escapes), nesting depth and the end of the array
 across block boundaries.  What it cannot place -- bytes after the last
 complete event of a truncated file, or text that breaks the structure -- is
@@ -19,6 +25,8 @@ This module knows nothing about Kineto fields; it only splits JSON.
 from __future__ import annotations
 
 import dataclasses
+import queue
+import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +38,7 @@ import orjson
 READ_BLOCK = 1 << 20
 """Compressed bytes read per I/O call."""
 
-MAX_BLOCK = 8 << 20
+MAX_BLOCK = 2 << 20
 """Most decompressed bytes produced per block (gzip traces inflate 20x)."""
 
 BATCH_BYTES = 16 << 20
@@ -72,9 +80,16 @@ class EventBatch:
 
 
 def _decompressed_blocks(handle: BinaryIO) -> Iterator[bytes]:
-    """Yield decompressed blocks of a plain, gzip or zlib file; stops quietly at a cut."""
-    head = handle.read(READ_BLOCK)
-    if head[:2] == b"\x1f\x8b":
+    """Yield decompressed blocks of a plain, gzip or zlib file; stops quietly at a cut.
+    Closes ``handle`` when done or closed."""
+    with handle:
+        head = handle.read(READ_BLOCK)
+        if head[:2] != b"\x1f\x8b":
+            chunk = head
+            while chunk:
+                yield chunk
+                chunk = handle.read(READ_BLOCK)
+            return
         inflater = zlib.decompressobj(wbits=47)
         chunk = head
         while chunk:
@@ -93,11 +108,61 @@ def _decompressed_blocks(handle: BinaryIO) -> Iterator[bytes]:
             tail = b""
         if tail:
             yield tail
-        return
-    chunk = head
-    while chunk:
-        yield chunk
-        chunk = handle.read(READ_BLOCK)
+
+
+PREFETCH_BLOCKS = 1
+"""Decompressed blocks the reading thread may hold ready: bounds its memory."""
+
+_DONE = object()
+
+
+@dataclasses.dataclass
+class _Failed:
+    error: BaseException
+
+
+def _prefetched(blocks: Iterator[bytes]) -> Iterator[bytes]:
+    """Iterate ``blocks`` in a background thread, a few blocks ahead of the consumer.
+    Errors are re-raised in the consumer; closing the iterator stops the thread."""
+    ready: queue.Queue[Any] = queue.Queue(maxsize=PREFETCH_BLOCKS)
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for block in blocks:
+                if not put(block):
+                    break
+            else:
+                put(_DONE)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which re-raises it
+            put(_Failed(exc))
+        finally:
+            close = getattr(blocks, "close", None)
+            if close is not None:
+                close()
+
+    worker = threading.Thread(target=work, name="perfsight-decompress", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = ready.get()
+            if item is _DONE:
+                return
+            if isinstance(item, _Failed):
+                raise item.error
+            yield item
+    finally:
+        stop.set()
+        worker.join()
 
 
 class _Scanner:
@@ -249,14 +314,68 @@ def _find_array_start(buffer: bytes) -> tuple[int, bool] | None:
 _HEADER_LIMIT = 64 << 20
 
 
-def stream_events(path: Path) -> tuple[Iterator[EventBatch], StreamReport]:
-    """Open ``path`` and return (batches of complete events, report filled as they stream).
+@dataclasses.dataclass
+class EventStream:
+    """An open trace positioned just inside its event array.
+
+    ``first`` (at decompressed offset ``offset``) and then ``blocks`` are the rest of the
+    decompressed document.  Consume it either with :meth:`batches` (split here) or by
+    scanning the blocks yourself and calling :meth:`finish` or :meth:`cut_short` at the end.
+    """
+
+    first: bytes
+    offset: int
+    blocks: Iterator[bytes]
+    bare: bool
+    header_text: bytes
+    report: StreamReport
+
+    def batches(self, first: bytes | None = None, offset: int | None = None) -> Iterator[EventBatch]:
+        """Complete events from ``first`` (an event boundary; default: the array start) on."""
+        if first is None:
+            first, offset = self.first, self.offset
+        assert offset is not None
+        return _batches(self, first, offset)
+
+    def finish(self, trailer: bytes, rest: Iterator[bytes] | None = None) -> None:
+        """The array ended; ``trailer`` is what followed its ``]``, ``rest`` the blocks after it."""
+        for block in self.blocks if rest is None else rest:
+            if len(trailer) > _HEADER_LIMIT:
+                break
+            trailer += block
+        self.close()
+        self.report.header = _parse_header(self.header_text, trailer, self.bare)
+
+    def cut_short(self, offset: int, leftover: bytes) -> None:
+        """The file ended inside the array; ``leftover`` (at ``offset``) is a cut event, if any."""
+        self.close()
+        leftover = leftover.strip()
+        report = self.report
+        report.truncated = True
+        report.damage_offset = offset
+        report.problem = f"file ends inside the event array after {report.events} complete events" + (
+            f"; {len(leftover)} bytes of a cut event were dropped" if leftover else ""
+        )
+        report.header = _parse_header(self.header_text, b"", self.bare)
+
+    def abandon(self) -> None:
+        """The caller stops early (damage): close, and keep what the header says."""
+        self.close()
+        self.report.header = _parse_header(self.header_text, b"", self.bare)
+
+    def close(self) -> None:
+        close = getattr(self.blocks, "close", None)
+        if close is not None:
+            close()
+
+
+def open_events(path: Path) -> EventStream:
+    """Open ``path`` and position it at the start of its event array.
 
     Raises :class:`NotATraceError` at once if the file does not look like a trace.
     """
-    handle = open(path, "rb")  # noqa: SIM115 - closed by the generator
+    handle = open(path, "rb")  # noqa: SIM115 - closed by the block generator
     blocks = _decompressed_blocks(handle)
-    report = StreamReport()
     prefix = b""
     start: tuple[int, bool] | None = None
     try:
@@ -266,40 +385,47 @@ def stream_events(path: Path) -> tuple[Iterator[EventBatch], StreamReport]:
             if start is not None or len(prefix) > _HEADER_LIMIT:
                 break
     except NotATraceError:
-        handle.close()
+        blocks.close()
         raise
     except OSError as exc:
-        handle.close()
+        blocks.close()
         raise NotATraceError(f"cannot be read: {exc}") from exc
     if start is None:
-        handle.close()
+        blocks.close()
         if not prefix.strip():
             raise NotATraceError("is empty")
         if b'"traceEvents"' not in prefix and prefix.lstrip()[:1] == b"{":
             raise NotATraceError('has no "traceEvents" array')
         raise NotATraceError("ends before its event array begins")
     body_start, bare = start
-    header_text = prefix[:body_start]
-    return _batches(handle, blocks, prefix[body_start:], body_start, bare, header_text, report), report
+    return EventStream(
+        first=prefix[body_start:],
+        offset=body_start,
+        blocks=_prefetched(blocks),
+        bare=bare,
+        header_text=prefix[:body_start],
+        report=StreamReport(),
+    )
 
 
-def _batches(
-    handle: BinaryIO,
-    blocks: Iterator[bytes],
-    first: bytes,
-    first_offset: int,
-    bare: bool,
-    header_text: bytes,
-    report: StreamReport,
-) -> Iterator[EventBatch]:
+def stream_events(path: Path) -> tuple[Iterator[EventBatch], StreamReport]:
+    """Open ``path`` and return (batches of complete events, report filled as they stream).
+
+    Raises :class:`NotATraceError` at once if the file does not look like a trace.
+    """
+    stream = open_events(path)
+    return stream.batches(), stream.report
+
+
+def _batches(stream: EventStream, first: bytes, first_offset: int) -> Iterator[EventBatch]:
+    report = stream.report
     kineto_layout = _KinetoLineScanner.applies(first[:256])
     scanner: _Scanner | _KinetoLineScanner = _KinetoLineScanner() if kineto_layout else _Scanner()
-    source = _line_aligned(_chain(first, blocks)) if kineto_layout else _chain(first, blocks)
+    blocks = _chain(first, stream.blocks)
+    source = _line_aligned(blocks) if kineto_layout else blocks
     pending = bytearray()  # bytes not yet handed on, starting at an event boundary
     pending_offset = first_offset  # file offset of pending[0]
     pending_ends: list[np.ndarray] = []  # event ends found in pending, relative to pending[0]
-    trailer = b""
-    finished = False
 
     def emit() -> EventBatch:
         nonlocal pending, pending_offset, pending_ends
@@ -314,11 +440,6 @@ def _batches(
 
     try:
         for block in source:
-            if finished:
-                trailer += block
-                if len(trailer) > _HEADER_LIMIT:
-                    break
-                continue
             ends, commas, array_end = scanner.scan(np.frombuffer(block, dtype=np.uint8))
             base = len(pending)
             pending += block
@@ -327,23 +448,19 @@ def _batches(
             if len(ends):
                 pending_ends.append(base + ends.astype(np.int64))
             if array_end is not None:
-                finished = True
                 trailer = bytes(pending[base + array_end + 1 :])
                 del pending[base + array_end :]
-            if pending_ends and (finished or len(pending) >= BATCH_BYTES):
+                if pending_ends:
+                    yield emit()
+                stream.finish(trailer, source)
+                return
+            if pending_ends and len(pending) >= BATCH_BYTES:
                 yield emit()
-        if not finished:
-            if pending_ends:
-                yield emit()
-            leftover = bytes(pending).strip()
-            report.truncated = True
-            report.damage_offset = pending_offset
-            report.problem = f"file ends inside the event array after {report.events} complete events" + (
-                f"; {len(leftover)} bytes of a cut event were dropped" if leftover else ""
-            )
+        if pending_ends:
+            yield emit()
+        stream.cut_short(pending_offset, bytes(pending))
     finally:
-        handle.close()
-    report.header = _parse_header(header_text, trailer, bare)
+        stream.close()
 
 
 def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:

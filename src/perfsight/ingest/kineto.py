@@ -25,10 +25,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight.ingest import assemble
-from perfsight.ingest.chrome_events import RAW_SCHEMA, micros_to_ns, parse_batch
-from perfsight.ingest.jsonstream import NotATraceError, stream_events
+from perfsight.ingest.chrome_events import ARG_FIELDS, read_events
+from perfsight.ingest.jsonstream import NotATraceError
 from perfsight.model import (
     COMM_SCHEMA,
+    KIND_NAMES,
     MEMORY_SCHEMA,
     NO_ID,
     SLICE_SCHEMA,
@@ -37,11 +38,10 @@ from perfsight.model import (
     SliceKind,
     Trace,
     conform,
+    kind_code,
 )
 
 log = logging.getLogger(__name__)
-
-RAW_ARGS: pa.StructType = RAW_SCHEMA.field("args").type
 
 
 class TraceReadError(ValueError):
@@ -99,7 +99,7 @@ def read_kineto(path: str | Path, rank: int | None = None) -> Trace:
     """
     path = Path(path)
     try:
-        batches, report = stream_events(path)
+        results, report = read_events(path)
     except NotATraceError as exc:
         raise TraceReadError(f"{path}: not a Chrome/Kineto trace: {exc}") from None
     except OSError as exc:
@@ -108,8 +108,7 @@ def read_kineto(path: str | Path, rank: int | None = None) -> Trace:
     warnings: list[str] = []
     damaged = False
     try:
-        for batch in batches:
-            parsed = parse_batch(batch)
+        for parsed in results:
             parts.add(parsed.table)
             if parsed.problem:
                 damaged = True
@@ -149,6 +148,7 @@ _MEMORY_ARGS = (
     "Device Type",
     "Device Id",
 )
+_ARG_COLUMNS = tuple(f"args.{key}" for key in _SLICE_ARGS + _COMM_ARGS)
 
 
 @dataclasses.dataclass
@@ -168,20 +168,20 @@ class _Parts:
         if not raw.num_rows:
             return
         ph = raw.column("ph")
-        x = raw.filter(pc.equal(ph, "X"))
+        is_x = pc.equal(ph, "X")
+        x = raw.select(["cat", "name", "pid", "tid", "ts_ns", "dur_ns", *_ARG_COLUMNS]).filter(is_x)
         if x.num_rows:
-            args = x.column("args")
             columns: dict[str, Any] = {
                 "cat": x.column("cat").fill_null("").dictionary_encode(),
                 "name": x.column("name").fill_null("").dictionary_encode(),
                 "pid": x.column("pid"),
                 "tid": x.column("tid"),
-                "start_ns": micros_to_ns(x.column("ts")),
-                "dur_ns": np.maximum(micros_to_ns(x.column("dur")), 0),
+                "start_ns": x.column("ts_ns").fill_null(0),
+                "dur_ns": pc.max_element_wise(x.column("dur_ns").fill_null(0), 0),
             }
-            columns.update({key: pc.struct_field(args, key) for key in _SLICE_ARGS})
+            columns.update({key: x.column(f"args.{key}") for key in _SLICE_ARGS})
             self.complete.append(pa.table(columns))
-            comm = pa.table({key: pc.struct_field(args, key) for key in _COMM_ARGS})
+            comm = pa.table({key: x.column(f"args.{key}") for key in _COMM_ARGS})
             has = pc.or_(
                 pc.is_valid(comm.column("Collective name")), pc.is_valid(comm.column("In msg nelems"))
             )
@@ -191,24 +191,41 @@ class _Parts:
                     comm.take(pa.array(rows)).append_column("row", pa.array(rows + self.slices))
                 )
             self.slices += x.num_rows
-        mem = raw.filter(pc.and_(pc.equal(ph, "i"), pc.equal(raw.column("name"), "[memory]")))
+        is_mem = pc.and_(pc.equal(ph, "i"), pc.equal(raw.column("name"), "[memory]"))
+        mem = raw.select(["ts_ns", "tid", *(f"args.{key}" for key in _MEMORY_ARGS)]).filter(is_mem)
         if mem.num_rows:
-            args = mem.column("args")
-            columns = {"ts_ns": micros_to_ns(mem.column("ts")), "tid": mem.column("tid")}
-            columns.update({key: pc.struct_field(args, key) for key in _MEMORY_ARGS})
+            columns = {"ts_ns": mem.column("ts_ns").fill_null(0), "tid": mem.column("tid")}
+            columns.update({key: mem.column(f"args.{key}") for key in _MEMORY_ARGS})
             self.memory.append(pa.table(columns))
-        names = raw.filter(pc.and_(pc.equal(ph, "M"), pc.equal(raw.column("name"), "thread_name")))
+        is_name = pc.and_(pc.equal(ph, "M"), pc.equal(raw.column("name"), "thread_name"))
+        names = raw.select(["pid", "tid", "args.name"]).filter(is_name)
         if names.num_rows:
-            label = pc.struct_field(names.column("args"), "name")
             self.thread_names.append(
-                pa.table({"pid": names.column("pid"), "tid": names.column("tid"), "label": label})
+                pa.table({"pid": names.column("pid"), "tid": names.column("tid"), "label": names.column(2)})
             )
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table | None:
+    """One contiguous table from the per-batch parts, emptying ``tables`` as it goes.
+
+    Column by column, so that each part's buffers are released as soon as their column
+    is copied: the peak is the parts plus one column, not the parts plus the whole result.
+    """
     if not tables:
         return None
-    return pa.concat_tables(tables).unify_dictionaries().combine_chunks()
+    names = tables[0].column_names
+    columns = []
+    for name in names:
+        chunks = [chunk for t in tables for chunk in t.column(name).chunks]
+        merged = pa.Table.from_arrays(
+            [pa.chunked_array(chunks, type=tables[0].schema.field(name).type)], [name]
+        )
+        columns.append(merged.unify_dictionaries().column(0).combine_chunks())
+        del merged
+        for i, table in enumerate(tables):
+            tables[i] = table.drop_columns([name])
+    tables.clear()
+    return pa.table(dict(zip(names, columns, strict=True)))
 
 
 def _bools(array: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -285,7 +302,7 @@ def _build(parts: _Parts, meta: RunMetadata, truncated: bool) -> Trace:
                 "tid": pa.array([], pa.int64()),
                 "start_ns": pa.array([], pa.int64()),
                 "dur_ns": pa.array([], pa.int64()),
-                **{key: pa.nulls(0, RAW_ARGS.field(key).type) for key in _SLICE_ARGS},
+                **{key: pa.nulls(0, ARG_FIELDS[key]) for key in _SLICE_ARGS},
             }
         )
     memory = _memory(_concat(parts.memory), rank)
@@ -321,7 +338,7 @@ def _build(parts: _Parts, meta: RunMetadata, truncated: bool) -> Trace:
     step = assemble.step_of(start, steps)
     src, dst = assemble.launch_links(correlation, is_device, kind)
     step = assemble.device_step(step, is_device, src, dst, start, steps)
-    on_device = is_device & (kind != SliceKind.DEVICE_ANNOTATION.value)
+    on_device = is_device & (kind != kind_code(SliceKind.DEVICE_ANNOTATION))
     steps = assemble.device_windows(steps, step, on_device, start, start + dur)
     if truncated and steps.num_rows:
         complete_flags = np.ones(steps.num_rows, bool)
@@ -334,7 +351,7 @@ def _build(parts: _Parts, meta: RunMetadata, truncated: bool) -> Trace:
         pa.table(
             {
                 "rank": np.full(n, rank, np.int32),
-                "kind": pa.array(kind).dictionary_encode(),
+                "kind": pa.DictionaryArray.from_arrays(pa.array(kind, pa.int32()), pa.array(KIND_NAMES)),
                 "category": complete.column("cat"),
                 "name": names,
                 "is_device": is_device,
@@ -365,28 +382,30 @@ def _build(parts: _Parts, meta: RunMetadata, truncated: bool) -> Trace:
 def _kinds(
     cat: pa.ChunkedArray, cat_values: pa.Array, names: pa.ChunkedArray, is_device: np.ndarray
 ) -> np.ndarray:
-    """Kind of every slice, decided per unique category and name, then spread over rows."""
-    kind_of_cat = np.full(len(cat_values), SliceKind.OTHER.value, dtype=object)
-    lowered = cat_values.to_pylist()
-    for i, category in enumerate(lowered):
+    """Kind code of every slice (see ``model.kind_code``), decided per unique category and
+    name, then spread over the rows as one byte each."""
+    kind_of_cat = np.full(len(cat_values), kind_code(SliceKind.OTHER), dtype=np.int8)
+    for i, category in enumerate(cat_values.to_pylist()):
         if category in _CATEGORY_KIND:
-            kind_of_cat[i] = _CATEGORY_KIND[category].value
-    kind = _by_dictionary(cat, kind_of_cat.astype(str)).astype(object)
+            kind_of_cat[i] = kind_code(_CATEGORY_KIND[category])
+    kind = _by_dictionary(cat, kind_of_cat)
     name_values = _dictionary_values(names)
 
     def matches(pattern: str) -> np.ndarray:
         return _by_dictionary(names, _bools(pc.match_substring_regex(name_values, pattern)))
 
-    kind[matches(assemble.STEP_NAME.pattern) & ~is_device & (kind == SliceKind.ANNOTATION.value)] = (
-        SliceKind.STEP.value
+    def code(k: SliceKind) -> int:
+        return kind_code(k)
+
+    kind[matches(assemble.STEP_NAME.pattern) & ~is_device & (kind == code(SliceKind.ANNOTATION))] = code(
+        SliceKind.STEP
     )
-    kind[matches(DATA_LOADING_NAME) & ~is_device] = SliceKind.DATA_LOADING.value
-    kind[matches(COMM_DEVICE_NAME) & is_device & (kind == SliceKind.KERNEL.value)] = (
-        SliceKind.COMMUNICATION.value
-    )
-    host_op = (kind == SliceKind.CPU_OP.value) | (kind == SliceKind.ANNOTATION.value)
-    kind[matches(COMM_HOST_NAME) & ~is_device & host_op] = SliceKind.COMMUNICATION.value
-    return kind.astype(str)
+    kind[matches(DATA_LOADING_NAME) & ~is_device] = code(SliceKind.DATA_LOADING)
+    comm_kernel = matches(COMM_DEVICE_NAME) & is_device & (kind == code(SliceKind.KERNEL))
+    kind[comm_kernel] = code(SliceKind.COMMUNICATION)
+    host_op = (kind == code(SliceKind.CPU_OP)) | (kind == code(SliceKind.ANNOTATION))
+    kind[matches(COMM_HOST_NAME) & ~is_device & host_op] = code(SliceKind.COMMUNICATION)
+    return kind
 
 
 def _track_names(rows: pa.Table | None) -> dict[tuple[int, int, bool], str]:
@@ -450,7 +469,7 @@ def _comm(
     if comm_args is not None:
         meta_rows[comm_args.column("row").to_numpy()] = np.arange(comm_args.num_rows)
     has_meta = meta_rows >= 0
-    is_comm = kind == SliceKind.COMMUNICATION.value
+    is_comm = kind == kind_code(SliceKind.COMMUNICATION)
     device_rows = is_comm & is_device
     host_comm = is_comm & ~is_device
     names = slices.column("name")
@@ -465,7 +484,7 @@ def _comm(
     rows = np.flatnonzero(device_rows | host_rows)
     picked_meta = meta_rows[rows]
     if comm_args is None:
-        comm_args = pa.table({key: pa.nulls(0, RAW_ARGS.field(key).type) for key in _COMM_ARGS})
+        comm_args = pa.table({key: pa.nulls(0, ARG_FIELDS[key]) for key in _COMM_ARGS})
     with_meta = picked_meta >= 0
     take = (
         pa.array(np.where(with_meta, picked_meta, 0), mask=~with_meta)
@@ -475,7 +494,7 @@ def _comm(
     args = (
         comm_args.select(list(_COMM_ARGS)).take(take)
         if comm_args.num_rows
-        else pa.table({key: pa.nulls(len(rows), RAW_ARGS.field(key).type) for key in _COMM_ARGS})
+        else pa.table({key: pa.nulls(len(rows), ARG_FIELDS[key]) for key in _COMM_ARGS})
     )
     row_names = pc.cast(pc.take(names, pa.array(rows, pa.int64())), pa.string())
     collective = _canonical_collective(pc.utf8_lower(pc.coalesce(args.column("Collective name"), row_names)))
