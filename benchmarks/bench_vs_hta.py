@@ -76,8 +76,15 @@ def run_child(tool: str, trace: Path, out_dir: Path) -> int:
             started = time.perf_counter()
             TraceAnalysis(trace_dir=str(trace.parent))
         else:
+            import importlib
+
             import perfsight
 
+            # imports are excluded on both sides: HTA's module import brings pandas; pyarrow brings
+            # it on first use and perfsight loads its writers lazily, so load them here
+            for module in ("pandas", "perfsight.export.mindspore_csv", "perfsight.export.trace_view",
+                           "perfsight.export.sqlite_db", "perfsight.store.cache"):  # fmt: skip
+                importlib.import_module(module)
             analyse = getattr(perfsight, "analyse", None)
             if analyse is None:
                 raise RuntimeError("perfsight.analyse does not exist yet")
