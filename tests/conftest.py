@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import json
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,3 +38,26 @@ def nccl_trace_path() -> Path:
 @pytest.fixture
 def df_trace_path() -> Path:
     return kineto_file("df_index_resolver/df_index_resolver.json.gz")
+
+
+def need_file(path: Path) -> Path:
+    if not path.is_file():
+        pytest.skip(f"shared Kineto sample {path} is not on this machine")
+    return path
+
+
+def read_real(path: Path) -> Any:
+    """A real trace through our reader (``perfsight.ingest.read_trace``)."""
+    from perfsight.ingest import read_trace
+
+    return read_trace(need_file(path))
+
+
+def raw_events_exact(path: Path) -> list[dict[str, Any]]:
+    """Like ``raw_events`` but with timestamps as exact Decimals (for nanosecond oracles)."""
+    with gzip.open(need_file(path), "rt", encoding="utf-8") as handle:
+        return json.load(handle, parse_float=Decimal)["traceEvents"]
+
+
+def ns_exact(micros: Any) -> int:
+    return int(Decimal(micros) * 1000)

@@ -7,16 +7,15 @@ computed in plain Python straight from the raw Kineto JSON.
 
 from __future__ import annotations
 
-import gzip
-import json
-from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from _trace_builder import KINETO_DATA, make_trace
+from conftest import ns_exact as _ns
+from conftest import raw_events_exact as _raw_events
+from conftest import read_real as _read
 from perfsight.analysis import intervals as iv
 from perfsight.analysis.overlap import OVERLAP_SCHEMA, overlap_breakdown, overlap_intervals
 from perfsight.model import Trace
@@ -280,26 +279,6 @@ def test_a_trace_without_steps_gives_empty_tables_with_the_contract_columns() ->
 
 # ---------------------------------------------------------------------------------------------
 # real Kineto traces
-
-
-def _need(path: Path) -> Path:
-    if not path.is_file():
-        pytest.skip(f"shared Kineto sample {path} is not on this machine")
-    return path
-
-
-def _read(path: Path) -> Trace:
-    ingest = pytest.importorskip("perfsight.ingest", reason="the Kineto reader is not available yet")
-    return ingest.read_trace(_need(path))
-
-
-def _raw_events(path: Path) -> list[dict[str, Any]]:
-    with gzip.open(_need(path), "rt", encoding="utf-8") as handle:
-        return json.load(handle, parse_float=Decimal)["traceEvents"]
-
-
-def _ns(micros: Any) -> int:
-    return int(Decimal(micros) * 1000)
 
 
 def _union_length(pairs: list[tuple[int, int]]) -> int:
