@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfsight.export import units
 from perfsight.pipeline import RankResult
 
 TOP_OPERATORS = 10
@@ -85,26 +86,6 @@ _STEP_COLUMNS = (
 )
 
 
-def _ms(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:,.3f}"
-
-
-def _bytes(value: int | None) -> str:
-    if value is None:
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(value) >= size:
-            return f"{value / size:,.2f} {unit}"
-    return f"{value} B"
-
-
-def _flop_count(value: float) -> str:
-    for unit, size in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
-        if value >= size:
-            return f"{value / size:,.3f} {unit}"
-    return f"{value:,.0f} FLOP"
-
-
 def _device(device_type: str, index: int) -> str:
     return device_type if index < 0 else f"{device_type}:{index}"
 
@@ -115,7 +96,7 @@ def _flops_line(rows: list[dict[str, Any]]) -> str:
         return "FLOPs: unknown (no input shapes in the trace; profile with record_shapes=True)"
     total = sum(r["flops"] for r in known)
     mfu = [r["mfu"] for r in known if r.get("mfu") is not None]
-    text = f"FLOPs: {_flop_count(total)} over {len(known)} steps"
+    text = f"FLOPs: {units.flop_text(total)} over {len(known)} steps"
     return text + (f", MFU {sum(mfu) / len(mfu):.1%}" if mfu else ", MFU unknown (device peak not known)")
 
 
@@ -131,7 +112,7 @@ def format_text(summaries: list[dict[str, Any]]) -> str:
             "step     total(ms)  gap(ms)  fwd+bwd(ms)  tail(ms)  compute(ms)  comm-exposed(ms)  free(ms)"
         )
         for row in s["steps"]:
-            cells = [_ms(row.get(column)) for column in _STEP_COLUMNS]
+            cells = [units.ms_text(row.get(column)) for column in _STEP_COLUMNS]
             lines.append(
                 f"{row['step']:<8} {cells[0]:>9} {cells[1]:>8} {cells[2]:>12} {cells[3]:>9} {cells[4]:>12} "
                 f"{cells[5]:>17} {cells[6]:>9}"
@@ -144,12 +125,12 @@ def format_text(summaries: list[dict[str, Any]]) -> str:
         lines.append(f"top operators (by {s['top_operators_by'].replace('_ns', '').replace('_', ' ')}):")
         on_device = s["top_operators_by"] == "device_total_ns"
         for op in s["top_operators"]:
-            line = f"  {op['name'][:60]:<60} x{op['count']:<6} host self {_ms(op['host_self_ns'])} ms"
-            lines.append(line + (f"  device {_ms(op['device_total_ns'])} ms" if on_device else ""))
+            line = f"  {op['name'][:60]:<60} x{op['count']:<6} host self {units.ms_text(op['host_self_ns'])} ms"
+            lines.append(line + (f"  device {units.ms_text(op['device_total_ns'])} ms" if on_device else ""))
         for peak in s["memory_peaks"]:
             lines.append(
                 f"memory peak {_device(peak['device_type'], peak['device_index'])}: allocated "
-                f"{_bytes(peak['peak_allocated_bytes'])}, reserved {_bytes(peak['peak_reserved_bytes'])}"
+                f"{units.bytes_text(peak['peak_allocated_bytes'])}, reserved {units.bytes_text(peak['peak_reserved_bytes'])}"
             )
         if not s["memory_peaks"]:
             lines.append("memory peak: no allocator events in the trace (profile_memory=False?)")

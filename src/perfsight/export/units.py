@@ -34,7 +34,6 @@ BYTES_PER_MB = 2**20
 BYTES_PER_KB = 2**10
 
 
-
 def _thousandths(unscaled: ArrayOrChunked) -> pa.Array:
     """Integers counting thousandths -> exact ``decimal128(38, 3)`` (unscaled value = the integer)."""
     as_int = combined(unscaled).cast(pa.int64())
@@ -43,8 +42,9 @@ def _thousandths(unscaled: ArrayOrChunked) -> pa.Array:
     words[:, 0] = values
     words[:, 1] = values >> 63
     validity = pc.is_valid(as_int).buffers()[1] if as_int.null_count else None  # fresh, offset-0 bitmap
-    return pa.Array.from_buffers(US_TYPE, len(values), [validity, pa.py_buffer(words.tobytes())],
-                                 null_count=as_int.null_count)
+    return pa.Array.from_buffers(
+        US_TYPE, len(values), [validity, pa.py_buffer(words.tobytes())], null_count=as_int.null_count
+    )
 
 
 def _rounded_thousandths(values: ArrayOrChunked, scale: float) -> pa.Array:
@@ -98,7 +98,8 @@ def us_text(ns: ArrayOrChunked | np.ndarray) -> pa.Array:
     """
     sign, whole, fraction = us_pieces(ns)
     return pc.binary_join_element_wise(
-        pa.array(US_SIGNS).take(pa.array(sign)), whole, pa.array(US_FRACTIONS).take(pa.array(fraction)), "")
+        pa.array(US_SIGNS).take(pa.array(sign)), whole, pa.array(US_FRACTIONS).take(pa.array(fraction)), ""
+    )
 
 
 def ns_to_s(ns: np.ndarray) -> np.ndarray:
@@ -129,3 +130,32 @@ def round3(values: ArrayOrChunked) -> pa.Array:
 def ratio_to_pct(ratio: ArrayOrChunked) -> pa.Array:
     """A 0..1 share -> percent with exactly three decimals, as Ascend's ``Ratio(%)``."""
     return _rounded_thousandths(ratio, 100_000.0)
+
+
+NS_PER_MS = 1_000_000
+
+_BINARY_SIZES = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+_FLOP_SIZES = (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6))
+
+
+def ms_text(ns: float | None) -> str:
+    """One duration for a printed summary: milliseconds with three decimals ('-' if unknown)."""
+    return "-" if ns is None else f"{ns / NS_PER_MS:,.3f}"
+
+
+def bytes_text(value: int | None) -> str:
+    """One size for a printed summary, in the largest binary unit that keeps it >= 1."""
+    if value is None:
+        return "-"
+    for unit, size in _BINARY_SIZES:
+        if abs(value) >= size:
+            return f"{value / size:,.2f} {unit}"
+    return f"{value} B"
+
+
+def flop_text(value: float) -> str:
+    """A FLOP count for a printed summary, in the largest decimal unit that keeps it >= 1."""
+    for unit, size in _FLOP_SIZES:
+        if value >= size:
+            return f"{value / size:,.3f} {unit}"
+    return f"{value:,.0f} FLOP"
