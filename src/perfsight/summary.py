@@ -125,13 +125,14 @@ def format_text(summaries: list[dict[str, Any]]) -> str:
         lines.append(f"top operators (by {s['top_operators_by'].replace('_ns', '').replace('_', ' ')}):")
         on_device = s["top_operators_by"] == "device_total_ns"
         for op in s["top_operators"]:
-            line = f"  {op['name'][:60]:<60} x{op['count']:<6} host self {units.ms_text(op['host_self_ns'])} ms"
+            host = units.ms_text(op["host_self_ns"])
+            line = f"  {op['name'][:60]:<60} x{op['count']:<6} host self {host} ms"
             lines.append(line + (f"  device {units.ms_text(op['device_total_ns'])} ms" if on_device else ""))
         for peak in s["memory_peaks"]:
-            lines.append(
-                f"memory peak {_device(peak['device_type'], peak['device_index'])}: allocated "
-                f"{units.bytes_text(peak['peak_allocated_bytes'])}, reserved {units.bytes_text(peak['peak_reserved_bytes'])}"
-            )
+            allocated = units.bytes_text(peak["peak_allocated_bytes"])
+            reserved = units.bytes_text(peak["peak_reserved_bytes"])
+            device = _device(peak["device_type"], peak["device_index"])
+            lines.append(f"memory peak {device}: allocated {allocated}, reserved {reserved}")
         if not s["memory_peaks"]:
             lines.append("memory peak: no allocator events in the trace (profile_memory=False?)")
         lines.append(_flops_line(s["flops"]))
