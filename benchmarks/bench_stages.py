@@ -56,22 +56,45 @@ def _stages(trace, options, folder: Path, db: bool) -> list[tuple[str, str, Call
     out.mkdir(parents=True, exist_ok=True)
     stages = [("analysis", name, analysis(name, run)) for name, run in pipeline.ANALYSES.items()]
     stages += [
-        ("write", "kernel_details.csv", lambda: mindspore_csv.write_kernel_details(
-            out, tables["kernel_details"])),
-        ("write", "op_statistic.csv", lambda: mindspore_csv.write_op_statistic(
-            out, tables["kernel_details"], tables["operator_stats"])),
-        ("write", "step_trace_time.csv", lambda: mindspore_csv.write_step_trace_time(
-            out, tables["overlap_breakdown"])),
-        ("write", "memory_record.csv", lambda: mindspore_csv.write_memory_record(
-            out, tables["memory_curve"])),
-        ("write", "operator_memory.csv", lambda: mindspore_csv.write_operator_memory(
-            out, tables["operator_memory"])),
-        ("write", "trace_view.json", lambda: trace_view.write_trace_view(
-            out / "trace_view.json", trace, tables["overlap_intervals"])),
+        (
+            "write",
+            "kernel_details.csv",
+            lambda: mindspore_csv.write_kernel_details(out, tables["kernel_details"]),
+        ),
+        (
+            "write",
+            "op_statistic.csv",
+            lambda: mindspore_csv.write_op_statistic(out, tables["kernel_details"], tables["operator_stats"]),
+        ),
+        (
+            "write",
+            "step_trace_time.csv",
+            lambda: mindspore_csv.write_step_trace_time(out, tables["overlap_breakdown"]),
+        ),
+        (
+            "write",
+            "memory_record.csv",
+            lambda: mindspore_csv.write_memory_record(out, tables["memory_curve"]),
+        ),
+        (
+            "write",
+            "operator_memory.csv",
+            lambda: mindspore_csv.write_operator_memory(out, tables["operator_memory"]),
+        ),
+        (
+            "write",
+            "trace_view.json",
+            lambda: trace_view.write_trace_view(out / "trace_view.json", trace, tables["overlap_intervals"]),
+        ),
     ]
     if db:
-        stages.append(("write", "perfsight.db", lambda: sqlite_db.write_db(
-            out / "perfsight.db", {**tables, "slices": trace.slices})))
+        stages.append(
+            (
+                "write",
+                "perfsight.db",
+                lambda: sqlite_db.write_db(out / "perfsight.db", {**tables, "slices": trace.slices}),
+            )
+        )
     stages += [
         ("write", "cache: trace", lambda: cache.save_trace(trace, folder / "cache")),
         ("write", "cache: tables", lambda: cache.save_tables(folder / "cache", tables)),
@@ -112,8 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--db", action="store_true", help="also time the SQLite export")
-    parser.add_argument("--profile", type=int, default=0, metavar="N",
-                        help="after timing, profile one round and print the top N functions")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after timing, profile one round and print the top N functions",
+    )
     args = parser.parse_args(argv)
 
     rss_start = _peak_mb()
@@ -132,10 +160,14 @@ def main(argv: list[str] | None = None) -> int:
 
     rounds = [_round(trace, options, args.db) for _ in range(max(args.repeats, 1))]
     first = rounds[0]
-    print(f"trace: {args.trace.name}  slices={trace.slices.num_rows:,}  memory={trace.memory.num_rows:,}  "
-          f"flows={trace.flows.num_rows:,}")
-    print(f"import {import_s:.3f} s, read {read_s:.3f} s; peak RSS: start {rss_start:.0f} MB, "
-          f"after imports {rss_imports:.0f} MB, after read {rss_read:.0f} MB")
+    print(
+        f"trace: {args.trace.name}  slices={trace.slices.num_rows:,}  memory={trace.memory.num_rows:,}  "
+        f"flows={trace.flows.num_rows:,}"
+    )
+    print(
+        f"import {import_s:.3f} s, read {read_s:.3f} s; peak RSS: start {rss_start:.0f} MB, "
+        f"after imports {rss_imports:.0f} MB, after read {rss_read:.0f} MB"
+    )
     print(f"pandas imported: before analyses {had_pandas}, after {'pandas' in sys.modules}")
     print()
     print(f"{'group':<9} {'stage':<22} {'median s':>9} {'min s':>8} {'share':>6} {'+peak MB':>9}")

@@ -41,7 +41,10 @@ def test_real_trace_round_trips_losslessly(tmp_path: Path) -> None:
     save_trace(trace, tmp_path / "cache")
     _assert_same(trace, load_trace(tmp_path / "cache"))
     assert {p.name for p in (tmp_path / "cache").iterdir()} == {
-        *(f"{n}.parquet" for n in TABLE_SCHEMAS), "meta.json", "source.json"}
+        *(f"{n}.parquet" for n in TABLE_SCHEMAS),
+        "meta.json",
+        "source.json",
+    }
 
 
 def test_hostile_trace_round_trips_losslessly(tmp_path: Path) -> None:
@@ -80,8 +83,11 @@ def test_an_interrupted_save_is_never_fresh(tmp_path: Path) -> None:
 
 def test_analysis_tables_round_trip(tmp_path: Path) -> None:
     trace = read_trace(_require(NCCL))
-    tables = {"kernel_details": kernel_details(trace), "overlap_breakdown": overlap_breakdown(trace),
-              "empty": pa.table({"x": pa.array([], pa.int64())})}
+    tables = {
+        "kernel_details": kernel_details(trace),
+        "overlap_breakdown": overlap_breakdown(trace),
+        "empty": pa.table({"x": pa.array([], pa.int64())}),
+    }
     save_tables(tmp_path, tables)
     loaded = load_tables(tmp_path)
     assert loaded.keys() == tables.keys()

@@ -111,13 +111,32 @@ def test_every_csv_column_is_documented_with_its_file() -> None:
 def test_microseconds_are_exact_with_three_decimals(tmp_path: Path) -> None:
     ns = pa.array([1736408883704643212, 53741, 0, 999, None], pa.int64())
     assert ns_to_us(ns).cast(pa.string()).to_pylist() == [
-        "1736408883704643.212", "53.741", "0.000", "0.999", None]
-    breakdown = pa.table({
-        "rank": pa.array([0], pa.int32()), "step": pa.array([7], pa.int32()),
-        **{c: pa.array([1_000_000_000_123_456_789], pa.int64()) for c in [
-            "computing_ns", "communication_not_overlapped_ns", "overlapped_ns", "communication_ns", "free_ns",
-            "stage_ns", "bubble_ns", "communication_not_overlapped_exclude_receive_ns", "preparing_ns"]},
-    })
+        "1736408883704643.212",
+        "53.741",
+        "0.000",
+        "0.999",
+        None,
+    ]
+    breakdown = pa.table(
+        {
+            "rank": pa.array([0], pa.int32()),
+            "step": pa.array([7], pa.int32()),
+            **{
+                c: pa.array([1_000_000_000_123_456_789], pa.int64())
+                for c in [
+                    "computing_ns",
+                    "communication_not_overlapped_ns",
+                    "overlapped_ns",
+                    "communication_ns",
+                    "free_ns",
+                    "stage_ns",
+                    "bubble_ns",
+                    "communication_not_overlapped_exclude_receive_ns",
+                    "preparing_ns",
+                ]
+            },
+        }
+    )
     header, rows = _read(ms.write_step_trace_time(tmp_path, breakdown))
     assert header == list(ms.STEP_TRACE_TIME_COLUMNS)
     assert rows[0]["Step"] == "7"
@@ -125,22 +144,34 @@ def test_microseconds_are_exact_with_three_decimals(tmp_path: Path) -> None:
 
 
 def test_memory_is_binary_megabytes_and_kilobytes(tmp_path: Path) -> None:
-    op_memory = pa.table({
-        "rank": pa.array([0, 0], pa.int32()), "name": ["aten::empty", "aten::mm"],
-        "size_bytes": [1536, 2**20], "alloc_ns": [1_000, 2_000],
-        "release_ns": pa.array([5_500, None], pa.int64()),
-        "duration_ns": pa.array([4_500, None], pa.int64()),
-        "allocated_at_alloc_bytes": [3 * 2**19, 2**21], "reserved_at_alloc_bytes": [2**30, 2**30],
-        "allocated_at_release_bytes": pa.array([2**20, None], pa.int64()),
-        "reserved_at_release_bytes": pa.array([2**30, None], pa.int64()),
-        "device_type": ["cuda", "cuda"], "device_index": pa.array([1, 1], pa.int32()),
-    })
+    op_memory = pa.table(
+        {
+            "rank": pa.array([0, 0], pa.int32()),
+            "name": ["aten::empty", "aten::mm"],
+            "size_bytes": [1536, 2**20],
+            "alloc_ns": [1_000, 2_000],
+            "release_ns": pa.array([5_500, None], pa.int64()),
+            "duration_ns": pa.array([4_500, None], pa.int64()),
+            "allocated_at_alloc_bytes": [3 * 2**19, 2**21],
+            "reserved_at_alloc_bytes": [2**30, 2**30],
+            "allocated_at_release_bytes": pa.array([2**20, None], pa.int64()),
+            "reserved_at_release_bytes": pa.array([2**30, None], pa.int64()),
+            "device_type": ["cuda", "cuda"],
+            "device_index": pa.array([1, 1], pa.int32()),
+        }
+    )
     _, rows = _read(ms.write_operator_memory(tmp_path, op_memory))
     assert rows[0] == {
-        "Name": "aten::empty", "Size(KB)": "1.5", "Allocation Time(us)": "1.000",
-        "Release Time(us)": "5.500", "Duration(us)": "4.500", "Allocation Total Allocated(MB)": "1.5",
-        "Allocation Total Reserved(MB)": "1024", "Release Total Allocated(MB)": "1",
-        "Release Total Reserved(MB)": "1024", "Device Type": "CUDA:1",
+        "Name": "aten::empty",
+        "Size(KB)": "1.5",
+        "Allocation Time(us)": "1.000",
+        "Release Time(us)": "5.500",
+        "Duration(us)": "4.500",
+        "Allocation Total Allocated(MB)": "1.5",
+        "Allocation Total Reserved(MB)": "1024",
+        "Release Total Allocated(MB)": "1",
+        "Release Total Reserved(MB)": "1024",
+        "Device Type": "CUDA:1",
     }
     unreleased = rows[1]
     assert unreleased["Release Time(us)"] == unreleased["Duration(us)"] == ""
@@ -244,14 +275,24 @@ def test_cpu_only_trace_reports_host_operators(tmp_path: Path) -> None:
 
 def _hostile_kernels() -> pa.Table:
     n = len(HOSTILE_NAMES)
-    return pa.table({
-        "rank": pa.array([0] * n, pa.int32()), "step": pa.array([1] * (n - 1) + [NO_ID], pa.int32()),
-        "name": HOSTILE_NAMES, "kind": ["kernel"] * (n - 1) + ["memcpy"], "op": list(reversed(HOSTILE_NAMES)),
-        "stream": pa.array([7] * n, pa.int64()), "start_ns": list(range(1000, 1000 + n)), "dur_ns": [5] * n,
-        "wait_ns": [0] * n, "grid": ["[1, 2, 3]"] * n, "block": ["[128, 1, 1]"] * n,
-        "occupancy_pct": pa.array([12.5] * n, pa.float32()),
-        "input_dims": ["[[32, 3], [], [64]]"] * n, "input_types": ['["float", "int64"]'] * n,
-    })
+    return pa.table(
+        {
+            "rank": pa.array([0] * n, pa.int32()),
+            "step": pa.array([1] * (n - 1) + [NO_ID], pa.int32()),
+            "name": HOSTILE_NAMES,
+            "kind": ["kernel"] * (n - 1) + ["memcpy"],
+            "op": list(reversed(HOSTILE_NAMES)),
+            "stream": pa.array([7] * n, pa.int64()),
+            "start_ns": list(range(1000, 1000 + n)),
+            "dur_ns": [5] * n,
+            "wait_ns": [0] * n,
+            "grid": ["[1, 2, 3]"] * n,
+            "block": ["[128, 1, 1]"] * n,
+            "occupancy_pct": pa.array([12.5] * n, pa.float32()),
+            "input_dims": ["[[32, 3], [], [64]]"] * n,
+            "input_types": ['["float", "int64"]'] * n,
+        }
+    )
 
 
 def test_hostile_names_round_trip_through_csv(tmp_path: Path) -> None:
@@ -270,10 +311,17 @@ def test_hostile_names_round_trip_through_csv(tmp_path: Path) -> None:
 
 
 def test_plain_files_are_written_without_quotes(tmp_path: Path) -> None:
-    curve = pa.table({"rank": pa.array([0], pa.int32()), "device_type": ["cuda"],
-                      "device_index": pa.array([0], pa.int32()), "ts_ns": [1_500],
-                      "allocated_bytes": [2**20], "reserved_bytes": [2**21],
-                      "active_bytes": pa.array([None], pa.int64())})
+    curve = pa.table(
+        {
+            "rank": pa.array([0], pa.int32()),
+            "device_type": ["cuda"],
+            "device_index": pa.array([0], pa.int32()),
+            "ts_ns": [1_500],
+            "allocated_bytes": [2**20],
+            "reserved_bytes": [2**21],
+            "active_bytes": pa.array([None], pa.int64()),
+        }
+    )
     path = ms.write_memory_record(tmp_path, curve)
     assert path.read_text(encoding="utf-8").splitlines()[1] == "PTA,1.500,1,2,,,CUDA:0"
 

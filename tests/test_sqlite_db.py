@@ -27,8 +27,12 @@ def _require(path: Path) -> Path:
 
 def test_real_trace_slices_and_analyses_are_queryable(tmp_path: Path) -> None:
     trace = read_trace(_require(NCCL))
-    tables = {"slices": trace.slices, "steps": trace.steps, "overlap_breakdown": overlap_breakdown(trace),
-              "kernel_details": kernel_details(trace)}
+    tables = {
+        "slices": trace.slices,
+        "steps": trace.steps,
+        "overlap_breakdown": overlap_breakdown(trace),
+        "kernel_details": kernel_details(trace),
+    }
     path = write_db(tmp_path / f"perfsight_{trace.rank}.db", tables)
     with sqlite3.connect(path) as db:
         for name, table in tables.items():
@@ -50,7 +54,7 @@ def test_real_trace_slices_and_analyses_are_queryable(tmp_path: Path) -> None:
 
 def test_hostile_names_and_nested_lists_round_trip(tmp_path: Path) -> None:
     trace = hostile_trace()
-    odd = pa.table({"weird column \"name\"": HOSTILE_NAMES, "flag": [True, False] * 3 + [True]})
+    odd = pa.table({'weird column "name"': HOSTILE_NAMES, "flag": [True, False] * 3 + [True]})
     path = write_db(tmp_path / "perfsight_0.db", {"slices": trace.slices, "odd": odd})
     with sqlite3.connect(path) as db:
         names = {r[0] for r in db.execute("SELECT name FROM slices")}

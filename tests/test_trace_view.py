@@ -45,13 +45,19 @@ def _ns(value: float, offset: int) -> int:
 
 
 def _processes(doc: dict[str, Any]) -> dict[int, str]:
-    return {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
-            if e["ph"] == "M" and e["name"] == "process_name"}
+    return {
+        e["pid"]: e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "process_name"
+    }
 
 
 def _threads(doc: dict[str, Any]) -> dict[tuple[int, int], str]:
-    return {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
-            if e["ph"] == "M" and e["name"] == "thread_name"}
+    return {
+        (e["pid"], e["tid"]): e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    }
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +88,8 @@ def test_every_track_is_a_named_thread_in_a_named_process(nccl_view) -> None:
     threads = _threads(doc)
     processes = _processes(doc)
     assert sorted(trace.tracks.column("name").to_pylist()) == sorted(
-        name for name in threads.values() if name not in OVERLAP_LANES)
+        name for name in threads.values() if name not in OVERLAP_LANES
+    )
     assert all(pid in processes for pid, _ in threads)
     assert any(name.startswith("Rank 0 GPU 0") for name in processes.values())
 

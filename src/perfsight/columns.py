@@ -83,8 +83,11 @@ def is_text(arrow_type: pa.DataType) -> bool:
 
 def is_list(arrow_type: pa.DataType) -> bool:
     """A list type of any offset width (``list``, ``large_list``, ``fixed_size_list``)."""
-    return pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) \
+    return (
+        pa.types.is_list(arrow_type)
+        or pa.types.is_large_list(arrow_type)
         or pa.types.is_fixed_size_list(arrow_type)
+    )
 
 
 def rebased_list(arr: pa.Array) -> pa.Array:
@@ -92,8 +95,11 @@ def rebased_list(arr: pa.Array) -> pa.Array:
     its rows use (a slice of a large list array no longer drags the whole child along)."""
     if pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type):
         arr = arr.cast(pa.list_(arr.type.value_type))
-    if arr.offset == 0 and (len(arr) == 0 or arr.offsets[0].as_py() == 0) \
-            and len(arr.values) == (arr.offsets[-1].as_py() if len(arr) else 0):
+    if (
+        arr.offset == 0
+        and (len(arr) == 0 or arr.offsets[0].as_py() == 0)
+        and len(arr.values) == (arr.offsets[-1].as_py() if len(arr) else 0)
+    ):
         return arr
     offsets = arr.offsets
     first = offsets[0].as_py()
@@ -112,9 +118,12 @@ def distinct_codes(values: ArrayOrChunked) -> np.ndarray:
         elements = distinct_codes(arr.values).astype(np.int64)
         offsets = numpy(arr.offsets).astype(np.int64) * elements.itemsize
         validity = pc.is_valid(arr).buffers()[1] if arr.null_count else None
-        arr = pa.Array.from_buffers(pa.large_binary(), len(arr), [validity, pa.py_buffer(offsets),
-                                                                  pa.py_buffer(elements)],
-                                    null_count=arr.null_count)
+        arr = pa.Array.from_buffers(
+            pa.large_binary(),
+            len(arr),
+            [validity, pa.py_buffer(offsets), pa.py_buffer(elements)],
+            null_count=arr.null_count,
+        )
     if pa.types.is_dictionary(arr.type):  # a dictionary may repeat or leave out values: renumber
         return distinct_codes(arr.indices)
     return int64(pc.dictionary_encode(arr).indices, -1)

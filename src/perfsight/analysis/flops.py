@@ -192,7 +192,7 @@ def _conv_backward(dims: Shapes) -> float | None:
     grad_out, x, w = _shape(dims, 0), _shape(dims, 1), _shape(dims, 2)
     if grad_out is None or w is None:
         return None
-    forward = _conv_forward(x, w, out_spatial=grad_out[-(len(w) - 2):])
+    forward = _conv_forward(x, w, out_spatial=grad_out[-(len(w) - 2) :])
     return None if forward is None else 2.0 * forward
 
 

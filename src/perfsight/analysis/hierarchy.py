@@ -190,15 +190,15 @@ def _host_threads(ix: TraceIndex) -> tuple[dict[tuple[int, int], tuple[int, int]
         rows, rank, tid = rows[order], rank[order], tid[order]
         bounds = np.flatnonzero((np.diff(rank) != 0) | (np.diff(tid) != 0)) + 1
         lo, hi = np.r_[0, bounds], np.r_[bounds, len(rows)]
-        ranges = {(int(rank[a]), int(tid[a])): (int(a), int(b)) for a, b in zip(lo, hi, strict=True)
-                  if b > a}
+        ranges = {(int(rank[a]), int(tid[a])): (int(a), int(b)) for a, b in zip(lo, hi, strict=True) if b > a}
         return ranges, rows, ix.start[rows]
 
     return ix.derived("host_threads", compute)
 
 
-def enclosing_op(ix: TraceIndex, rank: NDArray[np.int64], tid: NDArray[np.int64],
-                 ts: NDArray[np.int64]) -> Rows:
+def enclosing_op(
+    ix: TraceIndex, rank: NDArray[np.int64], tid: NDArray[np.int64], ts: NDArray[np.int64]
+) -> Rows:
     """For each instant ``ts`` on host thread (``rank``, ``tid``), the innermost host
     operator running then (``start <= ts <= end``); -1 if none.
 

@@ -60,8 +60,9 @@ def _frozen(value: T) -> T:
     return value
 
 
-def dictionary_mask(column: pa.ChunkedArray | pa.Array,
-                    predicate: Callable[[pa.Array], pa.Array]) -> NDArray[np.bool_]:
+def dictionary_mask(
+    column: pa.ChunkedArray | pa.Array, predicate: Callable[[pa.Array], pa.Array]
+) -> NDArray[np.bool_]:
     """``predicate`` (Arrow strings -> booleans) for every row of a string or dictionary column.
 
     On a dictionary column the predicate runs once per distinct value; null rows are False.
@@ -151,14 +152,19 @@ class TraceIndex:
         """Rows whose ``kind`` is one of ``kinds`` (host or device)."""
         key = tuple(sorted(set(kinds)))
         value_set = pa.array(key, pa.string())
-        return self.derived(("kind", key), lambda: dictionary_mask(
-            self.slices.column("kind"), lambda values: pc.is_in(values, value_set=value_set)))
+        return self.derived(
+            ("kind", key),
+            lambda: dictionary_mask(
+                self.slices.column("kind"), lambda values: pc.is_in(values, value_set=value_set)
+            ),
+        )
 
     def kind_mask(self, kinds: Iterable[str], is_device: bool) -> NDArray[np.bool_]:
         """Rows whose kind is one of ``kinds`` and whose ``is_device`` equals ``is_device``."""
         key = tuple(sorted(set(kinds)))
-        return self.derived(("kind_on", key, is_device),
-                            lambda: self.of_kind(key) & (self.is_device == is_device))
+        return self.derived(
+            ("kind_on", key, is_device), lambda: self.of_kind(key) & (self.is_device == is_device)
+        )
 
     @property
     def host_op(self) -> NDArray[np.bool_]:

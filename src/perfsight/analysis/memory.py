@@ -80,8 +80,11 @@ def _device_groups(memory: pa.Table) -> np.ndarray:
     by_name = columns.int64(pc.sort_indices(dtype.dictionary))
     rank_of_code = np.empty(len(by_name), np.int64)
     rank_of_code[by_name] = np.arange(len(by_name))
-    keys = (columns.int64(memory.column("device_index")), rank_of_code[columns.int64(dtype.indices)],
-            columns.int64(memory.column("rank")))
+    keys = (
+        columns.int64(memory.column("device_index")),
+        rank_of_code[columns.int64(dtype.indices)],
+        columns.int64(memory.column("rank")),
+    )
     order = np.lexsort(keys)
     new_group = np.zeros(len(order), bool)
     new_group[1:] = np.any([np.diff(key[order]) != 0 for key in keys], axis=0)

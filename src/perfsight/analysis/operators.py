@@ -172,4 +172,3 @@ def top_operators(stats: pa.Table, n: int = 20, by: str = "device_total_ns") -> 
         raise ValueError(f"by must be 'device_total_ns' or 'host_self_ns', not {by!r}")
     ordered = stats.sort_by([(by, "descending"), ("name", "ascending")])
     return ordered.slice(0, max(n, 0))
-

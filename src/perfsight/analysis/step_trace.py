@@ -267,7 +267,8 @@ def step_trace(trace: Trace, fp_point: str | None = None, bp_point: str | None =
     first_ops = _Rows(np.flatnonzero(cpu_op & (track == main)), start, depth)
     loading = _Rows(
         np.flatnonzero(ix.kind_mask([SliceKind.DATA_LOADING.value], is_device=False) & (track == main)),
-        start, depth,
+        start,
+        depth,
     )
     backward_named = host & ix.name_mask(lambda a: pc.starts_with(a, BACKWARD_PREFIX), "backward")
     on_autograd = cpu_op & np.isin(track, _autograd_tracks(trace, backward_named, main))

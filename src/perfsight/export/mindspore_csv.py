@@ -73,13 +73,15 @@ def _mb(name: str) -> ColumnBuilder:
 
 def _opt_mb(name: str) -> ColumnBuilder:
     """MB of a column the analysis may not provide (then an empty column)."""
-    return lambda t: bytes_to_mb(t.column(name)) if name in t.column_names else pa.nulls(t.num_rows,
-                                                                                         pa.float64())
+    return lambda t: (
+        bytes_to_mb(t.column(name)) if name in t.column_names else pa.nulls(t.num_rows, pa.float64())
+    )
 
 
 def accelerator_core(kind: pa.Array) -> pa.Array:
     """Kernel kind -> Accelerator Core / Core Type: ``"GPU"`` for compute kernels, the kind
     upper-cased otherwise (``"MEMCPY"``, ``"MEMSET"``, ``"COMMUNICATION"``)."""
+
     def core(kinds: pa.Array) -> pa.Array:
         kinds = kinds.cast(pa.string())
         return pc.if_else(pc.equal(kinds, "kernel"), "GPU", pc.utf8_upper(kinds))
@@ -148,7 +150,8 @@ STEP_TRACE_TIME_COLUMNS: dict[str, ColumnBuilder] = {
     "Stage": _us("stage_ns"),
     "Bubble": _us("bubble_ns"),
     "Communication(Not Overlapped and Exclude Receive)": _us(
-        "communication_not_overlapped_exclude_receive_ns"),
+        "communication_not_overlapped_exclude_receive_ns"
+    ),
     "Preparing": _us("preparing_ns"),
 }
 """``step_trace_time.csv`` from ``analysis.overlap.overlap_breakdown``: one row per step, µs."""
@@ -196,8 +199,10 @@ def _one_rank(table: pa.Table, what: str) -> None:
     if "rank" in table.column_names and table.num_rows:
         ranks = pc.unique(table.column("rank"))
         if len(ranks) > 1:
-            raise ValueError(f"{what}: table holds ranks {sorted(ranks.to_pylist())}; "
-                             "MindSpore files are per rank, pass one rank's rows")
+            raise ValueError(
+                f"{what}: table holds ranks {sorted(ranks.to_pylist())}; "
+                "MindSpore files are per rank, pass one rank's rows"
+            )
 
 
 def build(columns: Mapping[str, ColumnBuilder], table: pa.Table) -> pa.Table:
@@ -221,8 +226,7 @@ def write_table_csv(path: str | Path, table: pa.Table) -> Path:
 def _needs_quotes(table: pa.Table) -> bool:
     """Whether any string cell holds a character that CSV must quote (comma, quote, line break)."""
     return any(
-        columns.is_text(column.type)
-        and pc.any(pc.match_substring_regex(column, r'[,"\r\n]')).as_py()
+        columns.is_text(column.type) and pc.any(pc.match_substring_regex(column, r'[,"\r\n]')).as_py()
         for column in table.columns
     )
 
@@ -270,44 +274,73 @@ def op_type_stats(kernels: pa.Table | None, operator_stats: pa.Table | None) -> 
         _one_rank(kernels, OP_STATISTIC)
         op = text.plain(kernels.column("op")).cast(pa.string())
         op = pc.if_else(pc.or_(pc.is_null(op), pc.equal(op, "")), _col(kernels, "name").cast(pa.string()), op)
-        keyed = pa.table({
-            "rank": kernels.column("rank"),
-            "op_type": op,
-            "core_type": accelerator_core(kernels.column("kind")),
-            "dur_ns": kernels.column("dur_ns"),
-        })
+        keyed = pa.table(
+            {
+                "rank": kernels.column("rank"),
+                "op_type": op,
+                "core_type": accelerator_core(kernels.column("kind")),
+                "dur_ns": kernels.column("dur_ns"),
+            }
+        )
         grouped = keyed.group_by(["rank", "op_type", "core_type"]).aggregate(
             [("dur_ns", "count"), ("dur_ns", "sum"), ("dur_ns", "min"), ("dur_ns", "mean"), ("dur_ns", "max")]
         )
         total = pc.sum(grouped.column("dur_ns_sum")).as_py() or 0
         ratio = pc.divide(grouped.column("dur_ns_sum").cast(pa.float64()), float(total) if total else 1.0)
-        out = pa.table([grouped.column(c) for c in
-                        ["rank", "op_type", "core_type", "dur_ns_count", "dur_ns_sum", "dur_ns_min",
-                         "dur_ns_mean", "dur_ns_max"]] + [ratio], names=names)
+        out = pa.table(
+            [
+                grouped.column(c)
+                for c in [
+                    "rank",
+                    "op_type",
+                    "core_type",
+                    "dur_ns_count",
+                    "dur_ns_sum",
+                    "dur_ns_min",
+                    "dur_ns_mean",
+                    "dur_ns_max",
+                ]
+            ]
+            + [ratio],
+            names=names,
+        )
     elif operator_stats is not None and operator_stats.num_rows:
         _one_rank(operator_stats, OP_STATISTIC)
         n = operator_stats.num_rows
-        out = pa.table([
-            operator_stats.column("rank"),
-            text.plain(operator_stats.column("name")).cast(pa.string()),
-            pa.repeat(pa.scalar(HOST_CORE_TYPE), n),
-            operator_stats.column("count").cast(pa.int64()),
-            operator_stats.column("host_total_ns").cast(pa.int64()),
-            operator_stats.column("host_min_ns").cast(pa.int64()),
-            operator_stats.column("host_avg_ns").cast(pa.float64()),
-            operator_stats.column("host_max_ns").cast(pa.int64()),
-            operator_stats.column("host_ratio").cast(pa.float64()),
-        ], names=names)
+        out = pa.table(
+            [
+                operator_stats.column("rank"),
+                text.plain(operator_stats.column("name")).cast(pa.string()),
+                pa.repeat(pa.scalar(HOST_CORE_TYPE), n),
+                operator_stats.column("count").cast(pa.int64()),
+                operator_stats.column("host_total_ns").cast(pa.int64()),
+                operator_stats.column("host_min_ns").cast(pa.int64()),
+                operator_stats.column("host_avg_ns").cast(pa.float64()),
+                operator_stats.column("host_max_ns").cast(pa.int64()),
+                operator_stats.column("host_ratio").cast(pa.float64()),
+            ],
+            names=names,
+        )
     else:
-        return pa.schema([("rank", pa.int32()), ("op_type", pa.string()), ("core_type", pa.string()),
-                          ("count", pa.int64()), ("total_ns", pa.int64()), ("min_ns", pa.int64()),
-                          ("avg_ns", pa.float64()), ("max_ns", pa.int64()), ("ratio", pa.float64())]
-                         ).empty_table()
+        return pa.schema(
+            [
+                ("rank", pa.int32()),
+                ("op_type", pa.string()),
+                ("core_type", pa.string()),
+                ("count", pa.int64()),
+                ("total_ns", pa.int64()),
+                ("min_ns", pa.int64()),
+                ("avg_ns", pa.float64()),
+                ("max_ns", pa.int64()),
+                ("ratio", pa.float64()),
+            ]
+        ).empty_table()
     return out.sort_by([("total_ns", "descending"), ("op_type", "ascending")])
 
 
-def write_op_statistic(folder: str | Path, kernels: pa.Table | None, operator_stats: pa.Table | None = None
-                       ) -> Path:
+def write_op_statistic(
+    folder: str | Path, kernels: pa.Table | None, operator_stats: pa.Table | None = None
+) -> Path:
     """``op_statistic.csv``: see :func:`op_type_stats` for which rows it holds."""
     return _write(folder, OP_STATISTIC, op_type_stats(kernels, operator_stats), [])
 

@@ -58,6 +58,7 @@ def join_ints(lists: ArrayOrChunked, sep: str = ",") -> pa.Array:
 
     JSON text (``"[1, 2, 3]"``, what the analysis tables hold) is accepted too.
     """
+
     def from_json(texts: pa.Array) -> pa.Array:
         digits = pc.replace_substring_regex(texts, r"[\[\]\s]", "")
         return digits if sep == "," else pc.replace_substring(digits, ",", sep)
@@ -71,6 +72,7 @@ def shapes_text(dims: ArrayOrChunked) -> pa.Array:
     Accepts ``list<list<int>>`` (the trace model) or JSON text (``"[[32,1],[64]]"``, what the
     operator analyses emit).  A non-tensor input is an empty shape (``"32,1;;64"``).
     """
+
     def from_json(texts: pa.Array) -> pa.Array:
         separated = pc.replace_substring_regex(texts, r"\]\s*,\s*\[", ";")
         return pc.replace_substring_regex(separated, r"[\[\]\s]", "")
@@ -87,12 +89,15 @@ def types_text(types: ArrayOrChunked) -> pa.Array:
 
     Accepts ``list<string>`` or JSON text (``'["float","int"]'``).
     """
-    def from_json(texts: pa.Array) -> pa.Array:  # decoded, so escaped names come back as they were
-        return pa.array([None if t is None else ";".join(_json_names(t)) for t in texts.to_pylist()],
-                        pa.string())
 
-    return _ascend(types, from_json,
-                   lambda arr: pc.binary_join(_rebuild(arr, plain(arr.values).cast(pa.string())), ";"))
+    def from_json(texts: pa.Array) -> pa.Array:  # decoded, so escaped names come back as they were
+        return pa.array(
+            [None if t is None else ";".join(_json_names(t)) for t in texts.to_pylist()], pa.string()
+        )
+
+    return _ascend(
+        types, from_json, lambda arr: pc.binary_join(_rebuild(arr, plain(arr.values).cast(pa.string())), ";")
+    )
 
 
 def _json_names(text: str) -> list[str]:

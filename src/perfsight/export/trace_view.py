@@ -162,15 +162,30 @@ def _lanes(trace: Trace, memory_keys: list[str]) -> _Lanes:
 
     def process(pid: int, name: str, sort_index: int) -> None:
         metadata.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}})
-        metadata.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                         "args": {"sort_index": sort_index}})
-        metadata.append({"ph": "M", "name": "process_labels", "pid": pid, "tid": 0,
-                         "args": {"labels": f"rank {rank}"}})
+        metadata.append(
+            {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": pid,
+                "tid": 0,
+                "args": {"sort_index": sort_index},
+            }
+        )
+        metadata.append(
+            {"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": f"rank {rank}"}}
+        )
 
     def thread(pid: int, tid: int, name: str, sort_index: int) -> None:
         metadata.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
-        metadata.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                         "args": {"sort_index": sort_index}})
+        metadata.append(
+            {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": pid,
+                "tid": tid,
+                "args": {"sort_index": sort_index},
+            }
+        )
 
     for row in rows:
         key = (bool(row["is_device"]), int(row["pid"]))
@@ -247,8 +262,10 @@ def _add_object(rows: text.TextRows, pairs: list[tuple[str, Value]]) -> None:
         else:  # the key and its value as one choice: first key, or after a comma
             codes, texts = value
             present = codes >= 0
-            rows.add_choice(np.where(present, codes + earlier * len(texts), -1),
-                            [name + t for t in texts] + ["," + name + t for t in texts])
+            rows.add_choice(
+                np.where(present, codes + earlier * len(texts), -1),
+                [name + t for t in texts] + ["," + name + t for t in texts],
+            )
         earlier |= present
     rows.add("}")
 
@@ -289,18 +306,21 @@ def _slice_chunks(trace: Trace, lanes: _Lanes, offset: int, chunk_rows: int) -> 
         rows.add(',"dur":')
         rows.add_choice(*text.distinct_texts(part.column("dur_ns"), us_text))  # durations repeat
         rows.add(',"args":')
-        _add_object(rows, [  # values with few distinct texts are coded: each text is made once
-            ("kind", (kind, kind_esc)),
-            ("step", text.distinct_texts(_ids(part.column("step")))),
-            ("correlation", _ids(part.column("correlation")).cast(pa.string())),
-            ("External id", _ids(part.column("external_id")).cast(pa.string())),
-            ("Input Dims", text.distinct_texts(part.column("input_dims"), _json_list)),
-            ("Input type", text.distinct_texts(part.column("input_types"), _json_list)),
-            ("grid", text.distinct_texts(part.column("grid"), _json_list)),
-            ("block", text.distinct_texts(part.column("block"), _json_list)),
-            ("est. achieved occupancy %", text.distinct_texts(part.column("occupancy_pct"), _num)),
-            ("bytes", text.distinct_texts(part.column("bytes"), _num)),
-        ])
+        _add_object(
+            rows,
+            [  # values with few distinct texts are coded: each text is made once
+                ("kind", (kind, kind_esc)),
+                ("step", text.distinct_texts(_ids(part.column("step")))),
+                ("correlation", _ids(part.column("correlation")).cast(pa.string())),
+                ("External id", _ids(part.column("external_id")).cast(pa.string())),
+                ("Input Dims", text.distinct_texts(part.column("input_dims"), _json_list)),
+                ("Input type", text.distinct_texts(part.column("input_types"), _json_list)),
+                ("grid", text.distinct_texts(part.column("grid"), _json_list)),
+                ("block", text.distinct_texts(part.column("block"), _json_list)),
+                ("est. achieved occupancy %", text.distinct_texts(part.column("occupancy_pct"), _num)),
+                ("bytes", text.distinct_texts(part.column("bytes"), _num)),
+            ],
+        )
         rows.add("}")
         yield rows.to_bytes()
 
@@ -338,11 +358,14 @@ def _memory_keys(trace: Trace) -> pa.Array:
     return device_type_text(memory.column("device_type"), memory.column("device_index"))
 
 
-def _memory_chunks(trace: Trace, lanes: _Lanes, keys: pa.Array, offset: int, chunk_rows: int
-                   ) -> Iterator[memoryview]:
+def _memory_chunks(
+    trace: Trace, lanes: _Lanes, keys: pa.Array, offset: int, chunk_rows: int
+) -> Iterator[memoryview]:
     memory = trace.memory
-    heads = [f',\n{{"ph":"C","name":"Memory (MB)","pid":{pid},"tid":{pid},"ts":'
-             for pid in lanes.memory_pid.values()]
+    heads = [
+        f',\n{{"ph":"C","name":"Memory (MB)","pid":{pid},"tid":{pid},"ts":'
+        for pid in lanes.memory_pid.values()
+    ]
     head_code = columns.int64(pc.index_in(keys, value_set=pa.array(list(lanes.memory_pid), pa.string())))
     ts = columns.numpy(memory.column("ts_ns"))
     for lo in range(0, memory.num_rows, chunk_rows):
@@ -351,18 +374,28 @@ def _memory_chunks(trace: Trace, lanes: _Lanes, keys: pa.Array, offset: int, chu
         rows.add_choice(head_code[lo : lo + part.num_rows], heads)
         _add_us(rows, ts[lo : lo + part.num_rows] - offset)
         rows.add(',"args":')
-        _add_object(rows, [(key, text.distinct_texts(part.column(column), _mb)) for key, column in
-                           (("Allocated", "allocated_bytes"), ("Reserved", "reserved_bytes"),
-                            ("Active", "active_bytes"))])
+        _add_object(
+            rows,
+            [
+                (key, text.distinct_texts(part.column(column), _mb))
+                for key, column in (
+                    ("Allocated", "allocated_bytes"),
+                    ("Reserved", "reserved_bytes"),
+                    ("Active", "active_bytes"),
+                )
+            ],
+        )
         rows.add("}")
         yield rows.to_bytes()
 
 
 def _overlap_chunks(overlap: pa.Table, lanes: _Lanes, offset: int, chunk_rows: int) -> Iterator[memoryview]:
     lane_names = pa.array(OVERLAP_LANES, pa.string())
-    heads = [f',\n{{"ph":"X","name":{orjson.dumps(lane).decode()},"cat":"overlap"'
-             f',"pid":{lanes.overlap_pid},"tid":{tid},"ts":'
-             for lane, tid in zip(OVERLAP_LANES, lanes.overlap_tids, strict=True)]
+    heads = [
+        f',\n{{"ph":"X","name":{orjson.dumps(lane).decode()},"cat":"overlap"'
+        f',"pid":{lanes.overlap_pid},"tid":{tid},"ts":'
+        for lane, tid in zip(OVERLAP_LANES, lanes.overlap_tids, strict=True)
+    ]
     lane_code = columns.int64(pc.index_in(text.combined(overlap.column("lane")), value_set=lane_names))
     start = columns.int64(overlap.column("start_ns"))
     end = columns.int64(overlap.column("end_ns"))
@@ -377,8 +410,9 @@ def _overlap_chunks(overlap: pa.Table, lanes: _Lanes, offset: int, chunk_rows: i
         yield rows.to_bytes()
 
 
-def write_trace_view(path: str | Path, trace: Trace, overlap: pa.Table | None = None,
-                     chunk_rows: int = CHUNK_ROWS) -> Path:
+def write_trace_view(
+    path: str | Path, trace: Trace, overlap: pa.Table | None = None, chunk_rows: int = CHUNK_ROWS
+) -> Path:
     """Write ``trace_view.json`` for ``trace`` at ``path`` and return the path.
 
     ``overlap`` is ``overlap_intervals(trace)``; it is computed here when not given.
@@ -392,16 +426,23 @@ def write_trace_view(path: str | Path, trace: Trace, overlap: pa.Table | None = 
     offset = time_offset_ns(trace, overlap)
     keys = _memory_keys(trace)
     lanes = _lanes(trace, sorted(pc.unique(keys).to_pylist()) if len(keys) else [])
-    other = {"producer": "perfsight", "rank": trace.rank, "world_size": trace.meta.world_size,
-             "perfsight_time_offset_ns": offset, "time_unit_of_ts": "us"}
+    other = {
+        "producer": "perfsight",
+        "rank": trace.rank,
+        "world_size": trace.meta.world_size,
+        "perfsight_time_offset_ns": offset,
+        "time_unit_of_ts": "us",
+    }
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("wb") as handle:
         handle.write(b'{"displayTimeUnit":"ns","otherData":' + orjson.dumps(other) + b',"traceEvents":[\n')
         handle.write(b",\n".join(orjson.dumps(m) for m in lanes.metadata))  # never empty: see _lanes
-        for chunks in (_slice_chunks(trace, lanes, offset, chunk_rows),
-                       _flow_chunks(trace, lanes, offset, chunk_rows),
-                       _memory_chunks(trace, lanes, keys, offset, chunk_rows),
-                       _overlap_chunks(overlap, lanes, offset, chunk_rows)):
+        for chunks in (
+            _slice_chunks(trace, lanes, offset, chunk_rows),
+            _flow_chunks(trace, lanes, offset, chunk_rows),
+            _memory_chunks(trace, lanes, keys, offset, chunk_rows),
+            _overlap_chunks(overlap, lanes, offset, chunk_rows),
+        ):
             for chunk in chunks:
                 handle.write(chunk)
         handle.write(b"\n]}\n")

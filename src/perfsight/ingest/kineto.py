@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfsight import columns
 from perfsight.ingest import assemble
 from perfsight.ingest.chrome_events import ARG_FIELDS, read_events
 from perfsight.ingest.jsonstream import NotATraceError
@@ -229,18 +230,16 @@ def _concat(tables: list[pa.Table]) -> pa.Table | None:
 
 
 def _bools(array: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    return np.asarray(array.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+    return columns.numpy(array, null=False)
 
 
 def _by_dictionary(column: pa.ChunkedArray, per_value: np.ndarray) -> np.ndarray:
     """Spread a per-dictionary-value result over the rows (work scales with unique names)."""
-    dictionary = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    return per_value[np.asarray(dictionary.indices.to_numpy(zero_copy_only=False), dtype=np.int64)]
+    return per_value[columns.int64(column)]
 
 
 def _dictionary_values(column: pa.ChunkedArray) -> pa.Array:
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    return array.dictionary
+    return columns.combined(column).dictionary
 
 
 def _metadata(path: Path, header: dict[str, Any], rank: int | None, warnings: list[str]) -> RunMetadata:
@@ -287,7 +286,7 @@ def _metadata(path: Path, header: dict[str, Any], rank: int | None, warnings: li
 
 
 def _ints(array: pa.ChunkedArray | pa.Array, default: int = NO_ID) -> np.ndarray:
-    return array.fill_null(default).to_numpy().astype(np.int64, copy=False)
+    return columns.int64(array, null=default)
 
 
 def _build(parts: _Parts, meta: RunMetadata, truncated: bool) -> Trace:
@@ -394,9 +393,7 @@ def _kinds(
     def matches(pattern: str) -> np.ndarray:
         return _by_dictionary(names, _bools(pc.match_substring_regex(name_values, pattern)))
 
-    def code(k: SliceKind) -> int:
-        return kind_code(k)
-
+    code = kind_code
     kind[matches(assemble.STEP_NAME.pattern) & ~is_device & (kind == code(SliceKind.ANNOTATION))] = code(
         SliceKind.STEP
     )

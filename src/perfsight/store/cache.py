@@ -52,8 +52,10 @@ class CacheError(RuntimeError):
 
 def schema_digest() -> str:
     """A short digest of the trace model's schemas: a cache written for other schemas is stale."""
-    text = "\n".join(f"{name}:{schema.to_string(show_schema_metadata=False)}"
-                     for name, schema in sorted(TABLE_SCHEMAS.items()))
+    text = "\n".join(
+        f"{name}:{schema.to_string(show_schema_metadata=False)}"
+        for name, schema in sorted(TABLE_SCHEMAS.items())
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -98,8 +100,9 @@ def _read_parquet(path: Path) -> pa.Table:
         raise CacheError(f"{path}: cannot read cached table ({error})") from error
 
 
-def save_trace(trace: Trace, folder: str | Path, sources: Iterable[str | os.PathLike[str]] | None = None
-               ) -> Path:
+def save_trace(
+    trace: Trace, folder: str | Path, sources: Iterable[str | os.PathLike[str]] | None = None
+) -> Path:
     """Save every table of ``trace`` plus its metadata under ``folder``; return the folder.
 
     ``sources`` are the input files the trace was read from (default: ``trace.meta.sources``); their
