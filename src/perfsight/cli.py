@@ -1,4 +1,4 @@
-"""The ``perfsight`` command.  Parses arguments, shows progress, prints summaries.
+"""The ``perfsight`` command: builds the parser from the subcommand modules and dispatches.
 
 Errors the user can fix (missing file, wrong format, bad option) are printed
 as one line on stderr with exit code 2 -- never a traceback.
@@ -7,13 +7,14 @@ as one line on stderr with exit code 2 -- never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
-from pathlib import Path
-
-import orjson
 
 from perfsight import __version__
+
+COMMANDS = ("analyse",)
+"""Modules under :mod:`perfsight.commands`, in the order ``--help`` lists them."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,62 +23,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"perfsight {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    analyse = sub.add_parser("analyse", aliases=["analyze"], help="analyse traces and write the outputs")
-    analyse.add_argument(
-        "paths", nargs="+", help="trace file (.json/.json.gz), folder of traces, or run folder"
-    )
-    analyse.add_argument("--out", help="output folder (default: next to the input)")
-    analyse.add_argument("--json", action="store_true", help="print the summary as JSON")
-    analyse.add_argument("--rank", type=int, help="rank to assume for traces that do not record one")
-    analyse.add_argument(
-        "--fp-point", help="op name where forward starts (default: detected; env PERFSIGHT_FP_POINT)"
-    )
-    analyse.add_argument(
-        "--bp-point", help="op name where backward ends (default: detected; env PERFSIGHT_BP_POINT)"
-    )
-    analyse.add_argument("--export-type", default="text", help="comma-separated: text, db (default: text)")
-    analyse.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    analyse.add_argument(
-        "-v", "--verbose", action="store_true", help="also print reader warnings as they happen"
-    )
+    for name in COMMANDS:
+        importlib.import_module(f"perfsight.commands.{name}").register(sub)
     return parser
-
-
-def _analyse(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from perfsight.api import InputError, analyse, trace_files
-    from perfsight.ingest import TraceReadError
-    from perfsight.summary import format_text, rank_summary
-
-    export_types = tuple(t.strip() for t in args.export_type.split(",") if t.strip())
-    summaries = []
-    for index, path in enumerate(args.paths):
-        out = args.out
-        if out and len(args.paths) > 1:
-            out = f"{out}/{index}"
-        try:
-            stages = len(trace_files(Path(path))) * 3
-            show = not (args.no_progress or args.json) and sys.stderr.isatty()
-            with tqdm(total=stages, desc=f"analysing {path}", disable=not show, file=sys.stderr) as bar:
-                result = analyse(
-                    path,
-                    out,
-                    fp_point=args.fp_point,
-                    bp_point=args.bp_point,
-                    export_types=export_types,
-                    rank=args.rank,
-                    progress=bar,
-                )
-        except (InputError, TraceReadError) as exc:
-            print(f"perfsight: error: {exc}", file=sys.stderr)
-            return 2
-        summaries.extend(rank_summary(r) for _, r in sorted(result.ranks.items()))
-    if args.json:
-        sys.stdout.write(orjson.dumps(summaries, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(format_text(summaries))
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,9 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.WARNING if getattr(args, "verbose", False) else logging.ERROR,
         format="perfsight: warning: %(message)s",
     )
-    if args.command in ("analyse", "analyze"):
-        return _analyse(args)
-    return 2
+    return args.handler(args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,69 @@
+"""``perfsight analyse``: analyse traces or run folders, write the outputs, print the summary."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import orjson
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``analyse`` subcommand (alias ``analyze``) to the ``perfsight`` parser."""
+    analyse = sub.add_parser("analyse", aliases=["analyze"], help="analyse traces and write the outputs")
+    analyse.add_argument(
+        "paths", nargs="+", help="trace file (.json/.json.gz), folder of traces, or run folder"
+    )
+    analyse.add_argument("--out", help="output folder (default: next to the input)")
+    analyse.add_argument("--json", action="store_true", help="print the summary as JSON")
+    analyse.add_argument("--rank", type=int, help="rank to assume for traces that do not record one")
+    analyse.add_argument(
+        "--fp-point", help="op name where forward starts (default: detected; env PERFSIGHT_FP_POINT)"
+    )
+    analyse.add_argument(
+        "--bp-point", help="op name where backward ends (default: detected; env PERFSIGHT_BP_POINT)"
+    )
+    analyse.add_argument("--export-type", default="text", help="comma-separated: text, db (default: text)")
+    analyse.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    analyse.add_argument(
+        "-v", "--verbose", action="store_true", help="also print reader warnings as they happen"
+    )
+    analyse.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from perfsight.api import InputError, analyse, trace_files
+    from perfsight.ingest import TraceReadError
+    from perfsight.summary import format_text, rank_summary
+
+    export_types = tuple(t.strip() for t in args.export_type.split(",") if t.strip())
+    summaries = []
+    for index, path in enumerate(args.paths):
+        out = args.out
+        if out and len(args.paths) > 1:
+            out = f"{out}/{index}"
+        try:
+            stages = len(trace_files(Path(path))) * 3
+            show = not (args.no_progress or args.json) and sys.stderr.isatty()
+            with tqdm(total=stages, desc=f"analysing {path}", disable=not show, file=sys.stderr) as bar:
+                result = analyse(
+                    path,
+                    out,
+                    fp_point=args.fp_point,
+                    bp_point=args.bp_point,
+                    export_types=export_types,
+                    rank=args.rank,
+                    progress=bar,
+                )
+        except (InputError, TraceReadError) as exc:
+            print(f"perfsight: error: {exc}", file=sys.stderr)
+            return 2
+        summaries.extend(rank_summary(r) for _, r in sorted(result.ranks.items()))
+    if args.json:
+        sys.stdout.write(orjson.dumps(summaries, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(format_text(summaries))
+    return 0
