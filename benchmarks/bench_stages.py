@@ -45,7 +45,8 @@ def _stages(trace, options, folder: Path, db: bool) -> list[tuple[str, str, Call
     """(group, name, thunk) in pipeline order; analysis thunks store their tables for the writers."""
     from perfsight import pipeline
     from perfsight.export import mindspore_csv, sqlite_db, trace_view
-    from perfsight.store import cache
+    from perfsight.export.communication_json import write_communication_json
+    from perfsight.store import cache, timeline_index
 
     tables: dict = {}
 
@@ -87,6 +88,14 @@ def _stages(trace, options, folder: Path, db: bool) -> list[tuple[str, str, Call
             lambda: trace_view.write_trace_view(out / "trace_view.json", trace, tables["overlap_intervals"]),
         ),
     ]
+    if trace.comm.num_rows:
+        stages.append(
+            (
+                "write",
+                "communication.json",
+                lambda: write_communication_json(out / "communication.json", trace),
+            )
+        )
     if db:
         stages.append(
             (
@@ -98,20 +107,29 @@ def _stages(trace, options, folder: Path, db: bool) -> list[tuple[str, str, Call
     stages += [
         ("write", "cache: trace", lambda: cache.save_trace(trace, folder / "cache")),
         ("write", "cache: tables", lambda: cache.save_tables(folder / "cache", tables)),
+        (
+            "write",
+            "cache: timeline index",
+            lambda: timeline_index.write_timeline_index(trace, folder / "cache"),
+        ),
     ]
     return stages
 
 
-def _round(trace, options, db: bool) -> list[tuple[str, str, float, float]]:
-    """One pass over every stage: (group, name, seconds, peak-RSS increase in MB)."""
+def _round(trace, options, db: bool) -> list[tuple[str, str, float, float, float]]:
+    """One pass over every stage: (group, name, seconds, peak-RSS increase in MB, CPU seconds).
+    CPU time (all threads) is what to compare on a loaded machine, where wall time mostly
+    measures the neighbours."""
     fresh = dataclasses.replace(trace)  # same tables, new object: no derived data carried over
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for group, name, thunk in _stages(fresh, options, Path(tmp), db):
             before = _peak_mb()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             thunk()
-            results.append((group, name, time.perf_counter() - t0, _peak_mb() - before))
+            results.append(
+                (group, name, time.perf_counter() - t0, _peak_mb() - before, time.process_time() - c0)
+            )
     return results
 
 
@@ -170,19 +188,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"pandas imported: before analyses {had_pandas}, after {'pandas' in sys.modules}")
     print()
-    print(f"{'group':<9} {'stage':<22} {'median s':>9} {'min s':>8} {'share':>6} {'+peak MB':>9}")
+    print(
+        f"{'group':<9} {'stage':<22} {'median s':>9} {'min s':>8} {'CPU s':>8} {'share':>6} {'+peak MB':>9}"
+    )
     total_median = 0.0
     sums: dict[str, float] = {}
     medians = []
-    for i, (group, name, _, grow) in enumerate(first):
+    for i, (group, name, _, grow, _) in enumerate(first):
         times = [r[i][2] for r in rounds]
         med = statistics.median(times)
-        medians.append((group, name, med, min(times), grow))
+        medians.append((group, name, med, min(times), statistics.median(r[i][4] for r in rounds), grow))
         total_median += med
         sums[group] = sums.get(group, 0.0) + med
-    for group, name, med, low, grow in medians:
+    for group, name, med, low, cpu, grow in medians:
         share = med / total_median if total_median else 0.0
-        print(f"{group:<9} {name:<22} {med:9.4f} {low:8.4f} {share:6.1%} {grow:9.1f}")
+        print(f"{group:<9} {name:<22} {med:9.4f} {low:8.4f} {cpu:8.4f} {share:6.1%} {grow:9.1f}")
     for group, total in sums.items():
         print(f"{group:<9} {'(total)':<22} {total:9.4f}")
     print(f"{'all':<9} {'(total)':<22} {total_median:9.4f}")

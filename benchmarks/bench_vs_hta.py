@@ -65,6 +65,14 @@ def _peak_rss_mb() -> float:
     return max(own, children) / 1024
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process (all its threads) and of the children it waited for: on a
+    loaded machine wall time mostly measures the neighbours, CPU time the work done."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def run_child(tool: str, trace: Path, out_dir: Path) -> int:
     try:
         if tool == "hta":
@@ -73,7 +81,7 @@ def run_child(tool: str, trace: Path, out_dir: Path) -> int:
             from hta.trace_analysis import TraceAnalysis
 
             logging.disable(logging.CRITICAL)  # HTA logs every parse step; we only want numbers
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), _cpu_s()
             TraceAnalysis(trace_dir=str(trace.parent))
         else:
             import importlib
@@ -88,13 +96,15 @@ def run_child(tool: str, trace: Path, out_dir: Path) -> int:
             analyse = getattr(perfsight, "analyse", None)
             if analyse is None:
                 raise RuntimeError("perfsight.analyse does not exist yet")
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), _cpu_s()
             analyse(trace, out=out_dir)
         wall_s = time.perf_counter() - started
+        cpu_s = _cpu_s() - cpu_started
     except Exception as error:  # report any failure of the tool, never a traceback-only crash
         print(RESULT_PREFIX + json.dumps({"error": f"{type(error).__name__}: {error}"}), flush=True)
         return 1
-    print(RESULT_PREFIX + json.dumps({"wall_s": wall_s, "peak_rss_mb": _peak_rss_mb()}), flush=True)
+    result = {"wall_s": wall_s, "cpu_s": cpu_s, "peak_rss_mb": _peak_rss_mb()}
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
     return 0
 
 
@@ -106,6 +116,7 @@ class Runs:
     """All runs of one tool on one trace."""
 
     wall_s: list[float] = field(default_factory=list)
+    cpu_s: list[float] = field(default_factory=list)
     peak_rss_mb: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -115,6 +126,9 @@ class Runs:
 
     def median_wall_s(self) -> float:
         return statistics.median(self.wall_s)
+
+    def median_cpu_s(self) -> float:
+        return statistics.median(self.cpu_s)
 
     def median_rss_mb(self) -> float:
         return statistics.median(self.peak_rss_mb)
@@ -150,6 +164,7 @@ def measure_once(tool: str, trace: Path, work_dir: Path, timeout_s: float, runs:
         runs.errors.append(result["error"])
     else:
         runs.wall_s.append(result["wall_s"])
+        runs.cpu_s.append(result["cpu_s"])
         runs.peak_rss_mb.append(result["peak_rss_mb"])
 
 
@@ -194,24 +209,31 @@ def versions() -> str:
 def _cell(runs: Runs, what: str) -> str:
     if not runs.ok:
         return "failed"
+    if what == "cpu":
+        return f"{runs.median_cpu_s():.2f}"
     return f"{runs.median_wall_s():.2f}" if what == "wall" else f"{runs.median_rss_mb():.0f}"
 
 
 def comparison_table(results: dict[Path, dict[str, Runs]]) -> str:
     rows = [
-        "| trace | size MB (file / JSON) | HTA parse s | HTA peak RSS MB | perfsight analyse s "
-        "| perfsight peak RSS MB | HTA s / perfsight s | perfsight RSS / HTA RSS |",
+        "| trace | size MB (file / JSON) | HTA parse s (CPU s) | HTA peak RSS MB "
+        "| perfsight analyse s (CPU s) | perfsight peak RSS MB | HTA s / perfsight s (CPU) "
+        "| perfsight RSS / HTA RSS |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for trace, by_tool in results.items():
         hta, ps = by_tool["hta"], by_tool["perfsight"]
         both = hta.ok and ps.ok
-        time_ratio = f"{hta.median_wall_s() / ps.median_wall_s():.2f}x" if both else "n/a"
+        time_ratio = (
+            f"{hta.median_wall_s() / ps.median_wall_s():.2f}x ({hta.median_cpu_s() / ps.median_cpu_s():.2f}x)"
+            if both
+            else "n/a"
+        )
         rss_ratio = f"{ps.median_rss_mb() / hta.median_rss_mb():.2f}" if both else "n/a"
         size = f"{trace.stat().st_size / MIB:.1f} / {uncompressed_mb(trace):.1f}"
         rows.append(
-            f"| `{trace.name}` | {size} | {_cell(hta, 'wall')} | {_cell(hta, 'rss')} | {_cell(ps, 'wall')} "
-            f"| {_cell(ps, 'rss')} | {time_ratio} | {rss_ratio} |"
+            f"| `{trace.name}` | {size} | {_cell(hta, 'wall')} ({_cell(hta, 'cpu')}) | {_cell(hta, 'rss')} "
+            f"| {_cell(ps, 'wall')} ({_cell(ps, 'cpu')}) | {_cell(ps, 'rss')} | {time_ratio} | {rss_ratio} |"
         )
     return "\n".join(rows)
 
@@ -282,6 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.work_dir:
         args.work_dir.mkdir(parents=True, exist_ok=True)
 
+    load_at_start = os.getloadavg()
     results: dict[Path, dict[str, Runs]] = {}
     for trace in traces:
         results[trace] = {tool: Runs() for tool in TOOLS}
@@ -311,9 +334,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "",
         f"Command: `{shlex.join(sys.orig_argv)}` (from the repository root)",
         "",
-        f"Machine: {machine_description()}; {versions()}.",
+        f"Machine: {machine_description()}; {versions()}; load average at the start "
+        f"{load_at_start[0]:.1f}, at the end {os.getloadavg()[0]:.1f}.",
         "",
-        f"Median of {args.repeats} alternating runs per tool, each in a fresh process, import excluded. "
+        f"Median of {args.repeats} alternating runs per tool, each in a fresh process, import excluded; "
+        "CPU s: user + system time of the process and its children, all threads. "
         "HTA: `TraceAnalysis(trace_dir=...)` (parse only). perfsight: `perfsight.analyse(trace, out=...)` "
         "(full analysis and outputs). Peak RSS: max(`ru_maxrss` of the process, of its children).",
     ]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from perfsight.ingest import TraceReadError, find_traces, read_trace
+from perfsight.ingest import TraceReadError, find_traces, read_trace, run_folder
 from perfsight.model import Trace
 from perfsight.pipeline import Options, RankResult, analyse_trace, write_outputs
 
@@ -75,6 +75,8 @@ def trace_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     files = find_traces(path)
+    if not files and run_folder.incomplete_windows(path):
+        raise InputError("; ".join(run_folder.incomplete_windows(path)))
     if not files:
         raise InputError(f"{path}: no trace files (*.json, *.json.gz) found under this folder")
     return files
@@ -84,16 +86,23 @@ def default_output_root(path: Path) -> Path:
     """Outputs go next to the input: ``<stem>_perfsight/`` beside a file, inside a folder otherwise."""
     if path.is_file():
         return path.parent / (_TRACE_SUFFIX.sub("", path.name) + "_perfsight")
+    if run_folder.is_run_folder(path):
+        return path  # a run folder holds its own PROFILER_OUTPUT/, as the collector writes it
     return path / "perfsight_output"
 
 
 def _rank_dirs(results: Iterable[tuple[Path, RankResult]], root: Path) -> list[tuple[RankResult, Path]]:
+    results = list(results)
+    if len(results) == 1 and run_folder.is_run_folder(root):
+        return [(results[0][1], root)]
     seen: dict[int, int] = {}
     placed = []
     for source, result in results:
         rank = result.trace.rank
         seen[rank] = seen.get(rank, 0) + 1
-        name = f"rank{rank}" if seen[rank] == 1 else f"rank{rank}_{_TRACE_SUFFIX.sub('', source.name)}"
+        # several windows of one rank: each run folder's name is unique, its trace file's is not
+        label = source.parent.name if run_folder.is_run_folder(source.parent) else source.name
+        name = f"rank{rank}" if seen[rank] == 1 else f"rank{rank}_{_TRACE_SUFFIX.sub('', label)}"
         placed.append((result, root / name))
     return placed
 
@@ -111,6 +120,10 @@ def read_all(path: Path, options: Options, progress: Any = None) -> list[tuple[P
             log.warning("%s", exc)
         if progress is not None:
             progress.update(1)
+    if path.is_dir():
+        for line in run_folder.incomplete_windows(path):  # a killed rank's window: named, not hidden
+            log.warning("%s", line)
+            errors.append(line)
     if not traces:
         raise InputError("; ".join(errors) or f"{path}: nothing readable")
     for _, trace in traces:

@@ -13,7 +13,7 @@ import sys
 
 from perfsight import __version__
 
-COMMANDS = ("analyse",)
+COMMANDS = ("analyse", "serve", "run", "trigger", "collect")
 """Modules under :mod:`perfsight.commands`, in the order ``--help`` lists them."""
 
 

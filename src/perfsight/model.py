@@ -154,9 +154,53 @@ COMM_SCHEMA = pa.schema(
         pa.field("group_ranks", pa.string()),  # JSON list of global ranks
         pa.field("seq", pa.int64()),  # per-group sequence number, when recorded
         pa.field("peer", pa.int64()),  # global rank of the peer for send/recv
+        pa.field("name", pa.string()),  # the op's own name (hcom_allReduce__586_0_1), when recorded
+        pa.field("host_wait_ns", pa.int64()),  # caller blocked in Work.wait() (perfsight's comm capture)
+        pa.field("source", pa.string()),  # "trace", "trace+capture", "capture", "flight_recorder"
     ]
 )
 """One row per communication op instance seen by a rank (host op or device kernel)."""
+
+COMM_TASK_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("op", pa.int64(), nullable=False),  # row index into Trace.comm, NO_ID if unmatched
+        pa.field("slice", pa.int64(), nullable=False),  # row index into Trace.slices, NO_ID if none
+        pa.field("plane", pa.int32(), nullable=False),  # HCCL plane (a lane of one op), NO_ID if unknown
+        pa.field("task_type", pa.string(), nullable=False),  # Memcpy, Reduce_Inline, Notify_Wait, RDMASend
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("dur_ns", pa.int64(), nullable=False),
+        pa.field("transport", pa.string()),  # SDMA, RDMA, LOCAL
+        pa.field("link", pa.string()),  # HCCS, PCIE, SIO, ON_CHIP, ROCE, HCCS_SW; null when invalid
+        pa.field("rdma_type", pa.string()),  # RDMA_SEND_PAYLOAD / RDMA_SEND_NOTIFY, when recorded
+        pa.field("bytes", pa.int64()),  # bytes moved by this task (0 for notifications)
+        pa.field("src_rank", pa.int64()),  # null when the source marks it invalid
+        pa.field("dst_rank", pa.int64()),
+    ]
+)
+"""One row per transfer or synchronisation task of a communication op (HCCL's per-plane tasks).
+
+Kineto/NCCL traces have none (empty table); Ascend's HCCL timeline and database do.
+"""
+
+DATALOADER_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),  # "wait" (training loop) | "fetch" (a worker)
+        pa.field("step", pa.int32(), nullable=False),  # step the row started in, NO_ID if outside
+        pa.field("worker", pa.int32(), nullable=False),  # data-loader worker id, -1 = training process
+        pa.field("pid", pa.int64(), nullable=False),
+        pa.field("batch", pa.int64()),  # wait: index of the batch within its epoch
+        pa.field("start_ns", pa.int64(), nullable=False),  # trace clock
+        pa.field("dur_ns", pa.int64(), nullable=False),
+        pa.field("ready_batches", pa.int32()),  # wait: batches already queued when it was requested
+        pa.field("read_ns", pa.int64()),  # fetch: dataset reads (__getitem__ minus transforms)
+        pa.field("transform_ns", pa.int64()),  # fetch: the dataset's transforms
+        pa.field("collate_ns", pa.int64()),  # fetch: collate_fn
+        pa.field("samples", pa.int32()),  # fetch: samples in the batch
+    ]
+)
+"""One row per batch waited for (training loop) or fetched (a worker): perfsight's data-loader capture."""
 
 
 @dataclasses.dataclass
@@ -188,6 +232,11 @@ class RunMetadata:
     sources: list[str] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # from a perfsight run folder's profiler_info (None when the input does not record them)
+    local_rank: int | None = None
+    clock_offset_ns: int | None = None  # this rank's clock minus rank 0's, to subtract from times
+    clock_uncertainty_ns: int | None = None
+    complete: bool = True  # False: the profiling window was cut short (see warnings)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -211,6 +260,8 @@ class Trace:
     steps: pa.Table
     comm: pa.Table
     meta: RunMetadata
+    comm_tasks: pa.Table = dataclasses.field(default_factory=lambda: COMM_TASK_SCHEMA.empty_table())
+    dataloader: pa.Table = dataclasses.field(default_factory=lambda: DATALOADER_SCHEMA.empty_table())
 
     @property
     def rank(self) -> int:
@@ -224,6 +275,8 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
     "flows": FLOW_SCHEMA,
     "steps": STEP_SCHEMA,
     "comm": COMM_SCHEMA,
+    "comm_tasks": COMM_TASK_SCHEMA,
+    "dataloader": DATALOADER_SCHEMA,
 }
 """Every table of a :class:`Trace` by attribute name: used by the cache and the docs test."""
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from perfsight.analysis import flops, index, kernels, memory, operators, overlap, step_trace
+from perfsight.ingest import heap
 from perfsight.model import Trace
 
 EXPORT_TYPES = ("text", "db")
@@ -80,17 +81,20 @@ def analyse_trace(trace: Trace, options: Options) -> RankResult:
             tables[name] = run(trace, options, tables)
     finally:
         index.release(trace)  # what the analyses shared is not needed by the writers
+        heap.return_freed_memory()  # the writers reuse the analyses' freed transients
     return RankResult(trace=trace, tables=tables)
 
 
 def write_outputs(result: RankResult, rank_dir: Path, options: Options) -> Path:
     """Write PROFILER_OUTPUT/ (seed-named files), the optional SQLite db, and the Parquet cache.
 
-    The cache is written on a second thread while the exports are written on this one: Parquet
-    encoding releases the GIL, so on more than one core the cache costs little wall time.
+    The cache, then ``trace_view.json``, are written on a second thread while the other exports
+    are written on this one: Parquet encoding and Arrow's takes release the GIL, so on more than
+    one core the two threads overlap.
     """
     from perfsight.export import mindspore_csv, sqlite_db, trace_view
-    from perfsight.store import cache
+    from perfsight.export.communication_json import write_communication_json
+    from perfsight.store import cache, timeline_index
 
     out = rank_dir / "PROFILER_OUTPUT"
     out.mkdir(parents=True, exist_ok=True)
@@ -99,16 +103,29 @@ def write_outputs(result: RankResult, rank_dir: Path, options: Options) -> Path:
     def save_cache() -> None:
         cache.save_trace(result.trace, rank_dir / "cache")
         cache.save_tables(rank_dir / "cache", tables)
+        timeline_index.write_timeline_index(result.trace, rank_dir / "cache")  # what `perfsight serve` reads
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="perfsight-cache") as background:
         cached = background.submit(save_cache)
+        drawn = None
         if "text" in options.export_types:
+            # the trace view is mostly Arrow takes (GIL released): beside the cache it balances the
+            # two threads, the CSVs and communication.json (Python-heavy) staying on this one
+            drawn = background.submit(
+                trace_view.write_trace_view,
+                out / "trace_view.json",
+                result.trace,
+                tables["overlap_intervals"],
+            )
             mindspore_csv.write_all(out, tables)
-            trace_view.write_trace_view(out / "trace_view.json", result.trace, tables["overlap_intervals"])
+            if result.trace.comm.num_rows:
+                write_communication_json(out / "communication.json", result.trace)
         if "db" in options.export_types:
             sqlite_db.write_db(
                 out / f"perfsight_{result.trace.rank}.db", {**tables, "slices": result.trace.slices}
             )
         cached.result()  # raises what the cache writer raised
+        if drawn is not None:
+            drawn.result()
     result.output_dir = out
     return out

@@ -24,6 +24,15 @@ part of ``M``, all cut to the step window ``[start, end)``:
 Invariants, exact in integer nanoseconds: ``computing + communication_not_overlapped
 + free == stage`` and ``stage + preparing == step_ns``.
 
+Where the stage ends (``stage_end``): ``"window"`` (perfsight's default) ends it
+with the window, so device idle time after the step's last work is ``free``.
+``"last_work"`` is Ascend's convention (learned from its ``step_trace_time.csv``,
+see docs/OUTPUTS.md): the stage runs from the first to the last instant covered by
+``C ∪ M`` in the window, and idle time after the last work belongs to no column,
+so then ``stage + preparing <= step_ns``.  ``None`` takes the convention the trace's
+reader recorded in ``meta.extra["stage_end"]`` (the Ascend reader sets
+``"last_work"``), else ``"window"``.
+
 :func:`overlap_intervals` returns the merged intervals behind those numbers
 (the "Overlap Analysis" lanes of ``trace_view.json``), restricted to the step
 windows; per window, each lane's length equals the matching column.
@@ -87,15 +96,48 @@ def _steps_and_work(trace: Trace) -> tuple[pa.Table, Activity, iv.Intervals]:
     return windows, work, busy
 
 
-def overlap_breakdown(trace: Trace) -> pa.Table:
-    """Per step: computing, communication (overlapped or not), free, bubble and preparing time in ns."""
+STAGE_ENDS = ("window", "last_work")
+"""Conventions for where a step's stage ends (see the module docstring)."""
+
+
+def _stage_end(trace: Trace, stage_end: str | None) -> str:
+    chosen = stage_end or str(trace.meta.extra.get("stage_end", "window"))
+    if chosen not in STAGE_ENDS:
+        raise ValueError(f"stage_end must be one of {STAGE_ENDS}, not {chosen!r}")
+    return chosen
+
+
+def _last_covered(merged: iv.Intervals, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """For each window ``[lo, hi)``, the end of the last covered stretch in it (``lo`` when none)."""
+    s, e = merged
+    if s.size == 0:
+        return lo.copy()
+    j = np.searchsorted(s, hi, side="left") - 1  # last interval starting before hi
+    end = np.where(j >= 0, np.minimum(e[np.maximum(j, 0)], hi), lo)
+    return np.maximum(end, lo)
+
+
+def _stage_bounds(
+    busy: iv.Intervals, lo: np.ndarray, hi: np.ndarray, stage_end: str
+) -> tuple[np.ndarray, np.ndarray]:
+    first = iv.first_covered(busy, lo, hi)
+    last = np.maximum(_last_covered(busy, lo, hi), first) if stage_end == "last_work" else hi
+    return first, last
+
+
+def overlap_breakdown(trace: Trace, stage_end: str | None = None) -> pa.Table:
+    """Per step: computing, communication (overlapped or not), free, bubble and preparing time in ns.
+
+    ``stage_end``: ``"window"`` or ``"last_work"`` (Ascend's convention); ``None`` follows the trace.
+    """
     windows, work, busy = _steps_and_work(trace)
     if windows.num_rows == 0:
         return OVERLAP_SCHEMA.empty_table()
     lo, hi = columns.int64(windows.column("start_ns")), columns.int64(windows.column("end_ns"))
     step_ns = hi - lo
-    preparing = iv.first_covered(busy, lo, hi) - lo
-    stage = step_ns - preparing
+    first, last = _stage_bounds(busy, lo, hi, _stage_end(trace, stage_end))
+    preparing = first - lo
+    stage = last - first
     computing = iv.measure(work.compute, lo, hi)
     communication = iv.measure(work.communication, lo, hi)
     overlapped = iv.measure(iv.intersect(work.compute, work.communication), lo, hi)
@@ -124,14 +166,14 @@ def overlap_breakdown(trace: Trace) -> pa.Table:
     )
 
 
-def overlap_intervals(trace: Trace) -> pa.Table:
+def overlap_intervals(trace: Trace, stage_end: str | None = None) -> pa.Table:
     """Merged Computing / Communication / Communication(Not Overlapped) / Free intervals inside the steps."""
     windows, work, busy = _steps_and_work(trace)
     if windows.num_rows == 0:
         return OVERLAP_INTERVAL_SCHEMA.empty_table()
     lo, hi = columns.int64(windows.column("start_ns")), columns.int64(windows.column("end_ns"))
     steps = iv.union(lo, hi)
-    stages = iv.union(iv.first_covered(busy, lo, hi), hi)
+    stages = iv.union(*_stage_bounds(busy, lo, hi, _stage_end(trace, stage_end)))
     lanes = {
         "Computing": iv.intersect(work.compute, steps),
         "Communication": iv.intersect(work.communication, steps),

@@ -29,6 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     analyse.add_argument(
         "-v", "--verbose", action="store_true", help="also print reader warnings as they happen"
     )
+    analyse.add_argument(
+        "--executor",
+        help="where a multi-rank job's per-rank work runs: local (default), serial, dask-local, dask://HOST:PORT",
+    )
     analyse.set_defaults(handler=run)
 
 
@@ -36,8 +40,15 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from perfsight.api import InputError, analyse, trace_files
+    from perfsight.cluster.cli import is_job, run_job
+    from perfsight.cluster.job import JobInputError
+    from perfsight.cluster.summary import format_text as cluster_text
+    from perfsight.engine import ExecutorError
     from perfsight.ingest import TraceReadError
+    from perfsight.pipeline import Options
     from perfsight.summary import format_text, rank_summary
+
+    cluster_summaries: list[dict] = []
 
     export_types = tuple(t.strip() for t in args.export_type.split(",") if t.strip())
     summaries = []
@@ -45,6 +56,24 @@ def run(args: argparse.Namespace) -> int:
         out = args.out
         if out and len(args.paths) > 1:
             out = f"{out}/{index}"
+        if is_job(path):  # several ranks (or a URL): per-rank analysis in parallel, then the cluster step
+            try:
+                job = run_job(
+                    path,
+                    out,
+                    Options.from_env(
+                        fp_point=args.fp_point,
+                        bp_point=args.bp_point,
+                        export_types=export_types,
+                        rank=args.rank,
+                    ),
+                    args.executor,
+                )
+            except (InputError, TraceReadError, JobInputError, ExecutorError) as exc:
+                print(f"perfsight: error: {exc}", file=sys.stderr)
+                return 2
+            cluster_summaries.append(job)
+            continue
         try:
             stages = len(trace_files(Path(path))) * 3
             show = not (args.no_progress or args.json) and sys.stderr.isatty()
@@ -62,6 +91,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"perfsight: error: {exc}", file=sys.stderr)
             return 2
         summaries.extend(rank_summary(r) for _, r in sorted(result.ranks.items()))
+    if cluster_summaries:  # a multi-rank job: the cluster summary (JSON: with each rank's summary)
+        if args.json:
+            doc = cluster_summaries[0] if len(cluster_summaries) == 1 and not summaries else cluster_summaries
+            sys.stdout.write(
+                orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
+            )
+        else:
+            sys.stdout.write("".join(cluster_text(job["cluster"]) for job in cluster_summaries))
+        if not summaries:
+            return 0
     if args.json:
         sys.stdout.write(orjson.dumps(summaries, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

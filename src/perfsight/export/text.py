@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from perfsight import columns
 from perfsight.columns import ArrayOrChunked, combined, distinct_codes, rebased_list
+from perfsight.ingest import eventscan
 
 Render = Callable[[pa.Array], pa.Array]
 """Values -> their text (a null text means: write nothing)."""
@@ -142,8 +143,9 @@ class TextRows:
     (:meth:`add_choice`; :func:`distinct_texts` codes a column with few distinct values), or a
     string column (:meth:`add_values`).  Consecutive constants and choices are merged into one
     choice over the combinations that occur, so a row is made of a few elements only;
-    :meth:`to_bytes` then lays the rows end to end with a single Arrow ``take`` over a pool of the
-    distinct texts and the columns.  The text costs about one copy of its bytes, where a row-wise
+    :meth:`to_bytes` then lays the rows end to end with a single gather over a pool of the
+    distinct texts and the columns (the native library's ``es_gather`` where built, else Arrow's
+    ``take``).  The text costs about one copy of its bytes, where a row-wise
     concatenation kernel pays per piece and per row.  Empty and null pieces are skipped.
     """
 
@@ -253,7 +255,11 @@ class TextRows:
                 index[i][~columns.numpy(column.is_valid())] = 0
         order = index.T.ravel()  # row by row
         pool = pa.concat_arrays([pa.array(pool_texts, pa.string()), *(c for _, c in value_columns)])
-        taken = pool.take(pa.array(order[order != 0]))
+        order = order[order != 0]
+        gathered = eventscan.gather(pool, order)  # native copy where built: no offsets to build
+        if gathered is not None:
+            return memoryview(gathered)
+        taken = pool.take(pa.array(order))
         _, offsets, data = taken.buffers()
         if data is None or len(taken) == 0:
             return memoryview(b"")

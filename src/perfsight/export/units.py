@@ -10,8 +10,11 @@ three places (an Arrow ``decimal128(38, 3)`` whose unscaled value *is* ``n``), n
 absolute timestamp such as ``1736408883704643.212`` survives CSV writing digit for digit.  A float
 input (an average) is rounded to whole nanoseconds first.  Percentages also get exactly three
 decimals.  MB and KB are binary (2**20 and 2**10 bytes, as Ascend writes them) and float64, which
-is exact for any byte count below 2**53.  Seconds (float64) exist for rates an analysis reports
-per second (FLOP/s); they are converted here too, so every unit factor has one home.
+is exact for any byte count below 2**53 -- except in ``communication.json``, whose MB are
+*decimal* (10**6 bytes: HCCL reports a 2,064,384-byte packet as ``2.064384``), hence the separate
+:func:`bytes_to_decimal_mb`.  Milliseconds (float64) serve that file and the printed summaries.
+Seconds (float64) exist for rates an analysis reports per second (FLOP/s); they are converted here
+too, so every unit factor has one home.
 
 This module must not read tables, choose columns or write files.
 """
@@ -29,9 +32,12 @@ US_TYPE = pa.decimal128(38, 3)
 """Arrow type of an exact microsecond value with three decimals."""
 
 NS_PER_US = 1_000
+NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
 BYTES_PER_MB = 2**20
 BYTES_PER_KB = 2**10
+BYTES_PER_DECIMAL_MB = 1_000_000
+"""HCCL's MB (``communication.json`` only): decimal, unlike the binary MB of Ascend's CSV columns."""
 
 
 def _thousandths(unscaled: ArrayOrChunked) -> pa.Array:
@@ -117,6 +123,16 @@ def bytes_to_mb(nbytes: ArrayOrChunked) -> pa.Array:
     return pc.divide(combined(nbytes).cast(pa.float64()), float(BYTES_PER_MB))
 
 
+def ns_to_ms(ns: float) -> float:
+    """One duration in nanoseconds -> milliseconds as a float (``communication.json``'s ``(ms)``)."""
+    return ns / NS_PER_MS
+
+
+def bytes_to_decimal_mb(nbytes: float) -> float:
+    """One size in bytes -> decimal megabytes (10**6 bytes), as HCCL's ``communication.json`` counts."""
+    return nbytes / BYTES_PER_DECIMAL_MB
+
+
 def bytes_to_kb(nbytes: ArrayOrChunked) -> pa.Array:
     """Bytes -> binary kilobytes (KiB, what Ascend's ``Size(KB)`` holds) as float64."""
     return pc.divide(combined(nbytes).cast(pa.float64()), float(BYTES_PER_KB))
@@ -132,15 +148,13 @@ def ratio_to_pct(ratio: ArrayOrChunked) -> pa.Array:
     return _rounded_thousandths(ratio, 100_000.0)
 
 
-NS_PER_MS = 1_000_000
-
 _BINARY_SIZES = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 _FLOP_SIZES = (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6))
 
 
 def ms_text(ns: float | None) -> str:
     """One duration for a printed summary: milliseconds with three decimals ('-' if unknown)."""
-    return "-" if ns is None else f"{ns / NS_PER_MS:,.3f}"
+    return "-" if ns is None else f"{ns_to_ms(ns):,.3f}"
 
 
 def bytes_text(value: int | None) -> str:

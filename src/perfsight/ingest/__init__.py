@@ -13,6 +13,8 @@ from perfsight.ingest.kineto import TraceReadError, read_kineto
 from perfsight.model import Trace
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+ASCEND_OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+"""Ascend/MindSpore profiler output: its trace_view.json stands for the whole rank folder."""
 
 __all__ = ["TraceReadError", "find_traces", "read_trace"]
 
@@ -22,9 +24,19 @@ def read_trace(path: str | Path, rank: int | None = None) -> Trace:
     path = Path(path)
     if not path.is_file():
         raise TraceReadError(f"{path}: no such file")
+    if path.parent.name == ASCEND_OUTPUT_DIR:  # an Ascend/MindSpore rank folder: read as a whole
+        from perfsight.ingest.ascend import read_ascend
+
+        return read_ascend(path, rank=rank)
     if not path.name.endswith(TRACE_SUFFIXES):
         raise TraceReadError(f"{path}: not a trace file (expected .json or .json.gz)")
-    return read_kineto(path, rank=rank)
+    from perfsight.ingest import run_folder  # a perfsight run folder records rank and run facts
+
+    info = run_folder.info_for(path)
+    if info is None:
+        return read_kineto(path, rank=rank)
+    trace = read_kineto(path, rank=rank if rank is not None else info.rank)
+    return run_folder.apply(trace, info, rank_from_option=rank is not None)
 
 
 def find_traces(folder: str | Path) -> list[Path]:
@@ -34,7 +46,7 @@ def find_traces(folder: str | Path) -> list[Path]:
         p
         for p in sorted(folder.rglob("*"))
         if p.is_file()
-        and p.name.endswith(TRACE_SUFFIXES)
+        and (p.name.endswith(TRACE_SUFFIXES) or _ascend_db_only(p))
         and "PROFILER_OUTPUT" not in p.parts
         and not p.name.startswith(".")
     ]
@@ -43,4 +55,24 @@ def find_traces(folder: str | Path) -> list[Path]:
         for p in found
         if p.name not in {"profiler_info.json", "profiler_metadata.json"}
         and not p.name.startswith("profiler_info_")
+        and not _in_our_cache(p, folder)
+        and (p.parent.name != ASCEND_OUTPUT_DIR or p.name == "trace_view.json" or _ascend_db_only(p))
     ]
+
+
+def _in_our_cache(path: Path, root: Path) -> bool:
+    """Whether ``path`` lies in a ``cache/`` folder perfsight wrote (it holds ``meta.json``)."""
+    for parent in path.relative_to(root).parents:
+        if parent.name == "cache" and (root / parent / "meta.json").is_file():
+            return True
+    return False
+
+
+def _ascend_db_only(path: Path) -> bool:
+    """An Ascend profiler database standing for its rank folder, when there is no trace_view.json."""
+    return (
+        path.parent.name == ASCEND_OUTPUT_DIR
+        and path.name.startswith("ascend_")
+        and path.suffix == ".db"
+        and not (path.parent / "trace_view.json").is_file()
+    )

@@ -795,3 +795,23 @@ int64_t es_scan(const uint8_t *b, int64_t n, int64_t pos, const spec_t *spec, re
     free(s);
     return r->rows;
 }
+
+/* ---------- text assembly for the writers ---------- */
+
+/* Copy strings of an Arrow string array (int32 offsets) into out, one after another, in the order
+ * given: how export/text.py lays out a chunk of trace_view.json.  Arrow's take does the same with
+ * an offsets array and validity bookkeeping the writer then throws away.  Returns bytes written,
+ * or -1 when out (cap bytes) is too small or an index is outside [0, count). */
+int64_t es_gather(const int32_t *offsets, int64_t count, const uint8_t *data, const int32_t *order, int64_t n,
+                  uint8_t *out, int64_t cap) {
+    int64_t w = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t k = order[i];
+        if (k < 0 || k >= count) return -1;
+        int64_t start = offsets[k], len = (int64_t)offsets[k + 1] - start;
+        if (len < 0 || w + len > cap) return -1;
+        memcpy(out + w, data + start, (size_t)len);
+        w += len;
+    }
+    return w;
+}

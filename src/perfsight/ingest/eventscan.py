@@ -108,6 +108,16 @@ def _load(directory: Path | None = None) -> ctypes.CDLL | None:
         ctypes.POINTER(_Spec),
         ctypes.POINTER(_Result),
     ]
+    lib.es_gather.restype = ctypes.c_int64
+    lib.es_gather.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+    ]
     return lib
 
 
@@ -343,3 +353,25 @@ def _arrow(kind: int, dtype: pa.DataType, n: int, c: _Column, work: dict[str, np
             dtype.value_type, inner, [None, _copy(work["inner"], inner + 1)], children=[values]
         )
     return pa.Array.from_buffers(dtype, n, [bitmap, offsets], null_count=nulls, children=[values])
+
+
+def gather(strings: pa.Array, order: np.ndarray) -> np.ndarray | None:
+    """The UTF-8 bytes of ``strings[order[0]]``, ``strings[order[1]]``, ... end to end, copied by the
+    native library (no Arrow offsets built for a result that is written out at once); ``order``
+    must not point at a null.  None where the library is not built or ``strings`` is not a plain
+    string array: the caller then uses Arrow's take."""
+    lib = _LIB
+    if lib is None or strings.type != pa.string() or len(strings) == 0:
+        return None
+    _, offsets_buffer, data_buffer = strings.buffers()
+    offsets = np.frombuffer(offsets_buffer, np.int32)[strings.offset : strings.offset + len(strings) + 1]
+    order = np.ascontiguousarray(order, dtype=np.int32)
+    total = int((offsets[1:] - offsets[:-1])[order].sum()) if len(order) else 0
+    out = np.empty(total, np.uint8)
+    data = data_buffer.address if data_buffer is not None else 0
+    written = lib.es_gather(
+        offsets.ctypes.data, len(strings), data, order.ctypes.data, len(order), out.ctypes.data, total
+    )
+    if written != total:
+        raise RuntimeError("native gather disagrees with the string lengths")
+    return out

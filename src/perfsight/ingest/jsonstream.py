@@ -8,7 +8,7 @@ ends, and complete events are handed on in batches of raw bytes whose
 separating commas are blanked, ready for a columnar JSON parser.
 
 Decompression runs in a background thread, a couple of blocks ahead of the
-consumer (zlib releases the GIL), so it overlaps with parsing.  Callers that
+consumer (zlib and ISA-L release the GIL), so it overlaps with parsing.  Callers that
 split and parse in one pass themselves (the native scanner) take the raw blocks
 from :func:`open_events` and come back here for the header, the truncation
 report, or -- when they meet text they do not handle -- to split the rest.
@@ -34,6 +34,16 @@ from typing import Any, BinaryIO
 
 import numpy as np
 import orjson
+
+try:  # ISA-L's inflate: the same output as zlib's, in a third of the CPU time
+    from isal import isal_zlib as _inflate
+
+    _GZIP_WBITS = 31  # gzip only: the reader inflates after seeing gzip's magic bytes
+    _INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _inflate.error)
+except ImportError:  # pragma: no cover - isal is a dependency; platforms without a wheel fall back
+    _inflate = zlib  # type: ignore[assignment]
+    _GZIP_WBITS = 47
+    _INFLATE_ERRORS = (zlib.error,)
 
 READ_BLOCK = 1 << 20
 """Compressed bytes read per I/O call."""
@@ -90,7 +100,7 @@ def _decompressed_blocks(handle: BinaryIO) -> Iterator[bytes]:
                 yield chunk
                 chunk = handle.read(READ_BLOCK)
             return
-        inflater = zlib.decompressobj(wbits=47)
+        inflater = _inflate.decompressobj(wbits=_GZIP_WBITS)
         chunk = head
         while chunk:
             try:
@@ -99,12 +109,12 @@ def _decompressed_blocks(handle: BinaryIO) -> Iterator[bytes]:
                     chunk = inflater.unconsumed_tail
                     if out:
                         yield out
-            except zlib.error:
+            except _INFLATE_ERRORS:
                 return
             chunk = handle.read(READ_BLOCK)
         try:
             tail = inflater.flush()
-        except zlib.error:
+        except _INFLATE_ERRORS:
             tail = b""
         if tail:
             yield tail

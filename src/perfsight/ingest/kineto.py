@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from perfsight import columns
 from perfsight.ingest import assemble
 from perfsight.ingest.chrome_events import ARG_FIELDS, read_events
+from perfsight.ingest.heap import prefer_returning_pool, return_freed_memory
 from perfsight.ingest.jsonstream import NotATraceError
 from perfsight.model import (
     COMM_SCHEMA,
@@ -99,6 +100,7 @@ def read_kineto(path: str | Path, rank: int | None = None) -> Trace:
     events is a warning in ``trace.meta.warnings``.
     """
     path = Path(path)
+    prefer_returning_pool()
     try:
         results, report = read_events(path)
     except NotATraceError as exc:
@@ -127,6 +129,8 @@ def read_kineto(path: str | Path, rank: int | None = None) -> Trace:
         raise TraceReadError(f"{path}: truncated or damaged before its first complete event")
     meta = _metadata(path, report.header, rank, warnings)
     trace = _build(parts, meta, truncated=report.truncated or damaged)
+    del parts
+    return_freed_memory()
     for message in trace.meta.warnings:
         log.warning(message)
     return trace

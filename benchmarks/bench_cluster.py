@@ -1,0 +1,106 @@
+"""Cluster analysis at scale: end-to-end wall time and peak memory of ``perfsight analyse JOB``.
+
+Runs each variant in a fresh process and samples the resident memory of its whole process tree
+(the command and its worker processes, summed) every 0.1 s with psutil; wall time is the
+process's.  Variants: ``local`` (``perfsight analyse JOB`` as the CLI runs it: the default executor,
+one worker process per core, full per-rank analysis and per-rank output files, then the cluster
+step and its outputs); ``cluster-only`` (same executor, per-rank work limited to what the cluster
+step needs, no per-rank files); ``dask1`` / ``dask2`` (as cluster-only, on a Dask LocalCluster with
+1 / 2 worker processes).  After each run it checks that the injected stragglers (from the job's
+``.generator.json``, written by ``gen_cluster_job.py``) are exactly the reported slow ranks.
+
+    python benchmarks/gen_cluster_job.py --out /tmp/job1024 --ranks 1024 --size-mb 2
+    python benchmarks/bench_cluster.py /tmp/job1024 --variants cluster-only,local,dask1,dask2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+DRIVER = """
+import json, sys
+from perfsight.cluster.job import analyse_job, write_cluster_outputs
+from perfsight.cluster.summary import cluster_summary
+job, out, variant = sys.argv[1:4]
+executor, per_rank = "local", True
+if variant.startswith("dask"):
+    from perfsight.engine.dask import DaskExecutor
+    executor = DaskExecutor("dask-local", workers=int(variant[4:]))
+if variant != "local":
+    per_rank = False
+try:
+    result = analyse_job(job, out, executor=executor, per_rank_outputs=per_rank)
+finally:
+    if not isinstance(executor, str):
+        executor.close()
+write_cluster_outputs(result, out)
+summary = cluster_summary(result)
+print(json.dumps({"slow": [r["rank"] for r in summary["slow_ranks"]], "ranks": summary["ranks"],
+                  "method": summary["clock_alignment"]["method"]}))
+"""
+
+
+def run_variant(job: Path, variant: str) -> dict:
+    import psutil
+
+    with tempfile.TemporaryDirectory(prefix="perfsight-bench-") as out:
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-c", DRIVER, str(job), out, variant],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        root = psutil.Process(proc.pid)
+        peak = 0
+        while proc.poll() is None:
+            try:
+                tree = [root, *root.children(recursive=True)]
+                peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            except psutil.Error:
+                pass
+            time.sleep(0.1)
+        wall = time.perf_counter() - started
+        stdout, stderr = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"{variant} failed:\n{stderr[-3000:]}")
+    found = json.loads(stdout.strip().splitlines()[-1])
+    return {"variant": variant, "wall_s": wall, "peak_rss_mb": peak / 2**20, **found}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("job", type=Path)
+    parser.add_argument("--variants", default="cluster-only,local,dask1,dask2")
+    args = parser.parse_args(argv)
+    manifest = json.loads((args.job / ".generator.json").read_text())
+    injected = sorted(int(r) for r in manifest["stragglers"])
+    size_mb = sum(p.stat().st_size for p in args.job.rglob("*.json")) / 2**20
+    print(
+        f"job: {manifest['ranks']} ranks, {size_mb:.0f} MiB of traces, {manifest['steps']} steps each, "
+        f"stragglers {injected}; machine: {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.1f} at start"
+    )
+    print("| variant | wall s | peak RSS MB (tree) | slow ranks found | injected found exactly | load avg |")
+    print("|---|---|---|---|---|---|")
+    for variant in args.variants.split(","):
+        row = run_variant(args.job, variant.strip())
+        print(
+            f"| {row['variant']} | {row['wall_s']:.1f} | {row['peak_rss_mb']:.0f} | {row['slow']} | "
+            f"{'yes' if row['slow'] == injected else 'NO'} | {os.getloadavg()[0]:.1f} |",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

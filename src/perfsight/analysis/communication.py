@@ -1,0 +1,534 @@
+"""Per-op communication analysis: where each collective's time goes, and how fast each link moved data.
+
+The numbers of Ascend's ``communication.json`` ("Communication Time Info" and
+"Communication Bandwidth Info"), computed from one rank's ``comm`` table (one row
+per op instance) and, when the trace has them, its ``comm_tasks`` (HCCL's
+per-plane transfer and notification tasks).  Definitions, learned from Ascend's
+golden files and documented for users in docs/OUTPUTS.md:
+
+Time (per op, from the op's **main plane**: its only plane; else plane 0 when plane 0
+carries an RDMA task, else plane 1 -- HCCL's main stream):
+
+* ``elapse_ns``: the op's duration.
+* ``transit_ns``: time moving data on the main plane: SDMA ``Memcpy``/``Reduce_Inline``
+  tasks over a real link (not ``ON_CHIP``), plus each RDMA transfer (an RDMA task
+  followed by ``RDMASend`` and ``Notify_Wait``: from its start to the end of its last
+  task; 3 tasks for send/receive ops, 5 otherwise).
+* ``wait_ns``: ``Notify_Wait`` time on the main plane outside RDMA transfers.
+* ``synchronization_ns``: the part of ``wait_ns`` before the first transit task
+  (waiting for the peers to be ready at all).
+* ``idle_ns`` = ``elapse - transit - wait``.
+* ratios: ``wait / (wait + transit)`` and ``synchronization / (synchronization + transit)``.
+
+Without tasks (Kineto/NCCL) a rank cannot split an op by itself.  Given
+``arrivals`` -- for each op, when the last participating rank entered the same
+collective instance (cross-rank matching is the cluster analysis' job) --
+``synchronization_ns = wait_ns = min(last_arrival - start, elapse)`` (time spent
+waiting for the slowest peer) and ``transit_ns = elapse - wait``.  With neither,
+``transit_ns = elapse`` and the waits are 0; ``basis`` says which applied.
+
+Bandwidth (per op and link type, over **all** planes): SDMA transit tasks grouped
+by their link (``HCCS_SW`` counts as HCCS; ``ON_CHIP`` local copies are not
+traffic), RDMA transfers as RDMA; ``SDMA`` is HCCS + PCIE + SIO.
+``bandwidth = bytes / transit time`` in GB/s (10^9 bytes per second);
+``large_packet_ratio`` is the share of packets larger than 32 MB (HCCS, PCIE,
+SIO) or 0.5 MB (RDMA), MB = 10^6 bytes.
+
+Everything is vectorised (NumPy over tasks, grouped by op); the only loop is the
+greedy pairing of RDMA transfer candidates, over candidates, not tasks.  This
+module must not read files, match ranks, or convert to ms/MB (export does).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numpy.typing import NDArray
+
+from perfsight import columns
+from perfsight.model import NO_ID
+
+LINK_TYPES = ("RDMA", "HCCS", "PCIE", "SDMA", "SIO")
+"""Link types of "Communication Bandwidth Info", in Ascend's order (SDMA = HCCS + PCIE + SIO)."""
+
+SDMA_LINKS = ("HCCS", "PCIE", "SIO")
+"""Links whose traffic SDMA sums."""
+
+LARGE_PACKET_BYTES = {"RDMA": 500_000, "HCCS": 32_000_000, "PCIE": 32_000_000, "SIO": 32_000_000}
+"""A packet larger than this is "large" (Ascend's message-size thresholds: 0.5 MB RDMA, 32 MB others)."""
+
+SDMA_TRANSIT_TASKS = ("Memcpy", "Reduce_Inline")
+"""SDMA tasks that move data (others only notify)."""
+
+NOTIFY_WAIT = "Notify_Wait"
+RDMA_SEND = "RDMASend"
+
+OP_TIME_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("op", pa.int64(), nullable=False),  # row index into the comm table given
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("name", pa.string()),
+        pa.field("group", pa.string()),
+        pa.field("collective", pa.string()),
+        pa.field("start_ns", pa.int64(), nullable=False),  # first task's start (the op's without tasks)
+        pa.field("elapse_ns", pa.int64(), nullable=False),
+        pa.field("transit_ns", pa.int64(), nullable=False),
+        pa.field("wait_ns", pa.int64(), nullable=False),
+        pa.field("synchronization_ns", pa.int64(), nullable=False),
+        pa.field("idle_ns", pa.int64(), nullable=False),
+        pa.field("wait_ratio", pa.float64(), nullable=False),  # wait / (wait + transit), 0 if both 0
+        pa.field("synchronization_ratio", pa.float64(), nullable=False),
+        pa.field("basis", pa.string(), nullable=False),  # "tasks", "arrivals" or "elapse"
+    ]
+)
+"""Columns of :func:`op_times`."""
+
+LINK_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("op", pa.int64(), nullable=False),
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("link", pa.string(), nullable=False),  # one of LINK_TYPES
+        pa.field("bytes", pa.int64(), nullable=False),
+        pa.field("transit_ns", pa.int64(), nullable=False),
+        pa.field("packets", pa.int64(), nullable=False),
+        pa.field("large_packets", pa.int64(), nullable=False),
+        pa.field("bandwidth_gb_s", pa.float64(), nullable=False),  # 0 when no transit time
+        pa.field("large_packet_ratio", pa.float64(), nullable=False),  # 0 for SDMA, as Ascend writes
+    ]
+)
+"""Columns of :func:`link_bandwidth`: one row per op and link type (all five, zeros included)."""
+
+SIZE_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("op", pa.int64(), nullable=False),
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("link", pa.string(), nullable=False),  # RDMA, HCCS, PCIE or SIO (SDMA has none)
+        pa.field("packet_bytes", pa.int64(), nullable=False),
+        pa.field("count", pa.int64(), nullable=False),
+        pa.field("transit_ns", pa.int64(), nullable=False),
+    ]
+)
+"""Columns of :func:`size_distribution`: packets of one size on one link of one op."""
+
+STEP_TIME_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("elapse_ns", pa.int64(), nullable=False),
+        pa.field("transit_ns", pa.int64(), nullable=False),
+        pa.field("wait_ns", pa.int64(), nullable=False),
+        pa.field("synchronization_ns", pa.int64(), nullable=False),
+        pa.field("idle_ns", pa.int64(), nullable=False),
+        pa.field("wait_ratio", pa.float64(), nullable=False),
+        pa.field("synchronization_ratio", pa.float64(), nullable=False),
+    ]
+)
+"""Columns of :func:`step_times`: Ascend's "Total Op Info" time part, per step."""
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _text(table: pa.Table, name: str) -> pa.Array:
+    if name not in table.column_names:
+        return pa.nulls(table.num_rows, pa.string())
+    return columns.combined(table.column(name)).cast(pa.string())
+
+
+def _is(values: pa.Array, options: tuple[str, ...]) -> NDArray[np.bool_]:
+    return columns.numpy(pc.is_in(values, value_set=pa.array(options, pa.string())), null=False)
+
+
+def _ratio(part: NDArray[np.int64], other: NDArray[np.int64]) -> NDArray[np.float64]:
+    denominator = (part + other).astype(np.float64)
+    return np.divide(part, denominator, out=np.zeros(part.size), where=denominator > 0)
+
+
+def _sum_by(keys: NDArray[np.int64], values: NDArray[np.int64], n: int) -> NDArray[np.int64]:
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, keys, values)
+    return out
+
+
+def _link_rates(
+    nbytes: NDArray[np.int64],
+    ns: NDArray[np.int64],
+    packets: NDArray[np.int64],
+    large: NDArray[np.int64],
+    is_sdma: NDArray[np.bool_],
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """(bandwidth in GB/s, large-packet ratio) of link sums, for one op or a step's total: bytes
+    per ns is GB/s; SDMA's ratio is 0, as Ascend writes it (it is a sum of other links)."""
+    bandwidth = np.divide(nbytes, ns, out=np.zeros(nbytes.shape), where=ns > 0)
+    ratio = np.divide(large, packets, out=np.zeros(nbytes.shape), where=(packets > 0) & ~is_sdma)
+    return bandwidth, ratio
+
+
+def _in_ranges(size: int, first: NDArray[np.int64], last: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """Which of ``size`` positions lie in one of the ranges ``first[i]..last[i]`` (inclusive): the
+    tasks an RDMA transfer consumed, which count as part of that transfer and not on their own."""
+    covered = np.zeros(size + 1, dtype=np.int64)
+    np.add.at(covered, first, 1)
+    np.add.at(covered, last + 1, -1)
+    return np.cumsum(covered[:-1]) > 0
+
+
+class _Tasks:
+    """One rank's tasks that belong to an op of ``comm``, ordered by op, plane, start."""
+
+    def __init__(self, comm: pa.Table, tasks: pa.Table | None) -> None:
+        n_ops = comm.num_rows
+        if tasks is None or tasks.num_rows == 0:
+            tasks = pa.table({"op": pa.array([], pa.int64())})
+        op = columns.int64(tasks.column("op"), NO_ID) if tasks.num_rows else np.zeros(0, np.int64)
+        keep = np.flatnonzero((op >= 0) & (op < n_ops))
+        if tasks.num_rows:
+            plane = columns.int64(tasks.column("plane"), NO_ID)
+            start = columns.int64(tasks.column("start_ns"), 0)
+            order = keep[np.lexsort((start[keep], plane[keep], op[keep]))]
+            tasks = tasks.take(pa.array(order, pa.int64()))
+        else:
+            order = keep
+        self.n = order.size
+        self.op = op[order] if self.n else np.zeros(0, np.int64)
+        if self.n:
+            self.plane = columns.int64(tasks.column("plane"), NO_ID)
+            self.start = columns.int64(tasks.column("start_ns"), 0)
+            self.dur = np.maximum(columns.int64(tasks.column("dur_ns"), 0), 0)
+            self.bytes = columns.int64(tasks.column("bytes"), 0)
+            self.type = _text(tasks, "task_type")
+            self.transport = _text(tasks, "transport")
+            link = pc.replace_substring(pc.fill_null(_text(tasks, "link"), ""), "HCCS_SW", "HCCS")
+            self.link = columns.combined(link)
+        self.has = np.zeros(n_ops, dtype=bool)
+        self.has[self.op] = True
+
+    def main_plane_mask(self, n_ops: int) -> NDArray[np.bool_]:
+        """Tasks on their op's main plane: the only plane; else 0 if plane 0 has RDMA, else 1."""
+        if self.n == 0:
+            return np.zeros(0, dtype=bool)
+        valid = self.plane != NO_ID
+        pair = np.unique(np.stack([self.op[valid], self.plane[valid]], axis=1), axis=0)
+        planes = np.bincount(pair[:, 0], minlength=n_ops) if pair.size else np.zeros(n_ops, np.int64)
+        only = np.full(n_ops, NO_ID, dtype=np.int64)
+        if pair.size:
+            only[pair[:, 0]] = pair[:, 1]  # meaningful where planes == 1
+        rdma0 = np.zeros(n_ops, dtype=bool)
+        is_rdma = columns.numpy(pc.equal(self.transport, "RDMA"), null=False)
+        rdma0[self.op[is_rdma & (self.plane == 0)]] = True
+        main = np.where(planes == 1, only, np.where(rdma0, 0, 1))
+        return self.plane == main[self.op]
+
+    def rdma_transfers(
+        self, rows: NDArray[np.int64], send_recv: NDArray[np.bool_]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Among ``rows`` (ordered, one op's lane after another): (first task, last task) of each
+        RDMA transfer -- an RDMA task followed by ``RDMASend`` then ``Notify_Wait`` on the same op
+        and plane, ``n`` tasks long (3 for send/receive ops, 5 otherwise), greedily from the left."""
+        if rows.size < 3:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        ttype = self.type.take(pa.array(rows))
+        rdma = columns.numpy(pc.equal(self.transport.take(pa.array(rows)), "RDMA"), null=False)
+        send = columns.numpy(pc.equal(ttype, RDMA_SEND), null=False)
+        wait = columns.numpy(pc.equal(ttype, NOTIFY_WAIT), null=False)
+        lane = self.op[rows] * (1 << 20) + self.plane[rows]
+        length = np.where(send_recv[self.op[rows]], 3, 5)
+        i = np.arange(rows.size - 2)
+        last = i + length[i] - 1
+        inside = last < rows.size
+        same = np.zeros(i.size, dtype=bool)
+        same[inside] = lane[last[inside]] == lane[i[inside]]
+        candidates = np.flatnonzero(rdma[i] & send[i + 1] & wait[i + 2] & same)
+        first: list[int] = []
+        blocked_until = -1
+        for c in candidates.tolist():  # greedy: a transfer consumes its tasks
+            if c > blocked_until:
+                first.append(c)
+                blocked_until = int(last[c])
+        f = np.asarray(first, dtype=np.int64)
+        return f, last[f] if f.size else f
+
+
+def _send_recv(comm: pa.Table) -> NDArray[np.bool_]:
+    name = pc.utf8_lower(pc.fill_null(_text(comm, "name"), ""))
+    coll = pc.fill_null(_text(comm, "collective"), "")
+    by_name = columns.numpy(pc.match_substring_regex(name, "send|receive|recv"), null=False)
+    return by_name | _is(coll, ("send", "recv"))
+
+
+def _op_columns(comm: pa.Table) -> dict[str, pa.Array]:
+    n = comm.num_rows
+    return {
+        "rank": pa.array(columns.int64(comm.column("rank")).astype(np.int32) if n else [], pa.int32()),
+        "op": pa.array(np.arange(n, dtype=np.int64), pa.int64()),
+        "step": pa.array(columns.int64(comm.column("step"), NO_ID).astype(np.int32) if n else [], pa.int32()),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# public functions
+
+
+def op_times(comm: pa.Table, tasks: pa.Table | None = None, arrivals: pa.Table | None = None) -> pa.Table:
+    """Elapse, transit, wait, synchronization and idle time of every row of ``comm`` (one rank).
+
+    ``comm``: rows of ``COMM_SCHEMA`` (pass the device rows when the rank has them, so one op is
+    not counted twice as host call and kernel); the output's ``op`` is the row index in it.
+    ``tasks``: rows of ``COMM_TASK_SCHEMA`` whose ``op`` indexes ``comm`` (``Trace.comm_tasks``).
+    ``arrivals``: optional table with ``op`` (row in ``comm``) and ``last_arrival_ns`` (when the
+    last rank of the same collective instance started it), used for ops without tasks.
+    Returns :data:`OP_TIME_SCHEMA` rows, one per ``comm`` row, in order.
+    """
+    n = comm.num_rows
+    if n == 0:
+        return OP_TIME_SCHEMA.empty_table()
+    t = _Tasks(comm, tasks)
+    start = columns.int64(comm.column("start_ns"), 0)
+    elapse = np.maximum(columns.int64(comm.column("dur_ns"), 0), 0)
+    transit = np.zeros(n, dtype=np.int64)
+    wait = np.zeros(n, dtype=np.int64)
+    sync = np.zeros(n, dtype=np.int64)
+    first_start = start.copy()
+    if t.n:
+        np.minimum.at(first_start, t.op, t.start)
+        main = np.flatnonzero(t.main_plane_mask(n))
+        f, last = t.rdma_transfers(main, _send_recv(comm))
+        in_rdma = _in_ranges(main.size, f, last)
+        rows = main
+        sdma_transit = (
+            columns.numpy(pc.equal(t.transport.take(pa.array(rows)), "SDMA"), null=False)
+            & _is(t.type.take(pa.array(rows)), SDMA_TRANSIT_TASKS)
+            & ~columns.numpy(pc.equal(t.link.take(pa.array(rows)), "ON_CHIP"), null=False)
+            & ~in_rdma
+        )
+        is_wait = columns.numpy(pc.equal(t.type.take(pa.array(rows)), NOTIFY_WAIT), null=False) & ~in_rdma
+        op_of = t.op[rows]
+        rdma_ns = t.start[rows[last]] + t.dur[rows[last]] - t.start[rows[f]] if f.size else f
+        transit += _sum_by(op_of[sdma_transit], t.dur[rows][sdma_transit], n)
+        transit += _sum_by(op_of[f], rdma_ns, n) if f.size else 0
+        wait += _sum_by(op_of[is_wait], t.dur[rows][is_wait], n)
+        # synchronization: waits before the op's first transit task on the main plane
+        position = np.arange(rows.size)
+        first_transit = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first_transit, op_of[sdma_transit], position[sdma_transit])
+        if f.size:
+            np.minimum.at(first_transit, op_of[f], f)
+        early = is_wait & (position < first_transit[op_of])
+        sync += _sum_by(op_of[early], t.dur[rows][early], n)
+    basis = np.where(t.has, "tasks", "elapse").astype(object)
+    if arrivals is not None and arrivals.num_rows:
+        a_op = columns.int64(arrivals.column("op"), NO_ID)
+        a_ns = columns.int64(arrivals.column("last_arrival_ns"), NO_ID)
+        ok = (a_op >= 0) & (a_op < n) & (a_ns != NO_ID)
+        target = a_op[ok][~t.has[a_op[ok]]]
+        late = np.clip(a_ns[ok][~t.has[a_op[ok]]] - start[target], 0, elapse[target])
+        wait[target] = sync[target] = late
+        basis[target] = "arrivals"
+    no_tasks = ~t.has
+    transit[no_tasks] = elapse[no_tasks] - wait[no_tasks]
+    by_name = _op_columns(comm)
+    return pa.Table.from_arrays(
+        [
+            by_name["rank"],
+            by_name["op"],
+            by_name["step"],
+            _text(comm, "name"),
+            _text(comm, "group"),
+            _text(comm, "collective"),
+            pa.array(first_start, pa.int64()),
+            pa.array(elapse, pa.int64()),
+            pa.array(transit, pa.int64()),
+            pa.array(wait, pa.int64()),
+            pa.array(sync, pa.int64()),
+            pa.array(elapse - transit - wait, pa.int64()),
+            pa.array(_ratio(wait, transit), pa.float64()),
+            pa.array(_ratio(sync, transit), pa.float64()),
+            pa.array(basis.astype(str), pa.string()),
+        ],
+        schema=OP_TIME_SCHEMA,
+    )
+
+
+def _packets(comm: pa.Table, tasks: pa.Table | None) -> tuple[NDArray[np.int64], ...]:
+    """Every packet of every op, over all planes: (op, link code, bytes, transit ns).
+
+    Link codes index :data:`LINK_TYPES`.  SDMA transit tasks take their link; RDMA transfers
+    count as one RDMA packet of their first task's size.
+    """
+    n = comm.num_rows
+    t = _Tasks(comm, tasks)
+    empty = np.zeros(0, dtype=np.int64)
+    if t.n == 0:
+        return empty, empty, empty, empty
+    rows = np.arange(t.n)
+    f, last = t.rdma_transfers(rows, _send_recv(comm))
+    in_rdma = _in_ranges(t.n, f, last)
+    sdma = (
+        columns.numpy(pc.equal(t.transport, "SDMA"), null=False)
+        & _is(t.type, SDMA_TRANSIT_TASKS)
+        & _is(t.link, SDMA_LINKS)
+        & ~in_rdma
+    )
+    link_code = np.full(t.n, -1, dtype=np.int64)
+    for code, link in enumerate(LINK_TYPES):
+        if link in SDMA_LINKS:
+            link_code[sdma & columns.numpy(pc.equal(t.link, link), null=False)] = code
+    sdma_rows = np.flatnonzero(link_code >= 0)
+    op = np.concatenate([t.op[sdma_rows], t.op[f]])
+    code = np.concatenate([link_code[sdma_rows], np.full(f.size, LINK_TYPES.index("RDMA"), np.int64)])
+    size = np.concatenate([t.bytes[sdma_rows], t.bytes[f]])
+    dur = np.concatenate([t.dur[sdma_rows], t.start[last] + t.dur[last] - t.start[f] if f.size else empty])
+    keep = op < n
+    return op[keep], code[keep], size[keep], dur[keep]
+
+
+def link_bandwidth(comm: pa.Table, tasks: pa.Table | None = None) -> pa.Table:
+    """Bytes, transit time, bandwidth and large-packet ratio of every op of ``comm`` on each of the
+    five link types (:data:`LINK_TYPES`; zero rows included, as Ascend writes them).
+
+    Arguments as in :func:`op_times`.  Ops without tasks get zero rows (a trace without
+    per-link tasks says nothing about links).  Returns :data:`LINK_SCHEMA` rows ordered by op, link.
+    """
+    n, k = comm.num_rows, len(LINK_TYPES)
+    if n == 0:
+        return LINK_SCHEMA.empty_table()
+    op, code, size, dur = _packets(comm, tasks)
+    cell = op * k + code
+    nbytes = _sum_by(cell, size, n * k).reshape(n, k)
+    ns = _sum_by(cell, dur, n * k).reshape(n, k)
+    packets = _sum_by(cell, np.ones(cell.size, np.int64), n * k).reshape(n, k)
+    threshold = np.array([LARGE_PACKET_BYTES.get(link, np.iinfo(np.int64).max) for link in LINK_TYPES])
+    large = _sum_by(cell, (size > threshold[code]).astype(np.int64), n * k).reshape(n, k)
+    sdma = LINK_TYPES.index("SDMA")
+    parts = [LINK_TYPES.index(link) for link in SDMA_LINKS]
+    nbytes[:, sdma] = nbytes[:, parts].sum(axis=1)
+    ns[:, sdma] = ns[:, parts].sum(axis=1)
+    packets[:, sdma] = packets[:, parts].sum(axis=1)
+    large[:, sdma] = 0
+    bandwidth, ratio = _link_rates(nbytes, ns, packets, large, np.arange(k) == sdma)
+    base = _op_columns(comm)
+    return pa.Table.from_arrays(
+        [
+            pa.array(np.repeat(columns.int64(base["rank"]), k).astype(np.int32), pa.int32()),
+            pa.array(np.repeat(np.arange(n, dtype=np.int64), k), pa.int64()),
+            pa.array(np.repeat(columns.int64(base["step"]), k).astype(np.int32), pa.int32()),
+            pa.array(np.tile(np.array(LINK_TYPES, dtype=object), n).astype(str), pa.string()),
+            pa.array(nbytes.reshape(-1), pa.int64()),
+            pa.array(ns.reshape(-1), pa.int64()),
+            pa.array(packets.reshape(-1), pa.int64()),
+            pa.array(large.reshape(-1), pa.int64()),
+            pa.array(bandwidth.reshape(-1), pa.float64()),
+            pa.array(ratio.reshape(-1), pa.float64()),
+        ],
+        schema=LINK_SCHEMA,
+    )
+
+
+def size_distribution(comm: pa.Table, tasks: pa.Table | None = None) -> pa.Table:
+    """Packets of every op grouped by link and exact size: count and total transit time.
+
+    Arguments as in :func:`op_times`; returns :data:`SIZE_SCHEMA` rows ordered by op, link, size.
+    """
+    if comm.num_rows == 0:
+        return SIZE_SCHEMA.empty_table()
+    op, code, size, dur = _packets(comm, tasks)
+    if op.size == 0:
+        return SIZE_SCHEMA.empty_table()
+    keys = np.stack([op, code, size], axis=1)
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    count = np.bincount(inverse, minlength=len(unique)).astype(np.int64)
+    ns = _sum_by(inverse, dur, len(unique))
+    ranks = columns.int64(comm.column("rank"))
+    steps = columns.int64(comm.column("step"), NO_ID)
+    return pa.Table.from_arrays(
+        [
+            pa.array(ranks[unique[:, 0]].astype(np.int32), pa.int32()),
+            pa.array(unique[:, 0], pa.int64()),
+            pa.array(steps[unique[:, 0]].astype(np.int32), pa.int32()),
+            pa.array(np.array(LINK_TYPES, dtype=object)[unique[:, 1]].astype(str), pa.string()),
+            pa.array(unique[:, 2], pa.int64()),
+            pa.array(count, pa.int64()),
+            pa.array(ns, pa.int64()),
+        ],
+        schema=SIZE_SCHEMA,
+    )
+
+
+def step_times(times: pa.Table) -> pa.Table:
+    """Sum of :func:`op_times` per rank and step, ratios recomputed from the sums ("Total Op Info")."""
+    if times.num_rows == 0:
+        return STEP_TIME_SCHEMA.empty_table()
+    keys = ["rank", "step"]
+    sums = ["elapse_ns", "transit_ns", "wait_ns", "synchronization_ns", "idle_ns"]
+    grouped = times.group_by(keys, use_threads=False).aggregate([(c, "sum") for c in sums])
+    grouped = grouped.sort_by([(k, "ascending") for k in keys])
+    total = {c: columns.int64(grouped.column(f"{c}_sum")) for c in sums}
+    return pa.Table.from_arrays(
+        [
+            grouped.column("rank").cast(pa.int32()),
+            grouped.column("step").cast(pa.int32()),
+            *[pa.array(total[c], pa.int64()) for c in sums],
+            pa.array(_ratio(total["wait_ns"], total["transit_ns"]), pa.float64()),
+            pa.array(_ratio(total["synchronization_ns"], total["transit_ns"]), pa.float64()),
+        ],
+        schema=STEP_TIME_SCHEMA,
+    )
+
+
+def step_links(links: pa.Table) -> pa.Table:
+    """Sum of :func:`link_bandwidth` per rank, step and link; bandwidth and ratio from the sums.
+
+    ``op`` is ``NO_ID`` in the result.  SDMA is re-derived from HCCS + PCIE + SIO as for one op.
+    """
+    if links.num_rows == 0:
+        return LINK_SCHEMA.empty_table()
+    keys = ["rank", "step", "link"]
+    sums = ["bytes", "transit_ns", "packets", "large_packets"]
+    grouped = links.group_by(keys, use_threads=False).aggregate([(c, "sum") for c in sums])
+    grouped = grouped.sort_by([("rank", "ascending"), ("step", "ascending")])
+    nbytes, ns, packets, large = (columns.int64(grouped.column(f"{c}_sum")) for c in sums)
+    is_sdma = columns.numpy(pc.equal(grouped.column("link"), "SDMA"), null=False)
+    bandwidth, ratio = _link_rates(nbytes, ns, packets, large, is_sdma)
+    return pa.Table.from_arrays(
+        [
+            grouped.column("rank").cast(pa.int32()),
+            pa.array(np.full(grouped.num_rows, NO_ID), pa.int64()),
+            grouped.column("step").cast(pa.int32()),
+            grouped.column("link").cast(pa.string()),
+            pa.array(nbytes, pa.int64()),
+            pa.array(ns, pa.int64()),
+            pa.array(packets, pa.int64()),
+            pa.array(large, pa.int64()),
+            pa.array(bandwidth, pa.float64()),
+            pa.array(ratio, pa.float64()),
+        ],
+        schema=LINK_SCHEMA,
+    )
+
+
+def primary_ops(comm: pa.Table, tasks: pa.Table | None = None) -> tuple[pa.Table, pa.Table | None]:
+    """The rows of ``comm`` that stand for the rank's op instances, with ``tasks`` re-indexed to them.
+
+    A Kineto rank records each collective twice (host call and NCCL kernel): the device rows are
+    the op instances when there are any, else the host rows.  Ascend's HCCL ops are device rows.
+    Pass the result to :func:`op_times`, :func:`link_bandwidth` and :func:`size_distribution`.
+    """
+    if comm.num_rows == 0:
+        return comm, tasks
+    device = columns.numpy(comm.column("is_device"), null=False)
+    keep = np.flatnonzero(device) if device.any() else np.arange(comm.num_rows)
+    if keep.size == comm.num_rows:
+        return comm, tasks
+    new_index = np.full(comm.num_rows, NO_ID, dtype=np.int64)
+    new_index[keep] = np.arange(keep.size)
+    if tasks is not None and tasks.num_rows:
+        op = columns.int64(tasks.column("op"), NO_ID)
+        mapped = np.where((op >= 0) & (op < comm.num_rows), new_index[np.clip(op, 0, None)], NO_ID)
+        tasks = tasks.set_column(tasks.schema.get_field_index("op"), "op", pa.array(mapped, pa.int64()))
+    return comm.take(pa.array(keep, pa.int64())), tasks

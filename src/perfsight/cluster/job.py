@@ -1,0 +1,149 @@
+"""The order of work of a cluster analysis; no metric logic of its own.
+
+``analyse_job`` lists the job's inputs, runs the per-rank step on an executor (processes here by
+default, or Dask), judges the set of ranks, then runs the cross-rank step in this process:
+match -> align -> per-op times -> matrix -> step trace -> slow rank / link / imbalance.  The
+result holds every cross-rank table; ``write_cluster_outputs`` writes them to
+``cluster_analysis_output/`` beside the per-rank ``rank<N>/`` folders.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from perfsight.cluster import alignment, discovery, matching, matrix, op_time, slow, step_trace
+from perfsight.cluster.rank import RankTask, run_rank
+from perfsight.engine import Executor, make_executor
+from perfsight.pipeline import Options
+
+log = logging.getLogger(__name__)
+
+
+class JobInputError(ValueError):
+    """Nothing analysable at the location; the message says what was found instead."""
+
+
+@dataclasses.dataclass
+class ClusterResult:
+    """Every cross-rank table of one job (ns and bytes; see docs/CLUSTER.md)."""
+
+    location: str
+    job: discovery.JobAssessment
+    matched: matching.Matched
+    alignment: alignment.Alignment
+    stage_of: dict[int, int]
+    steps: pd.DataFrame  # per rank and step
+    rank_averages: pd.DataFrame
+    stage_steps: pd.DataFrame
+    stage_averages: pd.DataFrame
+    links: pd.DataFrame
+    matrix: pd.DataFrame
+    slow_ranks: slow.SlowRanks
+    slow_links: pd.DataFrame
+    pipeline: dict[str, Any]
+    resources: pd.DataFrame
+    executor: str
+    output_root: Path | None = None
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.job.ranks)
+
+
+def analyse_job(
+    location: str | Path,
+    out: str | Path | None = None,
+    *,
+    options: Options | None = None,
+    executor: str | Executor | None = None,
+    per_rank_outputs: bool = True,
+) -> ClusterResult:
+    """Analyse every rank under ``location`` (folder or fsspec URL) and the job as a whole.
+
+    ``out``: where ``rank<N>/`` and ``cluster_analysis_output/`` go (None with
+    ``per_rank_outputs=False``: nothing is written).  ``executor``: ``local`` (default), ``serial``,
+    ``dask-local``, ``dask://HOST:PORT``, or an executor object (not closed here).
+    """
+    location = str(location)
+    inputs = discovery.list_inputs(location)
+    if not inputs:
+        raise JobInputError(f"{location}: no trace files (*.json, *.json.gz) or run folders found")
+    task = RankTask(
+        out_root=str(out) if (out is not None and per_rank_outputs) else None, options=options or Options()
+    )
+    owned = not hasattr(executor, "map")
+    runner = make_executor(executor) if owned else executor  # type: ignore[arg-type]
+    try:
+        results = runner.map(run_rank, inputs, task)
+    finally:
+        if owned:
+            runner.close()
+    job = discovery.assess(results)
+    if not job.ranks:
+        raise JobInputError("; ".join(job.problems()) or f"{location}: nothing readable")
+    if task.out_root is not None:  # the claims only mattered while the workers ran
+        shutil.rmtree(Path(task.out_root) / ".perfsight-claims", ignore_errors=True)
+    for line in job.problems():
+        log.warning("%s", line)
+    result = cross_rank(location, job, runner.name)
+    result.output_root = Path(out) if out is not None else None
+    return result
+
+
+def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "serial") -> ClusterResult:
+    """The cross-rank step on digests already gathered (pure: nothing is written)."""
+    digests = job.ranks
+    matched = matching.match(digests)
+    aligned = alignment.align(digests, matched)
+    op_time.add_op_times(digests, matched, aligned)
+    link_rows = matrix.links(matched, digests)
+    stage_of = step_trace.stages(matched, sorted(digests))
+    steps = step_trace.rank_steps(digests, stage_of)
+    rank_avgs = step_trace.averages(steps, "rank")
+    stage_rows = step_trace.stage_steps(steps) if not steps.empty else steps
+    stage_avgs = step_trace.averages(steps, "stage")
+    resources = slow.resources(digests, steps)
+    flops_by_stage = resources.assign(stage=resources["rank"].map(stage_of)).groupby("stage")["flops"].sum()
+    return ClusterResult(
+        location=location,
+        job=job,
+        matched=matched,
+        alignment=aligned,
+        stage_of=stage_of,
+        steps=steps,
+        rank_averages=rank_avgs,
+        stage_steps=stage_rows,
+        stage_averages=stage_avgs,
+        links=link_rows,
+        matrix=matrix.matrix(link_rows),
+        slow_ranks=slow.slow_ranks(matched, rank_avgs),
+        slow_links=slow.slow_links(link_rows),
+        pipeline=slow.pipeline_balance(stage_avgs, flops_by_stage.to_dict()),
+        resources=resources,
+        executor=executor,
+    )
+
+
+def write_cluster_outputs(result: ClusterResult, out: str | Path) -> Path:
+    """Write ``cluster_analysis_output/`` under ``out``; returns that folder."""
+    from perfsight.cluster import summary
+    from perfsight.export import cluster_csv
+    from perfsight.export.communication_matrix_json import write_communication_matrix
+
+    folder = Path(out) / discovery.CLUSTER_OUTPUT_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    cluster_csv.write_step_trace(folder / "cluster_step_trace_time.csv", result)
+    cluster_csv.write_table(folder / "cluster_communication_ops.csv", cluster_csv.ops_table(result))
+    cluster_csv.write_table(folder / "clock_alignment.csv", result.alignment.table())
+    cluster_csv.write_table(folder / "slow_rank.csv", result.slow_ranks.table)
+    cluster_csv.write_table(folder / "slow_link.csv", result.slow_links)
+    cluster_csv.write_table(folder / "cluster_resources.csv", result.resources)
+    write_communication_matrix(folder / "communication_matrix.json", result.matrix)
+    summary.write_json(folder / "cluster_summary.json", summary.cluster_summary(result))
+    return folder

@@ -1,0 +1,144 @@
+"""The communication matrix: bytes, time, bandwidth and link type from each rank to each rank.
+
+Point-to-point ops give their pair directly (sender -> receiver, the send's bytes and transit).
+A collective is attributed to links by the logical pattern of the ring algorithm NCCL and gloo use
+by default, over the group's members in rank order (member i sends to member i+1, the last to the
+first), with the per-link traffic of the nccl-tests "bus bandwidth" formulas, S being the op's
+input bytes on one rank and n the group size:
+
+* ``all_reduce``: 2(n-1)/n * S per ring link;
+* ``reduce_scatter``: (n-1)/n * S;  ``all_gather``: (n-1) * S (each rank's S is one chunk);
+* ``broadcast``, ``reduce``: S on every ring link (a pipelined chain);
+* ``all_to_all``: S/n from every member to every other member (direct, not a ring);
+* ``barrier`` and zero-byte ops carry no traffic.
+
+The time of a link is the sending rank's transit time of the op (its elapse minus the time it
+waited for the last rank to arrive), so bandwidth = bytes / transit.  Link type: ``LOCAL``
+(a rank to itself), ``INTRA_HOST`` (both ranks report the same host), ``INTER_HOST`` (different
+hosts), ``UNKNOWN`` (a host is not recorded).  This is a logical view: the physical route (NVLink,
+PCIe, network) is not in Kineto traces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from perfsight.cluster.matching import Matched
+from perfsight.cluster.rank import RankDigest
+
+LINK_COLUMNS = ["step", "collective", "group", "instance", "src", "dst", "bytes", "transit_ns", "link_type"]
+
+
+def links(matched: Matched, digests: Mapping[int, RankDigest]) -> pd.DataFrame:
+    """One row per op instance and link it used (see the module docstring for the pattern)."""
+    complete = matched.instances.loc[matched.instances["complete"], "instance"]
+    ops = matched.ops.loc[matched.ops["instance"].isin(complete) & matched.ops["bytes"].notna()]
+    parts = [_p2p(ops), _ring(ops), _all_to_all(ops)]
+    out = (
+        pd.concat([p for p in parts if not p.empty], ignore_index=True)
+        if any(not p.empty for p in parts)
+        else pd.DataFrame(columns=LINK_COLUMNS)
+    )
+    hosts = {rank: d.meta.host for rank, d in digests.items()}
+    src_host = out["src"].map(hosts)
+    dst_host = out["dst"].map(hosts)
+    out["link_type"] = np.select(
+        [out["src"] == out["dst"], src_host.isna() | dst_host.isna(), src_host == dst_host],
+        ["LOCAL", "UNKNOWN", "INTRA_HOST"],
+        "INTER_HOST",
+    )
+    return out[LINK_COLUMNS]
+
+
+def _p2p(ops: pd.DataFrame) -> pd.DataFrame:
+    sends = ops.loc[ops["collective"] == "send"]
+    return pd.DataFrame(
+        {
+            "step": sends["step"],
+            "collective": "send",
+            "group": sends["group"],
+            "instance": sends["instance"],
+            "src": sends["src"].astype("int64"),
+            "dst": sends["dst"].astype("int64"),
+            "bytes": sends["bytes"].astype("float64"),
+            "transit_ns": sends["transit_ns"],
+        }
+    )
+
+
+_RING_FACTOR = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: float(n - 1),
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+}
+
+
+def _ring(ops: pd.DataFrame) -> pd.DataFrame:
+    ring = ops.loc[ops["collective"].isin(list(_RING_FACTOR)) & ops["members"].map(len).gt(1)]
+    if ring.empty:
+        return pd.DataFrame(columns=LINK_COLUMNS)
+    next_rank = {}
+    for group, members in ring.drop_duplicates("group")[["group", "members"]].itertuples(index=False):
+        ordered = sorted(members)  # one loop per group, not per op
+        next_rank[group] = dict(zip(ordered, ordered[1:] + ordered[:1], strict=True))
+    nxt = np.array(
+        [next_rank[g].get(r, -1) for g, r in zip(ring["group"], ring["rank"], strict=True)], dtype=np.int64
+    )
+    n = ring["members"].map(len).to_numpy()
+    factor = np.array([_RING_FACTOR[c](k) for c, k in zip(ring["collective"], n, strict=True)])
+    keep = nxt >= 0
+    return pd.DataFrame(
+        {
+            "step": ring["step"].to_numpy()[keep],
+            "collective": ring["collective"].to_numpy()[keep],
+            "group": ring["group"].to_numpy()[keep],
+            "instance": ring["instance"].to_numpy()[keep],
+            "src": ring["rank"].to_numpy()[keep],
+            "dst": nxt[keep],
+            "bytes": (ring["bytes"].to_numpy() * factor)[keep],
+            "transit_ns": ring["transit_ns"].to_numpy()[keep],
+        }
+    )
+
+
+def _all_to_all(ops: pd.DataFrame) -> pd.DataFrame:
+    a2a = ops.loc[ops["collective"] == "all_to_all"]
+    if a2a.empty:
+        return pd.DataFrame(columns=LINK_COLUMNS)
+    exploded = a2a.assign(dst=a2a["members"].map(list)).explode("dst")
+    exploded = exploded.loc[exploded["dst"] != exploded["rank"]]
+    n = exploded["members"].map(len)
+    return pd.DataFrame(
+        {
+            "step": exploded["step"],
+            "collective": "all_to_all",
+            "group": exploded["group"],
+            "instance": exploded["instance"],
+            "src": exploded["rank"],
+            "dst": exploded["dst"].astype("int64"),
+            "bytes": exploded["bytes"] / n,
+            "transit_ns": exploded["transit_ns"],
+        }
+    )
+
+
+def matrix(link_rows: pd.DataFrame) -> pd.DataFrame:
+    """Totals per (step, collective, group, src, dst): bytes, transit time, bandwidth, link type, ops."""
+    if link_rows.empty:
+        return pd.DataFrame(
+            columns=["step", "collective", "group", "src", "dst", "link_type", "bytes", "transit_ns", "ops"]
+            + ["bandwidth_bytes_per_s"]
+        )
+    keys = ["step", "collective", "group", "src", "dst", "link_type"]
+    out = link_rows.groupby(keys, as_index=False).agg(
+        bytes=("bytes", "sum"), transit_ns=("transit_ns", "sum"), ops=("instance", "nunique")
+    )
+    out["bandwidth_bytes_per_s"] = np.where(
+        out["transit_ns"] > 0, out["bytes"] / (out["transit_ns"] / 1e9), 0.0
+    )
+    return out

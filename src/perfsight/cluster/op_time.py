@@ -1,0 +1,72 @@
+"""Per-op communication time with the cross-rank facts a single rank lacks.
+
+A rank alone cannot tell how long it waited for its peers inside a collective.  Once instances are
+matched and aligned, the *last arrival* of each instance (the latest aligned start among its
+ranks) is known; ``perfsight.analysis.communication.op_times`` then splits each op's elapse into
+wait/synchronization (before the last rank arrived) and transit (after), with the same definitions
+as ``communication.json``.  This module only prepares the arrivals and calls it per rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from perfsight.analysis.communication import op_times
+from perfsight.cluster.alignment import Alignment
+from perfsight.cluster.matching import Matched
+from perfsight.cluster.rank import RankDigest, concat
+
+
+def add_op_times(digests: Mapping[int, RankDigest], matched: Matched, alignment: Alignment) -> None:
+    """Add ``last_arrival_ns`` (aligned), ``last_rank``, ``elapse_ns``, ``transit_ns``, ``wait_ns``,
+    ``synchronization_ns`` and ``idle_ns`` to ``matched.ops`` (in place)."""
+    ops = matched.ops
+    keyed = ops["instance"] >= 0
+    arrival = ops.loc[keyed].groupby("instance")["start_ns"]
+    last = arrival.transform("max")
+    ops["last_arrival_ns"] = last.reindex(ops.index)
+    idx_last = ops.loc[keyed].groupby("instance")["start_ns"].idxmax()
+    ops["last_rank"] = ops["instance"].map(
+        ops.loc[idx_last.to_numpy(), ["instance", "rank"]].set_index("instance")["rank"]
+    )
+    ordered = sorted(digests)
+    # every rank's op rows in one comm table (times stay on each rank's own clock), one call
+    starts = np.cumsum([0] + [digests[r].comm.num_rows for r in ordered])
+    base = dict(zip(ordered, starts[:-1], strict=True))
+    comm = concat([digests[r] for r in ordered], "comm").drop_columns(["name", "track", "bytes"])
+    take = (ops["rank"].map(base) + ops["row"]).to_numpy(np.int64)
+    offset = ops["rank"].map(alignment.offset_ns).fillna(0).to_numpy(np.int64)
+    has = ops["last_arrival_ns"].notna().to_numpy()
+    arrivals = pa.table(
+        {
+            "op": np.flatnonzero(has).astype(np.int64),
+            # back on each rank's own clock, where its comm rows are
+            "last_arrival_ns": (ops["last_arrival_ns"].to_numpy()[has] + offset[has]).astype(np.int64),
+        }
+    )
+    times = op_times(comm.take(pa.array(take)), None, arrivals).to_pandas()
+    for column in ("elapse_ns", "transit_ns", "wait_ns", "synchronization_ns", "idle_ns"):
+        ops[column] = times[column].to_numpy()
+
+
+def instance_times(matched: Matched) -> pd.DataFrame:
+    """One row per complete instance: first/last/median arrival, the rank that arrived last, and the
+    spread of arrivals (what the others waited)."""
+    complete = matched.instances.loc[
+        matched.instances["complete"], ["instance", "collective", "group", "step"]
+    ]
+    ops = matched.ops.loc[matched.ops["instance"].isin(complete["instance"])]
+    grouped = ops.groupby("instance")
+    out = grouped.agg(
+        first_arrival_ns=("start_ns", "min"),
+        median_arrival_ns=("start_ns", "median"),
+        last_arrival_ns=("start_ns", "max"),
+        last_rank=("last_rank", "first"),
+        ranks=("rank", "nunique"),
+    ).reset_index()
+    out["arrival_spread_ns"] = out["last_arrival_ns"] - out["first_arrival_ns"]
+    return complete.merge(out, on="instance")

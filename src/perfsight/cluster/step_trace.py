@@ -1,0 +1,123 @@
+"""The cluster step trace: every rank's step phases side by side, and pipeline stages.
+
+Per rank and step it joins the rank's own ``step_trace`` (data parallel: iteration gap,
+forward+backward, tail) and ``overlap_breakdown`` (tensor parallel: computing, communication not
+overlapped = pure communication; pipeline: stage, bubble, receive alone, collective communication
+alone) -- no phase is recomputed here.  Stage rows average the ranks of each pipeline stage.
+
+Stage membership comes from the job's point-to-point traffic: for each pair of ranks that exchange
+p2p ops, the direction of their first transfer is "forward" (micro-batch 0's activations go first);
+a rank's stage is the length of the longest forward chain that reaches it.  Ranks without p2p
+traffic are all stage 0 (no pipeline).
+
+Warm-up policy (for the averages): steps cut by the profiling window (``complete = false``) are
+never used; the first profiled step is dropped when at least three complete steps remain (it pays
+for lazy initialisation, allocator growth and cold caches); every other step counts equally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from perfsight.cluster.matching import Matched
+from perfsight.cluster.rank import RankDigest, concat
+
+MIN_STEPS_TO_DROP_WARMUP = 3
+
+PHASES = [
+    "duration_ns",
+    "iteration_interval_ns",
+    "fp_bp_ns",
+    "tail_ns",
+    "computing_ns",
+    "communication_not_overlapped_ns",
+    "overlapped_ns",
+    "communication_ns",
+    "free_ns",
+    "stage_ns",
+    "bubble_ns",
+    "communication_not_overlapped_exclude_receive_ns",
+    "receive_not_overlapped_ns",
+    "preparing_ns",
+]
+"""Per-step phases, in ns, in the order of cluster_step_trace_time.csv."""
+
+
+def stages(matched: Matched, ranks: list[int]) -> dict[int, int]:
+    """Pipeline stage of every rank from p2p traffic (see the module docstring)."""
+    sends = matched.ops.loc[(matched.ops["collective"] == "send") & matched.ops["peer"].notna()]
+    stage = dict.fromkeys(ranks, 0)
+    if sends.empty:
+        return stage
+    first = sends.groupby(["src", "dst"])["start_ns"].min().reset_index()
+    reverse = first.rename(columns={"src": "dst", "dst": "src", "start_ns": "reverse_ns"})
+    both = first.merge(reverse, on=["src", "dst"], how="left")
+    forward = both.loc[both["reverse_ns"].isna() | (both["start_ns"] < both["reverse_ns"])]
+    src = forward["src"].astype("int64").to_numpy()
+    dst = forward["dst"].astype("int64").to_numpy()
+    index = {r: i for i, r in enumerate(ranks)}
+    keep = np.array([s in index and d in index for s, d in zip(src, dst, strict=True)], dtype=bool)
+    s_idx = np.array([index[s] for s in src[keep]], dtype=np.int64)
+    d_idx = np.array([index[d] for d in dst[keep]], dtype=np.int64)
+    depth = np.zeros(len(ranks), np.int64)
+    for _ in range(len(ranks)):  # longest forward chain; converges in (stages - 1) rounds
+        before = depth.copy()
+        np.maximum.at(depth, d_idx, depth[s_idx] + 1)
+        if np.array_equal(before, depth):
+            break
+    return {r: int(depth[i]) for r, i in index.items()}
+
+
+def rank_steps(digests: Mapping[int, RankDigest], stage_of: Mapping[int, int]) -> pd.DataFrame:
+    """One row per rank and step: every phase of PHASES, the stage, and whether it is averaged."""
+    ordered = [digests[r] for r in sorted(digests)]
+    trace_steps = concat(ordered, "step_trace")
+    overlap = concat(ordered, "overlap_breakdown")
+    if trace_steps.num_rows == 0 and overlap.num_rows == 0:
+        return pd.DataFrame(columns=["rank", "step", "stage", "averaged", "complete", *PHASES])
+    keys = ["rank", "step"]
+    out = (
+        trace_steps.select([*keys, "duration_ns", "iteration_interval_ns", "fp_bp_ns", "tail_ns"])
+        .to_pandas()
+        .merge(overlap.to_pandas(), on=keys, how="outer")
+    )
+    out["receive_not_overlapped_ns"] = (
+        out["communication_not_overlapped_ns"] - out["communication_not_overlapped_exclude_receive_ns"]
+    )
+    complete = concat(ordered, "steps").select([*keys, "complete"]).to_pandas()
+    out = out.merge(complete, on=keys, how="left")
+    out["complete"] = out["complete"].fillna(False).astype(bool)
+    out["stage"] = out["rank"].map(stage_of).fillna(0).astype("int64")
+    out["averaged"] = _after_warmup(out)
+    for column in PHASES:
+        out[column] = out[column].fillna(0).astype("int64")
+    return out[["rank", "step", "stage", "averaged", "complete", *PHASES]]
+
+
+def _after_warmup(steps: pd.DataFrame) -> pd.Series:
+    """The warm-up policy of the module docstring, per rank."""
+    usable = steps["complete"].copy()
+    counts = usable.groupby(steps["rank"]).transform("sum")
+    first = steps.loc[usable].groupby("rank")["step"].transform("min").reindex(steps.index)
+    drop = usable & (counts >= MIN_STEPS_TO_DROP_WARMUP) & (steps["step"] == first)
+    return usable & ~drop
+
+
+def averages(steps: pd.DataFrame, by: str) -> pd.DataFrame:
+    """Mean of every phase over the averaged steps, per ``by`` (``rank`` or ``stage``)."""
+    used = steps.loc[steps["averaged"]]
+    if used.empty:
+        used = steps  # nothing survives the policy: average what there is, rather than nothing
+    out = used.groupby(by)[PHASES].mean().round().astype("int64").reset_index()
+    out["steps"] = used.groupby(by)["step"].nunique().to_numpy()
+    return out
+
+
+def stage_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per stage and step: the mean over the stage's ranks (stage rows of the CSV)."""
+    out = steps.groupby(["stage", "step"])[PHASES].mean().round().astype("int64").reset_index()
+    out["averaged"] = steps.groupby(["stage", "step"])["averaged"].all().to_numpy()
+    return out

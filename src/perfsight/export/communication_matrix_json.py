@@ -1,0 +1,42 @@
+"""``communication_matrix.json`` for a whole job (seed 003's layout, global ranks).
+
+Layout: ``{"step<N>": {"collective": {KEY: {"<src>-<dst>": LINK}}, "p2p": {KEY: {...}}}}`` with
+``KEY = "<op>-total@<group>"`` (all instances of that op kind in the group during the step, summed)
+and ``LINK = {"Transport Type", "Transit Size(MB)", "Transit Time(ms)", "Bandwidth(GB/s)",
+"Op Name"}``; MB = 2**20 bytes as in our other exports, GB/s = 10**9 bytes per second as Ascend
+writes it.  Values come from ``perfsight.cluster.matrix.matrix``; this module only converts units.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pandas as pd
+
+from perfsight.cluster.matching import P2P
+from perfsight.export.units import BYTES_PER_MB, NS_PER_MS
+
+
+def communication_matrix(totals: pd.DataFrame) -> dict[str, Any]:
+    """The JSON document as a dict (see the module docstring)."""
+    doc: dict[str, Any] = {}
+    for row in totals.sort_values(["step", "collective", "group", "src", "dst"]).itertuples(index=False):
+        kind = "p2p" if row.collective in P2P else "collective"
+        step = doc.setdefault(f"step{int(row.step)}", {"collective": {}, "p2p": {}})
+        entry = step[kind].setdefault(f"{row.collective}-total@{row.group}", {})
+        entry[f"{int(row.src)}-{int(row.dst)}"] = {
+            "Transport Type": row.link_type,
+            "Transit Size(MB)": round(float(row.bytes) / BYTES_PER_MB, 6),
+            "Transit Time(ms)": round(float(row.transit_ns) / NS_PER_MS, 6),
+            "Bandwidth(GB/s)": round(float(row.bandwidth_bytes_per_s) / 1e9, 4),
+            "Op Name": f"{row.collective}@{row.group}",
+        }
+    return doc
+
+
+def write_communication_matrix(path: str | Path, totals: pd.DataFrame) -> Path:
+    path = Path(path)
+    path.write_bytes(orjson.dumps(communication_matrix(totals), option=orjson.OPT_INDENT_2))
+    return path

@@ -1,0 +1,367 @@
+"""Read MindInsight's legacy profiler layout (MindSpore 1.x ``profiler/`` folders), for old runs.
+
+These folders hold results MindInsight computed, not a raw op timeline, so they become tables in
+perfsight's units (ns, bytes) rather than a :class:`~perfsight.model.Trace`:
+
+* ``step_trace_raw_{rank}_detail_time.csv``: ``step_num,start_point,end_point,total,fp_point,
+  bp_point,iteration_interval,fp_and_bp,tail`` then, per stream, a ``<name>_start_point,
+  <name>_end_point,<name>`` triple of communication times.  Times are 10 ns ticks; the last row,
+  with ``step_num`` ``-``, is the average and is returned apart.  The steps come out in the columns
+  of :data:`perfsight.analysis.step_trace.STEP_TRACE_SCHEMA`, so old and new step traces compare.
+* ``hccl_raw_{rank}.csv``: ``step_num,communication_cost,wait_cost,link_info,
+  communication_operator_cost``; costs in ms; ``link_info`` is JSON such as
+  ``{"1-0": {"SDMA": [time_ms, size_KB, bandwidth_KB_per_s]}}`` -> one row per step and link;
+  ``communication_operator_cost`` is JSON ``{"<op>": [numbers...]}`` kept as numbers per op.
+* ``ascend_cluster_analyse_{data|model|pipeline}-parallel_{stages}_{ranks}_{rank}.csv``,
+  ``minddata_pipeline_raw_{rank}.csv``: kept as read (Ascend CSV quirks handled), with the
+  parallel mode, stage and rank counts taken from the documented file name pattern.
+* ``flops_{rank}.txt`` (``name: value`` or ``name,value`` lines), ``profiler_info_{rank}.json``,
+  ``ascend_timeline_display_{rank}.json`` (its raw events, not converted: their meaning is not
+  documented well enough to label them).
+* The r1.3 cluster layout (seed 002): a rank table JSON (``hccl.json``, any name, with
+  ``server_list``), ``host_ips_mapping.txt`` (``<host ip> <mapped id>`` lines) and
+  ``cluster_profiler/<mapped id>/profiler/`` per host, whose files are numbered by device id;
+  the rank table turns (host, device) into the global rank.
+
+Bad files become warnings naming the file; nothing else is lost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from perfsight import columns
+from perfsight.analysis.step_trace import STEP_TRACE_SCHEMA
+from perfsight.export.units import BYTES_PER_KB, NS_PER_MS
+from perfsight.ingest import ascend_files as files
+from perfsight.ingest.ascend_events import read_ascend_events
+from perfsight.ingest.jsonstream import NotATraceError
+
+TICK_NS = 10
+"""MindInsight's step trace counts time in 10 ns ticks."""
+
+STEP_TRACE_FILE = re.compile(r"^step_trace_raw_(\d+)_detail_time\.csv$")
+CLUSTER_ANALYSE_FILE = re.compile(r"^ascend_cluster_analyse_(\w+)-parallel_(\d+)_(\d+)_(\d+)\.csv$")
+STEP_COLUMNS = ("step_num", "start_point", "end_point", "total", "fp_point", "bp_point",
+                "iteration_interval", "fp_and_bp", "tail")  # fmt: skip
+
+
+def _per_step(*fields: pa.Field) -> pa.Schema:
+    """A table of one rank's steps: ``rank`` and ``step`` (int32, as in the step trace), then ``fields``."""
+    return pa.schema([pa.field("rank", pa.int32()), pa.field("step", pa.int32()), *fields])
+
+
+STREAM_SCHEMA = _per_step(
+    pa.field("stream", pa.string()),
+    pa.field("start_ns", pa.int64()),
+    pa.field("end_ns", pa.int64()),
+    pa.field("dur_ns", pa.int64()),
+)
+"""Per-stream communication of each step (the triples of ``step_trace_raw``)."""
+
+HCCL_STEP_SCHEMA = _per_step(pa.field("communication_ns", pa.int64()), pa.field("wait_ns", pa.int64()))
+HCCL_LINK_SCHEMA = _per_step(
+    pa.field("src_rank", pa.int64()),
+    pa.field("dst_rank", pa.int64()),
+    pa.field("link", pa.string()),
+    pa.field("transit_ns", pa.int64()),
+    pa.field("bytes", pa.int64()),
+    pa.field("bandwidth_bytes_per_s", pa.float64()),
+)
+HCCL_OP_SCHEMA = _per_step(pa.field("op", pa.string()), pa.field("values", pa.list_(pa.float64())))
+
+
+@dataclasses.dataclass
+class LegacyRank:
+    """One rank's legacy ``profiler/`` results, in ns and bytes."""
+
+    rank: int
+    folder: Path
+    host: str | None = None  # mapped host id in the r1.3 cluster layout
+    device_id: int | None = None
+    step_trace: pa.Table = dataclasses.field(default_factory=STEP_TRACE_SCHEMA.empty_table)
+    step_trace_average: dict[str, float] = dataclasses.field(default_factory=dict)  # ns, the "-" row
+    stream_communication: pa.Table = dataclasses.field(default_factory=STREAM_SCHEMA.empty_table)
+    hccl_steps: pa.Table = dataclasses.field(default_factory=HCCL_STEP_SCHEMA.empty_table)
+    hccl_links: pa.Table = dataclasses.field(default_factory=HCCL_LINK_SCHEMA.empty_table)
+    hccl_ops: pa.Table = dataclasses.field(default_factory=HCCL_OP_SCHEMA.empty_table)
+    tables: dict[str, pa.Table] = dataclasses.field(default_factory=dict)  # other CSVs, as read
+    parallel: dict[str, Any] = dataclasses.field(default_factory=dict)  # mode, stages, ranks
+    flops: dict[str, float] = dataclasses.field(default_factory=dict)
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)  # profiler_info_{rank}.json
+    timeline_events: pa.Table | None = None  # ascend_timeline_display_{rank}.json, raw
+
+
+@dataclasses.dataclass
+class LegacyRun:
+    """A legacy run: one ``profiler/`` folder, or an r1.3 cluster of them."""
+
+    root: Path
+    ranks: list[LegacyRank]
+    rank_table: pa.Table  # rank, host_ip, host (mapped id), device_id, device_ip; empty if none
+    warnings: list[str]
+
+
+def is_legacy_folder(path: str | Path) -> bool:
+    """A ``profiler/`` folder with step trace files, or an r1.3 cluster root."""
+    path = Path(path)
+    return path.is_dir() and (
+        any(STEP_TRACE_FILE.match(p.name) for p in path.iterdir() if p.is_file())
+        or (path / "cluster_profiler").is_dir()
+    )
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def read_rank_table(root: Path, problems: files.FileProblems) -> pa.Table:
+    """(rank, host_ip, host, device_id, device_ip) from the rank table JSON and ``host_ips_mapping.txt``."""
+    mapping: dict[str, str] = {}
+    mapping_file = root / "host_ips_mapping.txt"
+    if mapping_file.is_file():
+        for number, line in enumerate(mapping_file.read_text(errors="replace").splitlines(), 1):  # per host
+            parts = line.split()
+            if len(parts) == 2:
+                mapping[parts[0]] = parts[1]
+            elif line.strip():
+                problems.add(mapping_file, f"line {number} is not '<host ip> <mapped id>'; skipped")
+    rows: list[dict[str, Any]] = []
+    for candidate in sorted(root.glob("*.json")):
+        doc = files.read_json(candidate, problems)
+        for server in doc.get("server_list", []) if isinstance(doc.get("server_list"), list) else []:
+            host_ip = str(server.get("server_id", ""))
+            for device in server.get("device", []) if isinstance(server, dict) else []:  # per device
+                rank, device_id = _int(device.get("rank_id")), _int(device.get("device_id"))
+                if rank is None or device_id is None:
+                    problems.add(candidate, f"device entry without rank_id/device_id: {device!r:.80}")
+                    continue
+                rows.append(
+                    {
+                        "rank": rank,
+                        "host_ip": host_ip,
+                        "host": mapping.get(host_ip),
+                        "device_id": device_id,
+                        "device_ip": device.get("device_ip"),
+                    }
+                )
+    schema = pa.schema(
+        [("rank", pa.int32()), ("host_ip", pa.string()), ("host", pa.string()), ("device_id", pa.int32()),
+         ("device_ip", pa.string())]
+    )  # fmt: skip
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def read_step_trace_raw(
+    path: Path, rank: int, problems: files.FileProblems
+) -> tuple[pa.Table, dict, pa.Table]:
+    """(steps in STEP_TRACE_SCHEMA, the average row in ns, per-stream communication) of one file."""
+    table = files.read_csv(path, problems)
+    if table.num_rows == 0 or not set(STEP_COLUMNS) <= set(table.column_names):
+        if table.num_rows:
+            problems.add(path, f"lacks columns {sorted(set(STEP_COLUMNS) - set(table.column_names))}")
+        return STEP_TRACE_SCHEMA.empty_table(), {}, STREAM_SCHEMA.empty_table()
+    step_text = pc.cast(table.column("step_num"), pa.string())
+    average_mask = columns.numpy(pc.equal(pc.fill_null(step_text, "-"), "-"), null=False)
+    average = {}
+    if average_mask.any():
+        last = table.filter(pa.array(average_mask)).slice(0, 1).to_pylist()[0]
+        average = {
+            k: float(v) * TICK_NS for k, v in last.items() if isinstance(v, (int, float)) and k != "step_num"
+        }
+    steps = table.filter(pa.array(~average_mask))
+
+    def ns(name: str) -> np.ndarray:
+        values = columns.numpy(pc.cast(steps.column(name), pa.float64()), null=np.nan)
+        return np.round(np.nan_to_num(values) * TICK_NS).astype(np.int64)
+
+    n = steps.num_rows
+    start, end = ns("start_point"), ns("end_point")
+    out = pa.Table.from_arrays(
+        [
+            pa.array(np.full(n, rank, np.int32)),
+            pa.array(
+                columns.numpy(pc.cast(steps.column("step_num"), pa.float64()), null=-1).astype(np.int32)
+            ),
+            pa.array(start),
+            pa.array(end),
+            pa.array(ns("total")),
+            pa.array(ns("fp_point")),
+            pa.array(ns("bp_point")),
+            pa.array(ns("iteration_interval")),
+            pa.array(ns("fp_and_bp")),
+            pa.array(ns("tail")),
+            pa.array([""] * n, pa.string()),
+            pa.array([""] * n, pa.string()),
+            pa.array(["device"] * n, pa.string()),
+        ],
+        schema=STEP_TRACE_SCHEMA,
+    )
+    extra = [c for c in table.column_names[len(STEP_COLUMNS) :] if c]
+    streams = [c[: -len("_start_point")] for c in extra if c.endswith("_start_point")]
+    parts = []
+    for stream in streams:  # a few streams per file
+        if {f"{stream}_end_point", stream} <= set(extra):
+            parts.append(
+                pa.table(
+                    {
+                        "rank": pa.array(np.full(n, rank, np.int32)),
+                        "step": out.column("step"),
+                        "stream": pa.array([stream] * n, pa.string()),
+                        "start_ns": pa.array(ns(f"{stream}_start_point")),
+                        "end_ns": pa.array(ns(f"{stream}_end_point")),
+                        "dur_ns": pa.array(ns(stream)),
+                    },
+                    schema=STREAM_SCHEMA,
+                )
+            )
+    return out, average, pa.concat_tables(parts) if parts else STREAM_SCHEMA.empty_table()
+
+
+def read_hccl_raw(path: Path, rank: int, problems: files.FileProblems) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """(per-step communication and wait, per-step links, per-step operator costs) of one file."""
+    table = files.read_csv(path, problems)
+    needed = {"step_num", "communication_cost", "wait_cost", "link_info"}
+    if table.num_rows == 0 or not needed <= set(table.column_names):
+        if table.num_rows:
+            problems.add(path, f"lacks columns {sorted(needed - set(table.column_names))}")
+        return HCCL_STEP_SCHEMA.empty_table(), HCCL_LINK_SCHEMA.empty_table(), HCCL_OP_SCHEMA.empty_table()
+    steps, links, ops = [], [], []
+    for row in table.to_pylist():  # one row per step: a handful
+        step = _int(row["step_num"]) if not isinstance(row["step_num"], float) else int(row["step_num"])
+        if step is None:
+            continue
+        ms = [row.get("communication_cost"), row.get("wait_cost")]
+        steps.append(
+            {
+                "rank": rank,
+                "step": step,
+                "communication_ns": round(float(ms[0]) * NS_PER_MS) if isinstance(ms[0], float) else None,
+                "wait_ns": round(float(ms[1]) * NS_PER_MS) if isinstance(ms[1], float) else None,
+            }
+        )
+        for column, target in (("link_info", links), ("communication_operator_cost", ops)):
+            text = row.get(column)
+            if not text:
+                continue
+            try:
+                cell = json.loads(str(text).replace("'", '"'))
+            except ValueError:
+                problems.add(path, f"step {step}: {column} is not JSON; skipped")
+                continue
+            if not isinstance(cell, dict):
+                continue
+            if column == "link_info":
+                for pair, by_link in cell.items():
+                    src, _, dst = str(pair).partition("-")
+                    for link, values in (by_link or {}).items():
+                        if isinstance(values, list) and len(values) >= 3:
+                            target.append(
+                                {"rank": rank, "step": step, "src_rank": _int(src), "dst_rank": _int(dst),
+                                 "link": link, "transit_ns": round(float(values[0]) * NS_PER_MS),
+                                 "bytes": round(float(values[1]) * BYTES_PER_KB),
+                                 "bandwidth_bytes_per_s": float(values[2]) * BYTES_PER_KB}
+                            )  # fmt: skip
+            else:
+                for op, values in cell.items():
+                    numbers = values if isinstance(values, list) else [values]
+                    target.append(
+                        {"rank": rank, "step": step, "op": str(op),
+                         "values": [float(v) for v in numbers if isinstance(v, (int, float))]}
+                    )  # fmt: skip
+    return (
+        pa.Table.from_pylist(steps, schema=HCCL_STEP_SCHEMA),
+        pa.Table.from_pylist(links, schema=HCCL_LINK_SCHEMA),
+        pa.Table.from_pylist(ops, schema=HCCL_OP_SCHEMA),
+    )
+
+
+def _flops(path: Path, problems: files.FileProblems) -> dict[str, float]:
+    out = {}
+    for line in path.read_text(errors="replace").splitlines():  # a few summary lines
+        match = re.match(r"^\s*([^,:=]+?)\s*[,:=]\s*([-+0-9.eE]+)\s*$", line)
+        if match:
+            out[match.group(1)] = float(match.group(2))
+        elif line.strip():
+            problems.add(path, f"line not understood: {line[:60]!r}")
+    return out
+
+
+def read_profiler_folder(folder: Path, index: int, rank: int, problems: files.FileProblems) -> LegacyRank:
+    """Every file of rank ``rank`` (numbered ``index`` in the file names) in one ``profiler/`` folder."""
+    result = LegacyRank(rank=rank, folder=folder)
+    step_file = folder / f"step_trace_raw_{index}_detail_time.csv"
+    if step_file.is_file():
+        result.step_trace, result.step_trace_average, result.stream_communication = read_step_trace_raw(
+            step_file, rank, problems
+        )
+    hccl_file = folder / f"hccl_raw_{index}.csv"
+    if hccl_file.is_file():
+        result.hccl_steps, result.hccl_links, result.hccl_ops = read_hccl_raw(hccl_file, rank, problems)
+    for path in sorted(folder.glob(f"ascend_cluster_analyse_*_{index}.csv")):
+        match = CLUSTER_ANALYSE_FILE.match(path.name)
+        if match:
+            mode, stages, ranks, _ = match.groups()
+            result.parallel = {"mode": mode, "stages": int(stages), "ranks": int(ranks)}
+            result.tables[path.name] = files.read_csv(path, problems)
+    minddata = folder / f"minddata_pipeline_raw_{index}.csv"
+    if minddata.is_file():
+        result.tables[minddata.name] = files.read_csv(minddata, problems)
+    flops = folder / f"flops_{index}.txt"
+    if flops.is_file():
+        result.flops = _flops(flops, problems)
+    info = folder / f"profiler_info_{index}.json"
+    if info.is_file():
+        result.info = files.read_json(info, problems)
+    timeline = folder / f"ascend_timeline_display_{index}.json"
+    if timeline.is_file():
+        try:
+            events = read_ascend_events(timeline)
+            result.timeline_events = events.table
+            if events.report.problem or events.report.truncated:
+                problems.add(timeline, f"damaged after {events.report.events} events; the rest is kept")
+        except NotATraceError as error:
+            problems.add(timeline, f"not a timeline ({error})")
+    return result
+
+
+def read_legacy(path: str | Path) -> LegacyRun:
+    """A legacy ``profiler/`` folder (or its parent), or an r1.3 cluster root, as a :class:`LegacyRun`."""
+    root = Path(path)
+    problems = files.FileProblems()
+    rank_table = read_rank_table(root, problems)
+    by_device = {(r["host"], r["device_id"]): r["rank"] for r in rank_table.to_pylist()}
+    folders: list[tuple[Path, str | None]] = []
+    if (root / "cluster_profiler").is_dir():
+        for host_dir in sorted(p for p in (root / "cluster_profiler").iterdir() if p.is_dir()):
+            folders.append((host_dir / "profiler", host_dir.name))
+    else:
+        folder = root / "profiler" if (root / "profiler").is_dir() else root
+        folders.append((folder, None))
+    ranks = []
+    for folder, host in folders:
+        for step_file in sorted(folder.glob("step_trace_raw_*_detail_time.csv")):
+            index = int(STEP_TRACE_FILE.match(step_file.name).group(1))
+            rank = by_device.get((host, index), index) if host is not None else index
+            if host is not None and (host, index) not in by_device:
+                problems.add(
+                    step_file, f"host {host} device {index} is not in the rank table; rank {index} used"
+                )
+            read = read_profiler_folder(folder, index, rank, problems)
+            read.host, read.device_id = host, index
+            ranks.append(read)
+    if not ranks:
+        problems.add(root, "no step_trace_raw_*_detail_time.csv found: not a MindInsight profiler folder")
+    ranks.sort(key=lambda r: r.rank)
+    return LegacyRun(root=root, ranks=ranks, rank_table=rank_table, warnings=problems.warnings)

@@ -1,0 +1,230 @@
+"""Read perfsight run folders: the facts ``profiler_info`` records, not what file names suggest.
+
+A trace inside a run folder (``{worker}_{timestamp}_perfsight/kineto_trace_{rank}.json``) is read
+by the Kineto reader with the rank from ``profiler_info_{rank}.json``; then the run's facts
+(world size, local rank, host, clock offset, whether the window was complete, user metadata,
+process groups with global ranks) are put on ``Trace.meta`` and perfsight's capture tables
+(``perfsight_{capture}_{rank}.parquet``) are merged through ``perfsight.ingest.sidecar`` when
+that module is installed.  The layout names live in ``perfsight.collect.run_folder`` (no torch).
+
+This module must not analyse anything or write files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from perfsight.collect import run_folder as layout
+from perfsight.model import DeviceInfo, Trace
+
+
+@dataclasses.dataclass
+class RunInfo:
+    """``profiler_info_{rank}.json`` of one run folder, read and checked.  ``problem`` says why
+    it cannot be used (then the trace's own rank and facts are used, with that warning)."""
+
+    folder: Path
+    path: Path
+    data: dict[str, Any]
+    problem: str | None = None
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.problem else int(self.data["rank"])
+
+    @property
+    def complete(self) -> bool:
+        return self.data.get("complete") is True
+
+    @property
+    def trace_name(self) -> str | None:
+        files = self.data.get("files")
+        name = files.get("trace") if isinstance(files, dict) else None
+        return name if isinstance(name, str) else None
+
+
+def is_run_folder(path: Path) -> bool:
+    """A folder holding a ``profiler_info_{rank}.json`` (one window of one rank)."""
+    return path.is_dir() and any(path.glob("profiler_info_*.json"))
+
+
+def _load_info(path: Path) -> RunInfo:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return RunInfo(
+            path.parent, path, {}, f"{path}: unreadable run info ({exc}); used the trace's own facts"
+        )
+    if not isinstance(data, dict) or not _is_int(data.get("rank")):
+        return RunInfo(
+            path.parent, path, {}, f"{path}: run info without an integer 'rank'; used the trace's own facts"
+        )
+    return RunInfo(folder=path.parent, path=path, data=data)
+
+
+def info_for(trace_path: Path) -> RunInfo | None:
+    """The run info of the folder holding ``trace_path``, when it is a perfsight run folder."""
+    infos = [_load_info(p) for p in sorted(trace_path.parent.glob("profiler_info_*.json"))]
+    for info in infos:
+        if info.trace_name == trace_path.name:
+            return info
+    return infos[0] if len(infos) == 1 else None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _typed(data: dict[str, Any], key: str, kind: type | tuple[type, ...], problems: list[str]) -> Any:
+    """``data[key]`` when it has the expected type; otherwise ``None`` and a note naming the key."""
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, kind) and not (isinstance(value, bool) and kind is int):
+        return value
+    problems.append(key)
+    return None
+
+
+def apply(trace: Trace, info: RunInfo, rank_from_option: bool = False) -> Trace:
+    """Put the run folder's facts on ``trace.meta`` and merge its sidecar tables.
+
+    A value of the wrong type is skipped with a warning naming the file and the key; the trace
+    is never lost over its run info."""
+    meta = trace.meta
+    if info.problem:
+        meta.warnings.append(info.problem)
+        return trace
+    data, bad = info.data, []
+    if not rank_from_option:
+        meta.rank_source = "run folder"
+    world = _typed(data, "world_size", int, bad)
+    meta.world_size = world if world and world > 0 else meta.world_size
+    meta.local_rank = _typed(data, "local_rank", int, bad)
+    meta.host = _typed(data, "host", str, bad) or meta.host
+    clock = _typed(data, "clock", dict, bad) or {}
+    meta.clock_offset_ns = _typed(clock, "offset_ns", int, bad)
+    meta.clock_uncertainty_ns = _typed(clock, "uncertainty_ns", int, bad)
+    versions = _typed(data, "versions", dict, bad) or {}
+    meta.versions = {**meta.versions, **{str(k): str(v) for k, v in versions.items()}}
+    if not meta.devices:
+        meta.devices = _devices(_typed(data, "devices", list, bad) or [], bad)
+    meta.complete = info.complete
+    if not info.complete:
+        reason = data.get("incomplete_reason") or data.get("status") or "incomplete"
+        meta.warnings.append(f"{info.folder}: profiling window incomplete: {reason}")
+    if bad:
+        meta.warnings.append(
+            f"{info.path}: ignored values of the wrong type for {', '.join(sorted(set(bad)))}"
+        )
+    meta.extra["run_folder"] = str(info.folder)
+    meta.extra["window"] = data.get("window")
+    meta.extra["profiler_config"] = data.get("config")
+    metadata = _read_metadata(info.folder, meta.warnings)
+    if metadata:
+        user = metadata.get("user")
+        meta.extra["user_metadata"] = user if isinstance(user, dict) else {}
+        groups = metadata.get("process_groups")
+        if isinstance(groups, list) and groups:
+            meta.process_groups = [g for g in groups if isinstance(g, dict)]
+        if isinstance(metadata.get("backend"), str):
+            meta.backend = metadata["backend"]
+        if metadata.get("parallel_layout") is not None:
+            meta.extra["parallel_layout"] = metadata["parallel_layout"]
+    trace = _mark_steps_outside_window(trace, data.get("window"))
+    return _merge_sidecars(trace, info)
+
+
+def _mark_steps_outside_window(trace: Trace, window: Any) -> Trace:
+    """A window stopped early also holds the step that was running when it stopped (torch
+    records its ``ProfilerStep#N`` up to the stop): that step is not one the window recorded in
+    full, so it is marked ``complete = false`` (the seed: its data is abnormal)."""
+    recorded = window.get("steps") if isinstance(window, dict) else None
+    if not isinstance(recorded, list) or not all(_is_int(s) for s in recorded) or not trace.steps.num_rows:
+        return trace
+    steps = trace.steps
+    inside = pc.is_in(steps.column("step"), value_set=pa.array(recorded, pa.int32()))
+    flags = pc.and_(steps.column("complete"), inside)
+    index = steps.schema.get_field_index("complete")
+    return dataclasses.replace(trace, steps=steps.set_column(index, steps.schema.field(index), flags))
+
+
+def _devices(entries: list[Any], bad: list[str]) -> list[DeviceInfo]:
+    fields = {f.name for f in dataclasses.fields(DeviceInfo)}
+    devices = []
+    for entry in entries:
+        if isinstance(entry, dict) and _is_int(entry.get("index")):
+            devices.append(DeviceInfo(**{k: v for k, v in entry.items() if k in fields}))
+        else:
+            bad.append("devices")
+    return devices
+
+
+def _read_metadata(folder: Path, warnings: list[str]) -> dict[str, Any] | None:
+    path = folder / layout.METADATA_FILE
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        warnings.append(f"{path}: unreadable ({exc}); user metadata and process groups skipped")
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _merge_sidecars(trace: Trace, info: RunInfo) -> Trace:
+    """Hand the capture tables to ``perfsight.ingest.sidecar.merge_sidecars`` (the module that
+    knows their schemas); without it, the Kineto trace alone is used."""
+    listed = info.data.get("files") if isinstance(info.data.get("files"), dict) else {}
+    files = listed.get("sidecars") if isinstance(listed.get("sidecars"), dict) else {}
+    files = {str(name): Path(str(file)).name for name, file in files.items()}  # a name, never a path
+    present = {name: info.folder / file for name, file in files.items() if (info.folder / file).is_file()}
+    missing = sorted(set(files) - set(present))
+    if missing:
+        trace.meta.warnings.append(f"{info.folder}: capture files missing for {', '.join(missing)}")
+    if not present:
+        return trace
+    try:
+        sidecar = importlib.import_module("perfsight.ingest.sidecar")
+    except ModuleNotFoundError:
+        return trace
+    merge = getattr(sidecar, "merge_sidecars", None)
+    return merge(trace, present) if callable(merge) else trace
+
+
+def incomplete_windows(root: Path) -> list[str]:
+    """One line per run folder under ``root`` whose window has no readable trace.
+
+    A window killed mid-recording leaves its folder with ``"status": "recording"`` and no trace:
+    ``perfsight analyse`` names it instead of skipping it silently.
+    """
+    lines = []
+    for info_path in sorted(root.rglob("profiler_info_*.json")):
+        if layout.OUTPUT_DIR in info_path.parts:
+            continue
+        info = _load_info(info_path)
+        if info.problem:
+            continue
+        trace_name = info.trace_name or layout.trace_file(info.rank)
+        if not (info.folder / trace_name).exists():
+            status = (
+                _marker_text(info.folder) or info.data.get("incomplete_reason") or info.data.get("status")
+            )
+            lines.append(f"{info.folder}: rank {info.rank}: no trace written ({status})")
+    return lines
+
+
+def _marker_text(folder: Path) -> str | None:
+    """The collector's last word on a window it could not finish (written best effort)."""
+    try:
+        text = (folder / layout.INCOMPLETE_MARKER).read_text(errors="replace").strip()
+    except OSError:
+        return None
+    return text[:300] or None

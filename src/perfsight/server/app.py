@@ -1,0 +1,362 @@
+"""The FastAPI application of ``perfsight serve``: routes, parameters and error mapping.
+
+Why routes only: discovery, analysis jobs, queries and the timeline each live in their own module;
+this one turns HTTP parameters into calls and results into the response models of ``models``
+(documented for people in docs/API.md).  Every route is GET: the server only reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import orjson
+from fastapi import FastAPI, HTTPException, Query
+from fastapi.responses import FileResponse, JSONResponse, Response
+from starlette.requests import Request
+
+from perfsight import __version__
+from perfsight.server import models, pages, queries, timeline
+from perfsight.server.registry import NotReady, OpenedRun, Registry, UnknownRun
+from perfsight.server.security import SecurityMiddleware, inside
+from perfsight.server.static import STATIC_DIR, static_response
+
+RunParam = Annotated[str, Query(description="run id from /api/runs", min_length=1, max_length=4096)]
+RankParam = Annotated[int | None, Query(description="rank (default: the lowest)", ge=0, le=1_000_000)]
+Offset = Annotated[int, Query(ge=0, le=1_000_000_000)]
+Limit = Annotated[int, Query(ge=1, le=queries.MAX_LIMIT)]
+Order = Annotated[Literal["asc", "desc"], Query()]
+Fuzzy = Annotated[str | None, Query(max_length=200, description="fuzzy filter on names")]
+TimeNs = Annotated[int, Query(ge=-(2**62), le=2**62, description="ns relative to the run's origin_ns")]
+StepParam = Annotated[int | None, Query(ge=-1, le=2**31 - 1)]
+
+OPERATOR_TYPE_SORTS = Literal[
+    "name", "count", "host_total_ns", "host_self_ns", "host_avg_ns", "host_min_ns", "host_max_ns",
+    "device_total_ns", "host_ratio", "flops",
+]  # fmt: skip
+OPERATOR_SORTS = Literal[
+    "id", "step", "name", "thread", "start_ns", "dur_ns", "self_ns", "device_ns", "flops"
+]
+KERNEL_TYPE_SORTS = Literal["name", "kind", "count", "total_ns", "avg_ns", "min_ns", "max_ns", "ratio"]
+KERNEL_SORTS = Literal[
+    "step", "name", "kind", "op", "stream", "start_ns", "dur_ns", "wait_ns", "occupancy_pct"
+]
+
+ERRORS = {
+    400: {"model": models.ErrorBody, "description": "parameters that contradict each other"},
+    404: {"model": models.ErrorBody, "description": "unknown run, rank or event"},
+    409: {"model": models.ErrorBody, "description": "run not analysed yet (its status is included)"},
+}
+
+
+def fast_json(body: Any) -> Response:
+    """``body`` as JSON without a second validation pass: for large responses (thousands of steps,
+    tracks, window columns) pydantic would take longer than the query.  Their shapes are still
+    declared in OpenAPI and checked against it by the fuzzing test."""
+    return Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")
+
+
+def documented(model: type[Any]) -> dict[str, Any]:
+    """Route arguments declaring ``model`` as the 200 response of a route that returns :func:`fast_json`."""
+    return {
+        "response_class": JSONResponse,
+        "responses": {**ERRORS, 200: {"model": model, "description": "OK"}},
+    }
+
+
+def check_window(start_ns: int, end_ns: int) -> None:
+    """A time window must not be empty or reversed (400: the parameters contradict each other)."""
+    if end_ns <= start_ns:
+        raise HTTPException(400, "end_ns must be greater than start_ns")
+
+
+def warm_up() -> None:
+    """Start DuckDB and import what pyarrow loads lazily (pandas, datasets) now: seconds that would
+    otherwise stall a user's first click."""
+    import pandas  # noqa: F401  (pyarrow imports it on the first pa.array/pa.table of Python data)
+    import pyarrow.dataset  # noqa: F401
+
+    queries.database()
+
+
+def default_cache_dir() -> Path:
+    """Where analyses of runs in read-only folders go (XDG cache)."""
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "perfsight" / "serve"
+
+
+def create_app(
+    base_dir: str | Path,
+    token: str | None = None,
+    *,
+    cache_dir: str | Path | None = None,
+    allowed_hosts: frozenset[str] | None = None,
+    static_dir: Path = STATIC_DIR,
+) -> FastAPI:
+    """The app serving the runs under ``base_dir``; ``token`` (if given) is required on every request.
+
+    ``allowed_hosts`` restricts the Host header (DNS-rebinding protection for a loopback server).
+    """
+    base = Path(base_dir).resolve()
+    if not base.is_dir():
+        raise ValueError(f"{base_dir}: not a folder")
+    warm_up()
+    cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    registry = Registry(base, cache_root)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        registry.jobs.stop()  # a running analysis child must not outlive the server
+
+    app = FastAPI(
+        lifespan=lifespan,
+        title="perfsight",
+        version=__version__,
+        description="Read-only API of perfsight serve. Times in ns, sizes in bytes; see docs/API.md.",
+        default_response_class=JSONResponse,
+        docs_url=None,  # Swagger UI loads scripts from a CDN, which the CSP (rightly) forbids
+        redoc_url=None,
+    )
+    app.state.registry = registry
+    app.add_middleware(SecurityMiddleware, token=token, allowed_hosts=allowed_hosts)
+
+    @app.exception_handler(UnknownRun)
+    async def _unknown(_: Request, error: UnknownRun) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=404)
+
+    @app.exception_handler(NotReady)
+    async def _not_ready(_: Request, error: NotReady) -> JSONResponse:
+        return JSONResponse({"detail": str(error), "status": error.status.model_dump()}, status_code=409)
+
+    def opened(run: str, rank: int | None = None) -> OpenedRun:
+        """The analysed run; with ``rank``, once that is known to be one of its ranks (else 404)."""
+        data = registry.opened(run)
+        if rank is not None:
+            data.rank(rank)
+        return data
+
+    # ------------------------------------------------------------------ runs
+    @app.get("/api/info", response_model=models.Info)
+    def info() -> models.Info:
+        return models.Info(version=__version__, base_dir_name=base.name, auth=token is not None)
+
+    @app.get("/api/runs", response_model=models.RunList)
+    def runs() -> models.RunList:
+        return models.RunList(runs=[registry.run_info(r) for r in registry.runs().values()])
+
+    @app.get("/api/run/status", response_model=models.RunStatus, responses=ERRORS)
+    def status(run: RunParam) -> models.RunStatus:
+        """Status of a run; starts its analysis when it is new or stale (this is 'opening' it)."""
+        return registry.status(registry.run(run), start=True)
+
+    # ------------------------------------------------------------------ pages
+    @app.get("/api/run/overview", **documented(models.Overview))
+    def overview(run: RunParam, rank: RankParam = None) -> Response:
+        data = opened(run)
+        return Response(pages.overview_json(data, data.rank(rank)), media_type="application/json")
+
+    @app.get("/api/run/step-trace", **documented(models.StepTrace))
+    def step_trace(run: RunParam, rank: RankParam = None, step: StepParam = None) -> Response:
+        data = opened(run)
+        return fast_json(pages.step_trace(data, data.rank(rank), step))
+
+    @app.get("/api/run/operator-types", response_model=models.OperatorTypePage, responses=ERRORS)
+    def operator_types(
+        run: RunParam,
+        rank: RankParam = None,
+        q: Fuzzy = None,
+        sort: OPERATOR_TYPE_SORTS = "host_self_ns",
+        order: Order = "desc",
+        offset: Offset = 0,
+        limit: Limit = 50,
+    ) -> dict:
+        data = opened(run).rank(rank)
+        select = [
+            "name", "count", "coalesce(host_total_ns, 0) AS host_total_ns",
+            "coalesce(host_self_ns, 0) AS host_self_ns",
+            "coalesce(host_avg_ns, 0) AS host_avg_ns", "coalesce(host_min_ns, 0) AS host_min_ns",
+            "coalesce(host_max_ns, 0) AS host_max_ns", "coalesce(device_total_ns, 0) AS device_total_ns",
+            "host_ratio", "flops",
+        ]  # fmt: skip
+        return queries.page(
+            data.table_path("operator_stats"), select, sortable=OPERATOR_TYPE_SORTS.__args__, sort=sort,
+            order=order, offset=offset, limit=limit, where=[queries.fuzzy_clause(q, ["name"])],
+            tiebreak="name",
+        )  # fmt: skip
+
+    @app.get("/api/run/operators", response_model=models.OperatorPage, responses=ERRORS)
+    def operators(
+        run: RunParam,
+        rank: RankParam = None,
+        q: Fuzzy = None,
+        name: Annotated[str | None, Query(max_length=10_000, description="exact operator type")] = None,
+        step: StepParam = None,
+        sort: OPERATOR_SORTS = "dur_ns",
+        order: Order = "desc",
+        offset: Offset = 0,
+        limit: Limit = 50,
+    ) -> dict:
+        op = opened(run)
+        data = op.rank(rank)
+        origin = int(op.origin_ns)
+        select = [
+            "slice AS id", "step", "name", "thread", f"start_ns - {origin} AS start_ns", "dur_ns",
+            "coalesce(self_ns, 0) AS self_ns", "coalesce(device_ns, 0) AS device_ns", "input_dims",
+            "input_types", "flops",
+        ]  # fmt: skip
+        sort_column = "slice" if sort == "id" else sort
+        return queries.page(
+            data.table_path("operator_instances"), select, sortable=[*OPERATOR_SORTS.__args__, "slice"],
+            sort=sort_column, order=order, offset=offset, limit=limit,
+            where=queries.instance_filters(q, ["name"], name, step), tiebreak="slice",
+        )  # fmt: skip
+
+    @app.get("/api/run/kernel-types", response_model=models.KernelTypePage, responses=ERRORS)
+    def kernel_types(
+        run: RunParam,
+        rank: RankParam = None,
+        q: Fuzzy = None,
+        sort: KERNEL_TYPE_SORTS = "total_ns",
+        order: Order = "desc",
+        offset: Offset = 0,
+        limit: Limit = 50,
+    ) -> dict:
+        data = opened(run).rank(rank)
+        select = ["name", "kind", "count", "total_ns", "avg_ns", "min_ns", "max_ns", "ratio"]
+        return queries.page(
+            data.table_path("kernel_stats"), select, sortable=KERNEL_TYPE_SORTS.__args__, sort=sort,
+            order=order, offset=offset, limit=limit, where=[queries.fuzzy_clause(q, ["name"])],
+            tiebreak="name, kind",
+        )  # fmt: skip
+
+    @app.get("/api/run/kernels", response_model=models.KernelPage, responses=ERRORS)
+    def kernels(
+        run: RunParam,
+        rank: RankParam = None,
+        q: Fuzzy = None,
+        name: Annotated[str | None, Query(max_length=10_000, description="exact kernel name")] = None,
+        step: StepParam = None,
+        sort: KERNEL_SORTS = "dur_ns",
+        order: Order = "desc",
+        offset: Offset = 0,
+        limit: Limit = 50,
+    ) -> dict:
+        op = opened(run)
+        data = op.rank(rank)
+        origin = int(op.origin_ns)
+        select = [
+            "step", "name", "kind", "op", "stream", f"start_ns - {origin} AS start_ns", "dur_ns", "wait_ns",
+            "grid", "block", "occupancy_pct", "input_dims", "input_types",
+        ]  # fmt: skip
+        return queries.page(
+            data.table_path("kernel_details"), select, sortable=KERNEL_SORTS.__args__, sort=sort, order=order,
+            offset=offset, limit=limit, where=queries.instance_filters(q, ["name", "op"], name, step),
+            tiebreak="start_ns",
+        )  # fmt: skip
+
+    @app.get("/api/run/memory", **documented(models.Memory))
+    def memory(
+        run: RunParam,
+        rank: RankParam = None,
+        points: Annotated[int, Query(ge=10, le=20_000)] = 2000,
+        top: Annotated[int, Query(ge=1, le=100)] = 20,
+    ) -> Response:
+        data = opened(run)
+        return fast_json(pages.memory(data, data.rank(rank), points, top))
+
+    @app.get(
+        "/api/run/trace-view",
+        responses={**ERRORS, 200: {"content": {"application/json": {}}, "description": "trace_view.json"}},
+        response_class=FileResponse,
+    )
+    def trace_view(run: RunParam, rank: RankParam = None) -> Response:
+        data = opened(run).rank(rank)
+        target = inside(
+            data.output_dir / "trace_view.json", [registry.discovery.base, registry.discovery.cache_dir]
+        )
+        if target is None or not target.is_file():
+            raise HTTPException(404, f"run {run!r} rank {data.rank} has no trace_view.json")
+        return FileResponse(
+            target, media_type="application/json", filename=f"trace_view_rank{data.rank}.json"
+        )
+
+    # ------------------------------------------------------------------ timeline
+    @app.get("/api/run/timeline/tracks", **documented(models.Tracks))
+    def tracks(run: RunParam, rank: RankParam = None) -> Response:
+        data = opened(run, rank)
+        return fast_json(
+            {
+                "run": data.run.id,
+                "origin_ns": data.origin_ns,
+                "origin_ns_text": str(data.origin_ns),
+                "end_ns": data.end_ns,
+                "ranks": sorted(data.ranks),
+                "kinds": timeline.kind_names(),
+                "tracks": timeline.track_list(data, rank),
+            }
+        )
+
+    @app.get("/api/run/timeline/window", **documented(models.Window))
+    def window(
+        run: RunParam,
+        start_ns: TimeNs,
+        end_ns: TimeNs,
+        width_px: Annotated[int, Query(ge=1, le=10_000)],
+        rank: RankParam = None,
+        tracks: Annotated[str | None, Query(max_length=100_000, description="RANK:TRACK,...")] = None,
+    ) -> Response:
+        check_window(start_ns, end_ns)
+        try:
+            chosen = timeline.parse_tracks(tracks)
+        except ValueError as error:
+            raise HTTPException(400, str(error)) from None
+        data = opened(run, rank)
+        return fast_json(timeline.window(data, start_ns, end_ns, width_px, rank, chosen))
+
+    @app.get("/api/run/timeline/event", response_model=models.EventDetail, responses=ERRORS)
+    def event(run: RunParam, id: Annotated[int, Query(ge=0, le=2**62)], rank: RankParam = None) -> dict:
+        data = opened(run)
+        try:
+            return timeline.event(data, rank, id)
+        except KeyError:
+            raise HTTPException(404, f"no event {id} in rank {data.rank(rank).rank}") from None
+
+    @app.get("/api/run/timeline/search", response_model=models.SearchResult, responses=ERRORS)
+    def search(
+        run: RunParam,
+        q: Annotated[str, Query(min_length=1, max_length=200)],
+        rank: RankParam = None,
+        offset: Offset = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> dict:
+        data = opened(run, rank)
+        total, hits = timeline.search(data, q, rank, offset, limit)
+        return {"query": q, "total": total, "offset": offset, "limit": limit, "hits": hits}
+
+    @app.get("/api/run/timeline/flows", **documented(models.Flows))
+    def flows(
+        run: RunParam,
+        start_ns: TimeNs,
+        end_ns: TimeNs,
+        rank: RankParam = None,
+        limit: Annotated[int, Query(ge=1, le=20_000)] = 2000,
+    ) -> Response:
+        check_window(start_ns, end_ns)
+        data = opened(run, rank)
+        total, found = timeline.flows(data, start_ns, end_ns, rank, limit)
+        return fast_json({"total": total, "truncated": total > len(found), "flows": found})
+
+    # ------------------------------------------------------------------ UI
+    @app.get("/api/{rest:path}", include_in_schema=False)
+    def api_not_found(rest: str) -> JSONResponse:
+        return JSONResponse({"detail": "no such API endpoint"}, status_code=404)
+
+    @app.get("/{path:path}", include_in_schema=False)
+    def ui(path: str) -> Response:
+        return static_response(path, static_dir)
+
+    return app

@@ -1,0 +1,172 @@
+"""Background analysis of runs opened in the UI: one at a time, in a child process, with progress.
+
+Why a child process: parsing and analysing a gigabyte trace holds the GIL and gigabytes of memory
+for seconds to minutes; in the server's own process it would freeze every request.  The child
+(a fresh ``python -m perfsight.server.worker``, sharing no state with the server) runs
+``perfsight.api.analyse`` -- the same outputs as ``perfsight analyse`` -- then writes the timeline
+index, and reports progress by rewriting a small JSON file the server reads on each status
+request.  One worker thread runs the queue, so two analyses never compete for the machine and a
+run is never analysed twice at once.
+
+A run is *ready* when every rank folder's cache is fresh for its input (``store.cache.is_fresh``)
+and its timeline index is current; a changed input makes it *stale*, and opening it again
+re-analyses.  Runs that are only an analysed folder (their traces are gone) are ready as they are;
+if their timeline index is missing, it is built from the cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from perfsight.server.runs import Run, cache_sources, rank_dirs
+from perfsight.store import cache, timeline_index
+
+log = logging.getLogger(__name__)
+PROGRESS_FILE = ".perfsight_progress.json"
+
+
+@dataclasses.dataclass
+class JobState:
+    status: str  # queued | analysing | ready | failed
+    progress: float = 0.0
+    stage: str = ""
+    error: str | None = None
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    progress_file: Path | None = None
+    started: float = 0.0
+    fingerprint: Any = None  # inputs as they were when the job was queued
+
+
+def _inputs_fingerprint(run: Run) -> Any:
+    return cache.fingerprint(run.inputs) if run.inputs else None
+
+
+def missing_work(run: Run) -> tuple[list[Path], list[Path]]:
+    """(inputs whose cache is missing or stale, rank cache folders whose timeline index is stale)."""
+    dirs = list(rank_dirs(run.output_root).values())
+    fresh_sources: set[Path] = set()
+    stale_index = []
+    for rank_dir in dirs:
+        folder = rank_dir / "cache"
+        sources = cache_sources(rank_dir)
+        if run.inputs and not cache.is_fresh(folder, sources):
+            continue
+        fresh_sources.update(p.resolve() for p in sources)
+        if not timeline_index.is_current(folder):
+            stale_index.append(folder)
+    todo = [p for p in run.inputs if p.resolve() not in fresh_sources]
+    return todo, stale_index
+
+
+class JobManager:
+    """Queues analyses of runs and runs them one at a time in a child process."""
+
+    def __init__(self) -> None:
+        self._states: dict[str, JobState] = {}
+        self._queue: queue.Queue[tuple[Run, list[Path], list[Path]]] = queue.Queue()
+        self._lock = threading.Lock()
+        self._worker: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._current: subprocess.Popen[bytes] | None = None
+
+    def state(self, run: Run) -> JobState | None:
+        with self._lock:
+            state = self._states.get(run.id)
+        if state is None:
+            return None
+        if state.status == "analysing" and state.progress_file is not None:
+            try:
+                data = json.loads(state.progress_file.read_text(encoding="utf-8"))
+                state.progress = min(0.99, data["done"] / max(1, data["total"]))
+                state.stage = str(data["stage"])
+                state.warnings = list(data.get("warnings") or [])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+        if state.status in ("ready", "failed") and state.fingerprint != _inputs_fingerprint(run):
+            return None  # the inputs changed since: the old outcome no longer applies
+        return state
+
+    def submit(self, run: Run, todo: list[Path], index_only: list[Path]) -> JobState:
+        """Queue ``run`` unless it is already queued or running; returns its state."""
+        with self._lock:
+            state = self._states.get(run.id)
+            if state is not None and state.status in ("queued", "analysing"):
+                return state
+            state = JobState(status="queued", stage="waiting for another analysis")
+            state.fingerprint = _inputs_fingerprint(run)
+            self._states[run.id] = state
+            self._queue.put((run, todo, index_only))
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._work, name="perfsight-jobs", daemon=True)
+                self._worker.start()
+        return state
+
+    def _work(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                run, todo, index_only = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            state = self._states[run.id]
+            try:
+                self._run_one(run, todo, index_only, state)
+            except Exception as error:  # the server must survive any analysis failure
+                log.warning("analysis of %s failed: %s", run.id, error)
+                state.status, state.error = "failed", str(error)
+
+    def _run_one(self, run: Run, todo: list[Path], index_only: list[Path], state: JobState) -> None:
+        run.output_root.mkdir(parents=True, exist_ok=True)
+        progress = run.output_root / PROGRESS_FILE
+        progress.write_text(json.dumps({"done": 0, "total": 1, "stage": "starting"}), encoding="utf-8")
+        state.progress_file, state.started, state.status = progress, time.time(), "analysing"
+        state.stage = "starting"
+        spec = {
+            "path": str(run.path),
+            "inputs": [str(p) for p in todo] and [str(p) for p in run.inputs],  # the whole run, if any
+            "output_root": str(run.output_root),
+            "progress": str(progress),
+        }
+        # a fresh interpreter (not multiprocessing): nothing of the server, or of whatever script
+        # embeds it, is re-imported or shared
+        process = subprocess.Popen(
+            [sys.executable, "-m", "perfsight.server.worker", json.dumps(spec)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self._current = process
+        while process.poll() is None and not self._stopping.is_set():
+            time.sleep(0.1)
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=10)
+        self._current = None
+        try:
+            data = json.loads(progress.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = {}
+        state.warnings = list(data.get("warnings") or [])
+        if process.returncode == 0:
+            state.status, state.progress, state.stage = "ready", 1.0, "done"
+        else:
+            state.status = "failed"
+            state.error = data.get("error") or (
+                f"{state.stage or 'analysis'}: the analysis process ended with exit code {process.returncode}"
+            )
+        progress.unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        """Stop the worker (and a running child) -- for server shutdown and tests."""
+        self._stopping.set()
+        current = self._current
+        if current is not None and current.poll() is None:
+            current.terminate()

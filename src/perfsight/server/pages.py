@@ -1,0 +1,351 @@
+"""The data behind the overview, step-trace and memory pages, read from the analysis tables.
+
+Why only reads: every number here was computed once by ``perfsight.analysis`` and saved by the
+pipeline (``store.cache.save_tables``); the server selects, joins, sums over steps and reduces
+curves for drawing, and never re-derives a metric from raw events.  Timestamps are made relative to
+the run's origin (see ``models``) so the browser can hold them exactly.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from perfsight import columns
+from perfsight.model import KIND_NAMES, SliceKind
+from perfsight.server import queries
+from perfsight.server.registry import OpenedRun, RankData
+
+TOP_OPERATOR_TYPES = 20
+DATALOADER_TABLE = "dataloader"
+MEMO_ENTRIES = 64
+_memo: dict[tuple[str, str], Any] = {}
+_memo_lock = threading.Lock()
+
+
+def _memoised(data: RankData, key: str, compute: Any) -> Any:
+    """Per rank-cache results that need a scan of a big table, kept while the cache is unchanged."""
+    stamp = (str(data.cache_folder), key + data.timeline.meta.get("stamp", ""))
+    with _memo_lock:
+        if stamp in _memo:
+            return _memo[stamp]
+    value = compute()
+    with _memo_lock:
+        _memo[stamp] = value
+        while len(_memo) > MEMO_ENTRIES:  # old stamps (re-analysed runs) and closed runs go first
+            _memo.pop(next(iter(_memo)))
+    return value
+
+
+def step_table(data: RankData, origin: int) -> pa.Table:
+    """step_trace joined with overlap_breakdown, one row per step (an empty table if missing)."""
+    st, ob = data.table_path("step_trace"), data.table_path("overlap_breakdown")
+    if not st.is_file() or not ob.is_file():
+        return pa.table({"step": pa.array([], pa.int32())})
+    sql = """
+        SELECT coalesce(s.step, o.step) AS step,
+               s.start_ns - ? AS start_ns, s.end_ns - ? AS end_ns,
+               coalesce(s.duration_ns, o.step_ns) AS duration_ns,
+               s.fp_start_ns - ? AS fp_start_ns, s.bp_end_ns - ? AS bp_end_ns,
+               s.iteration_interval_ns, s.fp_bp_ns, s.tail_ns, s.fp_op, s.bp_op, s.timeline,
+               o.computing_ns, o.communication_ns, o.overlapped_ns, o.communication_not_overlapped_ns,
+               o.free_ns, o.preparing_ns, o.step_ns
+        FROM read_parquet(?) s FULL OUTER JOIN read_parquet(?) o USING (step)
+        ORDER BY step
+    """
+    return queries.arrow(sql, [origin, origin, origin, origin, str(st), str(ob)])
+
+
+def _total(table: pa.Table, name: str) -> int:
+    if name not in table.column_names:
+        return 0
+    return int(pc.sum(table.column(name)).as_py() or 0)
+
+
+def data_wait(data: RankData) -> dict[str, Any]:
+    """Time waiting for data per step: perfsight's data-loader capture (``dataloader`` table, rows
+    of kind ``wait``) when the run has one, else the trace's ``data_loading`` ranges
+    (``enumerate(DataLoader)...``) summed per step, else unknown."""
+    capture = data.cache_folder / f"{DATALOADER_TABLE}.parquet"
+    if capture.is_file():
+        rows = queries.rows(
+            capture, "WHERE kind = 'wait' AND step >= 0 GROUP BY step", "step, sum(dur_ns)::BIGINT AS ns"
+        )
+        if rows:
+            return {"source": "dataloader capture", "per_step": {str(r["step"]): int(r["ns"]) for r in rows}}
+    return _memoised(data, "data_wait", lambda: _data_loading_ranges(data))
+
+
+def _data_loading_ranges(data: RankData) -> dict[str, Any]:
+    """``data_loading`` slices summed per host step, from the timeline index (no table scan)."""
+    ix = data.timeline
+    positions = np.flatnonzero(ix.kind == KIND_NAMES.index(SliceKind.DATA_LOADING.value))
+    steps = pq.ParquetFile(data.cache_folder / "steps.parquet").read(columns=["step", "start_ns", "end_ns"])
+    if len(positions) == 0 or steps.num_rows == 0:
+        return {"source": None, "per_step": {}}
+    order = np.argsort(columns.int64(steps.column("start_ns")), kind="stable")
+    numbers = columns.int64(steps.column("step"))[order]
+    lo, hi = columns.int64(steps.column("start_ns"))[order], columns.int64(steps.column("end_ns"))[order]
+    starts, durs = ix.start[positions], ix.dur[positions]
+    which = np.searchsorted(lo, starts, side="right") - 1
+    inside = (which >= 0) & (starts < hi[np.maximum(which, 0)])
+    sums = np.bincount(which[inside], weights=durs[inside], minlength=len(lo))
+    seen = np.bincount(which[inside], minlength=len(lo)) > 0
+    per_step = {str(int(numbers[i])): int(sums[i]) for i in np.flatnonzero(seen)}
+    return {"source": "data_loading ranges", "per_step": per_step}
+
+
+def _share(part: int, total: int) -> float:
+    return part / total if total > 0 else 0.0
+
+
+def overview_json(opened: OpenedRun, data: RankData) -> bytes:
+    """The overview as JSON, computed once per analysed cache (it cannot change until re-analysis)."""
+    key = f"overview:{opened.origin_ns}"
+    return _memoised(
+        data, key, lambda: orjson.dumps(overview(opened, data), option=orjson.OPT_SERIALIZE_NUMPY)
+    )
+
+
+def overview(opened: OpenedRun, data: RankData) -> dict[str, Any]:
+    table = step_table(data, opened.origin_ns)
+    waits = data_wait(data)
+    per_step = waits["per_step"]
+    wait_table = pa.table(
+        {
+            "step": np.array([int(k) for k in per_step], np.int64),
+            "data_wait_ns": np.array(list(per_step.values()), np.int64),
+        }
+    )
+    kept = ", ".join(
+        f"t.{c}" for c in (
+            "duration_ns", "iteration_interval_ns", "fp_bp_ns", "tail_ns", "computing_ns", "communication_ns",
+            "overlapped_ns", "communication_not_overlapped_ns", "free_ns", "preparing_ns",
+        )
+    )  # fmt: skip
+    breakdown = (
+        queries.json_list(
+            f"SELECT t.step, {kept}, w.data_wait_ns FROM t LEFT JOIN w ON t.step = w.step",
+            {"t": table, "w": wait_table},
+            "x.step",
+        )
+        if table.num_rows
+        else []
+    )
+    sums = {
+        k: _total(table, k)
+        for k in (
+            "step_ns",
+            "computing_ns",
+            "overlapped_ns",
+            "communication_not_overlapped_ns",
+            "free_ns",
+            "preparing_ns",
+        )
+    }
+    total = sums["step_ns"]
+    shares = {
+        "total_ns": total,
+        "computing": _share(sums["computing_ns"], total),
+        "communication_overlapped": _share(sums["overlapped_ns"], total),
+        "communication_not_overlapped": _share(sums["communication_not_overlapped_ns"], total),
+        "free": _share(sums["free_ns"], total),
+        "preparing": _share(sums["preparing_ns"], total),
+        "computing_ns": sums["computing_ns"],
+        "communication_overlapped_ns": sums["overlapped_ns"],
+        "communication_not_overlapped_ns": sums["communication_not_overlapped_ns"],
+        "free_ns": sums["free_ns"],
+        "preparing_ns": sums["preparing_ns"],
+    }
+    stats = data.table_path("operator_stats")
+    device_total = queries.rows(stats, "", "coalesce(sum(device_total_ns), 0)::BIGINT AS d")
+    top_by = "device_total_ns" if device_total and device_total[0]["d"] > 0 else "host_self_ns"
+    top = queries.rows(
+        stats,
+        f'ORDER BY "{top_by}" DESC NULLS LAST, name LIMIT {TOP_OPERATOR_TYPES}',
+        "name, count, coalesce(host_self_ns, 0) AS host_self_ns, "
+        "coalesce(device_total_ns, 0) AS device_total_ns",
+    )
+    all_total = queries.rows(stats, "", f'coalesce(sum("{top_by}"), 0)::BIGINT AS t')
+    grand = all_total[0]["t"] if all_total else 0
+    for row in top:
+        row["share"] = _share(row[top_by], grand)
+    meta = data.timeline.meta
+    tracks = data.tracks
+    device = data.meta.devices[0].name if data.meta.devices else None
+    peaks = queries.rows(
+        data.table_path("memory_peaks"),
+        "ORDER BY device_type, device_index",
+        "device_type::VARCHAR AS device_type, device_index, peak_allocated_bytes, peak_reserved_bytes, "
+        f"peak_ts_ns - {int(opened.origin_ns)} AS peak_ts_ns",
+    )
+    flops_path = data.table_path("flops_by_step")
+    flops = (
+        queries.json_list(
+            "SELECT step, flops, flops_per_s, mfu FROM f",
+            {"f": pq.ParquetFile(flops_path).read(columns=["step", "flops", "flops_per_s", "mfu"])},
+            "x.step",
+        )
+        if flops_path.is_file()
+        else []
+    )
+    return {
+        "run": opened.run.id,
+        "rank": data.rank,
+        "ranks": sorted(opened.ranks),
+        "device": device,
+        "steps": breakdown,
+        "shares": shares,
+        "top_by": top_by,
+        "operator_types": top,
+        "data_wait": waits,
+        "timeline": {
+            "duration_ns": int(meta["last_ns"] - meta["first_ns"]) if meta["events"] else 0,
+            "events": int(meta["events"]),
+            "tracks": tracks.num_rows,
+            "device_tracks": int(pc.sum(tracks.column("is_device")).as_py() or 0),
+            "by_kind": meta["by_kind"],
+        },
+        "memory_peaks": peaks,
+        "flops": flops,
+        "warnings": list(data.meta.warnings),
+    }
+
+
+AVERAGED = (
+    "duration_ns",
+    "iteration_interval_ns",
+    "fp_bp_ns",
+    "tail_ns",
+    "computing_ns",
+    "communication_ns",
+    "communication_not_overlapped_ns",
+    "free_ns",
+)
+
+
+def step_trace(opened: OpenedRun, data: RankData, step: int | None) -> dict[str, Any]:
+    table = step_table(data, opened.origin_ns)
+    if table.num_rows:
+        table = table.filter(pc.is_valid(table.column("start_ns")))
+    keep = [
+        "step", "start_ns", "end_ns", "duration_ns", "fp_start_ns", "bp_end_ns", "iteration_interval_ns",
+        "fp_bp_ns", "tail_ns", "fp_op", "bp_op", "timeline", "computing_ns", "communication_ns",
+        "communication_not_overlapped_ns", "free_ns",
+    ]  # fmt: skip
+    steps = (
+        queries.json_list(f"SELECT {', '.join(keep)} FROM t", {"t": table}, "x.step")
+        if table.num_rows
+        else []
+    )
+    average = None
+    if table.num_rows:
+        average = {k: float(pc.mean(table.column(k).fill_null(0)).as_py()) for k in AVERAGED}
+    intervals: list[dict[str, Any]] = []
+    chosen = None
+    if step is not None and table.num_rows:
+        hit = table.filter(pc.equal(table.column("step"), step))
+        chosen = (
+            {k: hit.column(k)[0].as_py() for k in ("step", "start_ns", "end_ns")} if hit.num_rows else None
+        )
+    if chosen is not None:
+        lo, hi = chosen["start_ns"] + opened.origin_ns, chosen["end_ns"] + opened.origin_ns
+        origin = int(opened.origin_ns)
+        intervals = queries.rows(
+            data.table_path("overlap_intervals"),
+            "WHERE end_ns > ? AND start_ns < ? ORDER BY lane, start_ns",
+            f"lane::VARCHAR AS lane, greatest(start_ns, {int(lo)}) - {origin} AS start_ns, "
+            f"least(end_ns, {int(hi)}) - {origin} AS end_ns",
+            [lo, hi],
+        )
+    return {
+        "run": opened.run.id,
+        "rank": data.rank,
+        "steps": steps,
+        "average": average,
+        "fp_ops": sorted({str(op) for op in pc.unique(table.column("fp_op")).to_pylist() if op})
+        if table.num_rows
+        else [],
+        "bp_ops": sorted({str(op) for op in pc.unique(table.column("bp_op")).to_pylist() if op})
+        if table.num_rows
+        else [],
+        "step": chosen["step"] if chosen is not None else None,
+        "intervals": intervals,
+    }
+
+
+def _reduce(values: np.ndarray, points: int) -> np.ndarray:
+    """Indices keeping each bucket's first, min and max of ``values``: the peak always survives."""
+    n = len(values)
+    if n <= points:
+        return np.arange(n)
+    buckets = max(1, points // 3)
+    edges = np.linspace(0, n, buckets + 1).astype(np.int64)
+    starts = edges[:-1][edges[:-1] < edges[1:]]
+    filled = np.where(np.isnan(values), -np.inf, values)
+    idx_max = [a + int(np.argmax(filled[a:b])) for a, b in zip(starts, np.append(starts[1:], n), strict=True)]
+    filled = np.where(np.isnan(values), np.inf, values)
+    idx_min = [a + int(np.argmin(filled[a:b])) for a, b in zip(starts, np.append(starts[1:], n), strict=True)]
+    return np.unique(np.concatenate([starts, idx_max, idx_min, [n - 1]]))
+
+
+def memory(opened: OpenedRun, data: RankData, points: int, top: int) -> dict[str, Any]:
+    devices = []
+    peaks = {
+        (r["device_type"], r["device_index"]): r
+        for r in queries.rows(
+            data.table_path("memory_peaks"),
+            "",
+            "device_type::VARCHAR AS device_type, device_index, "
+            "peak_allocated_bytes, peak_reserved_bytes, peak_ts_ns",
+        )
+    }
+    curve_path = data.table_path("memory_curve")
+    if curve_path.is_file():
+        curve = pq.ParquetFile(curve_path).read(
+            columns=["device_type", "device_index", "ts_ns", "allocated_bytes", "reserved_bytes"]
+        )
+        kinds = (
+            columns.combined(curve.column("device_type")).cast("string").to_pylist() if curve.num_rows else []
+        )
+        index = columns.int64(curve.column("device_index"), -1)
+        keys = sorted(set(zip(kinds, index.tolist(), strict=True)))
+        kinds_arr = np.array(kinds, dtype=object)
+        for device_type, device_index in keys:
+            rows = np.flatnonzero((kinds_arr == device_type) & (index == device_index))
+            ts = columns.int64(curve.column("ts_ns").take(rows), 0)
+            allocated = columns.numpy(curve.column("allocated_bytes").take(rows).cast("float64"), np.nan)
+            reserved = columns.numpy(curve.column("reserved_bytes").take(rows).cast("float64"), np.nan)
+            keep = _reduce(allocated, points)
+            peak = peaks.get((device_type, device_index), {})
+            devices.append(
+                {
+                    "device_type": device_type,
+                    "device_index": device_index,
+                    "peak_allocated_bytes": peak.get("peak_allocated_bytes"),
+                    "peak_reserved_bytes": peak.get("peak_reserved_bytes"),
+                    "peak_ts_ns": None
+                    if peak.get("peak_ts_ns") is None
+                    else peak["peak_ts_ns"] - opened.origin_ns,
+                    "points": len(rows),
+                    "curve": {
+                        "ts_ns": (ts[keep] - opened.origin_ns).tolist(),
+                        "allocated_bytes": [None if np.isnan(v) else int(v) for v in allocated[keep]],
+                        "reserved_bytes": [None if np.isnan(v) else int(v) for v in reserved[keep]],
+                    },
+                }
+            )
+    top_ops = queries.rows(
+        data.table_path("operator_memory"),
+        "WHERE size_bytes > 0 GROUP BY name ORDER BY total_bytes DESC, name LIMIT ?",
+        "name, count(*) AS count, sum(size_bytes)::BIGINT AS total_bytes, max(size_bytes) AS max_bytes, "
+        "avg(duration_ns) AS avg_lifetime_ns",
+        [top],
+    )
+    return {"run": opened.run.id, "rank": data.rank, "devices": devices, "top_operators": top_ops}

@@ -1,0 +1,152 @@
+"""Table pages for the UI: DuckDB over the Parquet analysis tables, never a re-read of the trace.
+
+Why DuckDB: sorting, filtering and paging a million-row ``operator_instances`` table per request
+is what a columnar SQL engine does well, straight from the Parquet files ``perfsight analyse``
+wrote.  Column names in SQL come only from fixed allow-lists; every value from the request is a
+bound parameter.
+
+Fuzzy search: every whitespace-separated word of ``q`` must occur in the name, ignoring case and
+the separators ``_ : . - /`` and spaces, in any order (``"allreduce nccl"`` finds
+``ncclKernel_AllReduce_RING_LL``; ``"conv backward"`` finds ``aten::convolution_backward``).  A
+looser subsequence match was tried and rejected: on long C++ kernel names almost any short word is a
+subsequence, so it filtered nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+import pyarrow as pa
+
+MAX_LIMIT = 1000
+_db: duckdb.DuckDBPyConnection | None = None
+_db_lock = threading.Lock()
+
+
+def database() -> duckdb.DuckDBPyConnection:
+    """The process's in-memory DuckDB (it only reads Parquet files; each query gets its own cursor)."""
+    global _db
+    with _db_lock:
+        if _db is None:
+            _db = duckdb.connect(config={"threads": 2})
+        return _db
+
+
+def arrow(sql: str, params: Sequence[Any]) -> pa.Table:
+    """``sql`` with ``params`` as an Arrow table, on a cursor of its own (cursors are per thread)."""
+    cur = database().cursor()
+    try:
+        relation = cur.sql(sql, params=list(params))
+        if relation is None:
+            return pa.table({})
+        method = getattr(relation, "to_arrow_table", None) or relation.arrow  # DuckDB 2 / DuckDB 1
+        return method()
+    finally:
+        cur.close()
+
+
+SEPARATORS = "_:.-/ "
+"""Ignored when matching names: ``allreduce`` finds ``AllReduce``, ``all_reduce`` and ``all-reduce``."""
+
+
+def _normalised(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch not in SEPARATORS)
+
+
+def fuzzy_clause(q: str | None, columns: Sequence[str]) -> tuple[str, list[Any]]:
+    """SQL (``TRUE`` when ``q`` is empty) and parameters for the fuzzy filter over ``columns``:
+    every word of ``q`` must occur in one of the columns, ignoring case and separators."""
+    words = [w for w in (_normalised(word) for word in (q or "").split()) if w]
+    if not words:
+        return "TRUE", []
+    strip = "'" + SEPARATORS + "'"
+    parts, params = [], []
+    for word in words:
+        ors = " OR ".join(f"contains(translate(lower(coalesce({c}, '')), {strip}, ''), ?)" for c in columns)
+        parts.append(f"({ors})")
+        params.extend([word] * len(columns))
+    return " AND ".join(parts), params
+
+
+def instance_filters(
+    q: str | None, fuzzy_columns: Sequence[str], name: str | None, step: int | None
+) -> list[tuple[str, list[Any]]]:
+    """WHERE clauses of a page of instances (operators, kernels): the fuzzy search ``q`` over
+    ``fuzzy_columns``, then the exact type ``name`` (a drill-down from a type row) and ``step``."""
+    where = [fuzzy_clause(q, fuzzy_columns)]
+    if name is not None:
+        where.append(("name = ?", [name]))
+    if step is not None:
+        where.append(("step = ?", [step]))
+    return where
+
+
+def page(
+    path: Path,
+    select: Sequence[str],
+    *,
+    sortable: Sequence[str],
+    sort: str,
+    order: str,
+    offset: int,
+    limit: int,
+    where: Sequence[tuple[str, list[Any]]] = (),
+    tiebreak: str = "",
+) -> dict[str, Any]:
+    """One page of the Parquet file at ``path`` as the API returns it: ``total`` (rows matching),
+    ``offset``, ``limit`` and ``rows`` (dicts).
+
+    ``select`` are SQL expressions with aliases from a fixed list (never from the request);
+    ``sort`` must be in ``sortable`` (the caller has validated it, this re-checks).
+    """
+    if sort not in sortable:
+        raise ValueError(f"cannot sort by {sort!r}; choose from {', '.join(sortable)}")
+    if not path.is_file():
+        return {"total": 0, "offset": offset, "limit": limit, "rows": []}
+    clauses = [c for c, _ in where] or ["TRUE"]
+    params: list[Any] = [str(path)]
+    for _, p in where:
+        params.extend(p)
+    direction = "DESC" if order == "desc" else "ASC"
+    source = f"FROM read_parquet(?) WHERE {' AND '.join(clauses)}"
+    total = arrow(f"SELECT count(*) AS n {source}", params).column("n")[0].as_py()
+    order_by = f'"{sort}" {direction} NULLS LAST' + (f", {tiebreak}" if tiebreak else "")
+    sql = f"SELECT {', '.join(select)} {source} ORDER BY {order_by} LIMIT ? OFFSET ?"
+    table = arrow(sql, [*params, int(limit), int(offset)])
+    return {"total": int(total), "offset": offset, "limit": limit, "rows": records(table)}
+
+
+def json_list(select: str, tables: dict[str, pa.Table], order_by: str) -> orjson.Fragment:
+    """The rows of ``select`` (over the Arrow ``tables``, by name) as a ready JSON array of objects.
+
+    DuckDB writes the JSON: for thousands of steps this is several times faster than building
+    Python dicts and encoding them, and the response embeds it as is (``orjson.Fragment``).
+    """
+    cur = database().cursor()
+    try:
+        for name, table in tables.items():
+            cur.register(name, table)
+        sql = f"SELECT coalesce(to_json(list(x ORDER BY {order_by})), '[]')::VARCHAR AS j FROM ({select}) x"
+        text = cur.sql(sql).fetchall()[0][0]
+        return orjson.Fragment(text)
+    finally:
+        cur.close()
+
+
+def records(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows as dicts, converted column by column (several times faster than ``to_pylist``)."""
+    data = table.to_pydict()
+    names = list(data)
+    return [dict(zip(names, values, strict=True)) for values in zip(*data.values(), strict=True)]
+
+
+def rows(path: Path, sql_tail: str, select: str = "*", params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    """All rows of ``SELECT {select} FROM read_parquet(path) {sql_tail}`` (small tables only)."""
+    if not path.is_file():
+        return []
+    return records(arrow(f"SELECT {select} FROM read_parquet(?) {sql_tail}", [str(path), *params]))

@@ -1,0 +1,187 @@
+"""The server's view of runs: discovery (briefly cached), status, and the opened data of ready runs.
+
+Why a registry: every request names a run by id; the id must map to a run that discovery found
+(never to an arbitrary path), and a ready run's memory-mapped timeline index and metadata should be
+opened once, not per request.  Opened runs are keyed by their caches' stamps, so a re-analysis is
+picked up without restarting the server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from perfsight.model import RunMetadata
+from perfsight.server import models
+from perfsight.server.jobs import JobManager, missing_work
+from perfsight.server.runs import Discovery, Run, iso_date, step_count
+from perfsight.server.security import safe_relative
+from perfsight.store import cache, timeline_index
+
+DISCOVERY_TTL_S = 2.0
+MAX_OPEN_RUNS = 4
+
+
+class UnknownRun(LookupError):
+    """No run with that id under the base dir."""
+
+
+class NotReady(RuntimeError):
+    """The run is not analysed yet; carries its status."""
+
+    def __init__(self, status: models.RunStatus) -> None:
+        super().__init__(f"run {status.id!r} is {status.status}")
+        self.status = status
+
+
+@dataclasses.dataclass
+class RankData:
+    """One analysed rank: where its tables are and its memory-mapped timeline index."""
+
+    rank: int
+    cache_folder: Path
+    output_dir: Path
+    meta: RunMetadata
+    timeline: timeline_index.TimelineArrays
+    tracks: pa.Table
+
+    def table_path(self, name: str) -> Path:
+        return self.cache_folder / cache.ANALYSIS_DIR / f"{name}.parquet"
+
+    def has_table(self, name: str) -> bool:
+        return self.table_path(name).is_file()
+
+
+@dataclasses.dataclass
+class OpenedRun:
+    run: Run
+    ranks: dict[int, RankData]
+    origin_ns: int
+    end_ns: int
+
+    def rank(self, rank: int | None) -> RankData:
+        if rank is None:
+            return self.ranks[min(self.ranks)]
+        if rank not in self.ranks:
+            raise UnknownRun(f"run {self.run.id!r} has no rank {rank}; ranks: {sorted(self.ranks)}")
+        return self.ranks[rank]
+
+
+class Registry:
+    def __init__(self, base: Path, cache_dir: Path) -> None:
+        self.discovery = Discovery(base, cache_dir)
+        self.jobs = JobManager()
+        self._runs: dict[str, Run] = {}
+        self._when = 0.0
+        self._lock = threading.Lock()
+        self._opened: dict[str, tuple[tuple[str, ...], OpenedRun]] = {}
+
+    # ------------------------------------------------------------------ discovery
+    def runs(self) -> dict[str, Run]:
+        with self._lock:
+            if time.monotonic() - self._when > DISCOVERY_TTL_S:
+                self._runs = {run.id: run for run in self.discovery.discover()}
+                self._when = time.monotonic()
+            return self._runs
+
+    def run(self, run_id: str) -> Run:
+        if not safe_relative(run_id):
+            raise UnknownRun(f"no run {run_id!r} under the base dir")
+        found = self.runs().get(run_id)
+        if found is None:
+            raise UnknownRun(f"no run {run_id!r} under the base dir")
+        return found
+
+    # ------------------------------------------------------------------ status
+    def status(self, run: Run, start: bool = False) -> models.RunStatus:
+        """The run's status; with ``start``, queue its analysis when it is new or stale."""
+        state = self.jobs.state(run)
+        if state is not None and state.status in ("queued", "analysing", "failed"):
+            return self._status(run, state.status, state.progress, state.stage, state.error, state.warnings)
+        todo, index_only = missing_work(run)
+        ready_by_job = state is not None and state.status == "ready"
+        if not todo and not index_only and run.rank_dirs() or ready_by_job and not index_only:
+            warnings = state.warnings if state is not None else []
+            return self._status(run, "ready", 1.0, "done", None, warnings)
+        if start:
+            state = self.jobs.submit(run, todo, index_only)
+            return self._status(run, state.status, state.progress, state.stage, state.error, [])
+        analysed_before = bool(run.rank_dirs())
+        return self._status(run, "stale" if analysed_before else "new", 0.0, "", None, [])
+
+    def _status(
+        self, run: Run, status: str, progress: float, stage: str, error: str | None, warnings: list[str]
+    ) -> models.RunStatus:
+        ranks = sorted(run.rank_dirs()) if status == "ready" else run.ranks
+        return models.RunStatus(
+            id=run.id,
+            status=status,  # type: ignore[arg-type]
+            progress=progress,
+            stage=stage,
+            error=error,
+            ranks=ranks or run.ranks,
+            warnings=warnings,
+        )
+
+    def run_info(self, run: Run) -> models.RunInfo:
+        status = self.status(run)
+        dirs = run.rank_dirs()
+        steps = step_count(dirs[min(dirs)]) if dirs and status.status == "ready" else None
+        return models.RunInfo(
+            id=run.id,
+            name=run.name,
+            kind=run.kind,  # type: ignore[arg-type]
+            ranks=status.ranks,
+            steps=steps,
+            date=iso_date(run.date),
+            size_bytes=run.size_bytes,
+            status=status.status,
+            error=status.error,
+        )
+
+    # ------------------------------------------------------------------ opened data
+    def opened(self, run_id: str) -> OpenedRun:
+        """The ready run's data; raises :class:`NotReady` (and starts the analysis) otherwise."""
+        run = self.run(run_id)
+        status = self.status(run, start=True)
+        if status.status != "ready":
+            raise NotReady(status)
+        dirs = run.rank_dirs()
+        stamps = tuple(timeline_index.stamp_of(d / "cache") for d in dirs.values())
+        with self._lock:
+            hit = self._opened.get(run.id)
+            if hit is not None and hit[0] == stamps:
+                return hit[1]
+        ranks: dict[int, RankData] = {}
+        for rank, rank_dir in dirs.items():
+            folder = rank_dir / "cache"
+            if not timeline_index.is_current(folder):
+                continue
+            meta_data = json.loads((folder / cache.META_FILE).read_text(encoding="utf-8"))
+            ranks[rank] = RankData(
+                rank=rank,
+                cache_folder=folder,
+                output_dir=rank_dir / "PROFILER_OUTPUT",
+                meta=RunMetadata.from_dict(meta_data),
+                timeline=timeline_index.TimelineArrays(folder),
+                tracks=pq.ParquetFile(folder / "tracks.parquet").read(),  # read_table imports datasets: 3 s
+            )
+        if not ranks:
+            raise NotReady(self._status(run, "stale", 0.0, "timeline index missing", None, []))
+        firsts = [r.timeline.meta["first_ns"] for r in ranks.values() if r.timeline.meta["events"]]
+        lasts = [r.timeline.meta["last_ns"] for r in ranks.values() if r.timeline.meta["events"]]
+        origin = min(firsts) if firsts else 0
+        opened = OpenedRun(
+            run=run, ranks=ranks, origin_ns=origin, end_ns=(max(lasts) - origin) if lasts else 0
+        )
+        with self._lock:
+            self._opened[run.id] = (stamps, opened)
+            while len(self._opened) > MAX_OPEN_RUNS:
+                self._opened.pop(next(iter(self._opened)))
+        return opened

@@ -1,0 +1,294 @@
+"""Find the runs under ``--summary-base-dir``: what the run list shows and what a run id means.
+
+Why this is more than a glob: a base dir mixes raw Kineto traces (one file per device, or a folder
+of per-rank files from ``tensorboard_trace_handler``), perfsight run folders (``*_perfsight/`` with
+``profiler_info_{rank}.json``) and folders ``perfsight analyse`` already wrote (``rank<N>/cache``).
+An analysed folder whose inputs are also under the base dir is shown once, as the raw run, already
+analysed.  Discovery never parses a trace: ranks come from the first bytes of a file (its
+``distributedInfo``) or its name, steps from the cache once analysed.
+
+Nothing outside the base dir is listed: symlinked folders are not followed and symlinked files
+must resolve inside the base dir.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import gzip
+import hashlib
+import json
+import os
+import re
+import zlib
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from perfsight.api import default_output_root
+from perfsight.ingest import TRACE_SUFFIXES, find_traces
+from perfsight.server.security import inside, relative_id
+from perfsight.store import cache
+
+TIMELINE_DIR = "timeline"
+_RANK_DIR = re.compile(r"^rank(\d+)(_.*)?$")
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+_RANK_IN_HEAD = re.compile(rb'"distributedInfo"\s*:\s*\{[^}]*?"rank"\s*:\s*(\d+)', re.DOTALL)
+_PROFILER_INFO = re.compile(r"^profiler_info_(\d+)\.json$")
+_TRACE_SUFFIX = re.compile(r"(\.pt)?(\.trace)?\.json(\.gz)?$")
+HEAD_BYTES = 1 << 16
+
+
+@dataclasses.dataclass
+class Run:
+    """One entry of the run list, with where its analysis lives (or will live)."""
+
+    id: str
+    name: str
+    kind: str  # "trace" | "job" | "perfsight_run" | "analysed"
+    path: Path
+    inputs: list[Path]
+    ranks: list[int]
+    date: float
+    size_bytes: int
+    output_root: Path  # the folder holding rank<N>/cache (may not exist yet)
+
+    def rank_dirs(self) -> dict[int, Path]:
+        """Analysed ``rank<N>`` folders under the output root, by rank (first of duplicates)."""
+        return rank_dirs(self.output_root)
+
+
+def rank_dirs(root: Path) -> dict[int, Path]:
+    """Analysed rank folders under ``root``, by rank: ``rank<N>/`` children, or ``root`` itself when it
+    holds a ``cache/`` (a perfsight run folder analysed in place)."""
+    found: dict[int, Path] = {}
+    if not root.is_dir():
+        return found
+    if (root / "cache" / cache.META_FILE).is_file():
+        try:
+            meta = json.loads((root / "cache" / cache.META_FILE).read_text(encoding="utf-8"))
+            found[int(meta.get("rank", 0))] = root
+        except (OSError, ValueError, TypeError):
+            pass
+    for child in sorted(root.iterdir()):
+        match = _RANK_DIR.match(child.name)
+        if match and (child / "cache" / cache.META_FILE).is_file():
+            found.setdefault(int(match.group(1)), child)
+    return found
+
+
+def cache_sources(rank_dir: Path) -> list[Path]:
+    """The input files a rank's cache was made from (empty if unknown)."""
+    try:
+        saved = json.loads((rank_dir / "cache" / cache.SOURCE_FILE).read_text(encoding="utf-8"))
+        return [Path(f["path"]) for f in saved.get("files", [])]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def _is_trace(path: Path) -> bool:
+    name = path.name
+    return (
+        name.endswith(TRACE_SUFFIXES)
+        and not name.startswith(".")
+        and not name.startswith("profiler_info")
+        and name not in {"profiler_metadata.json", cache.META_FILE, cache.SOURCE_FILE}
+    )
+
+
+def _head(path: Path) -> bytes:
+    try:
+        if path.name.endswith(".gz"):
+            with gzip.open(path, "rb") as handle:
+                return handle.read(HEAD_BYTES)
+        with open(path, "rb") as handle:
+            return handle.read(HEAD_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return b""
+
+
+_rank_memo: dict[tuple[str, int, int], int | None] = {}
+
+
+def peek_rank(path: Path) -> int | None:
+    """The rank a trace records in its first bytes, else one in its file name, else None."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _rank_memo:
+        match = _RANK_IN_HEAD.search(_head(path))
+        if match is None:
+            match_name = _RANK_IN_NAME.search(path.name)
+            _rank_memo[key] = int(match_name.group(1)) if match_name else None
+        else:
+            _rank_memo[key] = int(match.group(1))
+    return _rank_memo[key]
+
+
+def _stat_sum(paths: list[Path]) -> tuple[float, int]:
+    mtime, size = 0.0, 0
+    for path in paths:
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        mtime = max(mtime, stat.st_mtime)
+        size += stat.st_size
+    return mtime, size
+
+
+def iso_date(timestamp: float) -> str:
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC).isoformat(timespec="seconds")
+
+
+class Discovery:
+    """Lists the runs under ``base``; analyses of read-only inputs go under ``cache_dir``."""
+
+    def __init__(self, base: Path, cache_dir: Path) -> None:
+        self.base = base.resolve()
+        self.cache_dir = cache_dir.resolve()
+
+    # ------------------------------------------------------------------ where outputs go
+    def output_root_for(self, path: Path, kind: str) -> Path:
+        """``perfsight analyse``'s default output folder when writable, else one under cache_dir."""
+        default = default_output_root(path)
+        writable = os.access(default, os.W_OK) if default.exists() else os.access(default.parent, os.W_OK)
+        if writable:
+            return default
+        digest = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+        return self.cache_dir / f"{_TRACE_SUFFIX.sub('', path.name)[:40]}-{digest}"
+
+    # ------------------------------------------------------------------ walking
+    def _resolved_file(self, path: Path) -> Path | None:
+        if path.is_symlink():
+            return inside(path, [self.base])
+        return path
+
+    def discover(self) -> list[Run]:
+        raw: list[Run] = []
+        analysed: list[Path] = []
+        for folder, dirnames, filenames in os.walk(self.base, followlinks=False):
+            here = Path(folder)
+            dirnames[:] = sorted(
+                d
+                for d in dirnames
+                if not d.startswith(".")
+                and d not in ("PROFILER_OUTPUT", "cache")
+                and not (here / d).is_symlink()
+            )
+            infos = [f for f in filenames if _PROFILER_INFO.match(f)]
+            if here.name.endswith("_perfsight") and infos:
+                raw.append(self._perfsight_run(here, infos))
+                dirnames[:] = []  # its analysis (in place, or under rank<N>/) belongs to it
+                continue
+            if rank_dirs(here):
+                analysed.append(here)
+                dirnames[:] = []
+                continue
+            traces = []
+            for name in sorted(filenames):
+                file = self._resolved_file(here / name)
+                if file is not None and file.is_file() and _is_trace(here / name):
+                    traces.append(here / name)
+            raw.extend(self._trace_runs(here, traces))
+        return self._merge(raw, sorted(set(analysed)))
+
+    def _perfsight_run(self, folder: Path, infos: list[str]) -> Run:
+        inputs = [
+            p
+            for p in find_traces(folder)
+            if inside(p, [self.base]) is not None and "cache" not in p.relative_to(folder).parts
+        ]  # never our own outputs: re-analysing would change the inputs again
+        ranks = sorted({int(_PROFILER_INFO.match(name).group(1)) for name in infos})  # type: ignore[union-attr]
+        mtime, size = _stat_sum(inputs)
+        return Run(
+            id=relative_id(folder, self.base),
+            name=folder.name,
+            kind="perfsight_run",
+            path=folder,
+            inputs=inputs,
+            ranks=ranks,
+            date=mtime,
+            size_bytes=size,
+            output_root=self.output_root_for(folder, "perfsight_run"),
+        )
+
+    def _trace_runs(self, folder: Path, traces: list[Path]) -> list[Run]:
+        """Several traces of distinct ranks in one folder are one job; otherwise one run per file."""
+        if not traces:
+            return []
+        ranks = [peek_rank(p) for p in traces]
+        known = [r for r in ranks if r is not None]
+        if len(traces) > 1 and len(known) == len(traces) and len(set(known)) == len(known):
+            mtime, size = _stat_sum(traces)
+            return [
+                Run(
+                    id=relative_id(folder, self.base),
+                    name=folder.name if folder != self.base else self.base.name,
+                    kind="job",
+                    path=folder,
+                    inputs=traces,
+                    ranks=sorted(known),
+                    date=mtime,
+                    size_bytes=size,
+                    output_root=self.output_root_for(folder, "job"),
+                )
+            ]
+        runs = []
+        for trace, rank in zip(traces, ranks, strict=True):
+            mtime, size = _stat_sum([trace])
+            runs.append(
+                Run(
+                    id=relative_id(trace, self.base),
+                    name=trace.name,
+                    kind="trace",
+                    path=trace,
+                    inputs=[trace],
+                    ranks=[rank if rank is not None else 0],
+                    date=mtime,
+                    size_bytes=size,
+                    output_root=self.output_root_for(trace, "trace"),
+                )
+            )
+        return runs
+
+    def _merge(self, raw: list[Run], analysed: list[Path]) -> list[Run]:
+        """Attach analysed folders to the raw run they were made from; list the others alone."""
+        by_inputs = {frozenset(p.resolve() for p in run.inputs): run for run in raw if run.inputs}
+        runs = list(raw)
+        for root in analysed:
+            dirs = rank_dirs(root)
+            sources = frozenset(p.resolve() for d in dirs.values() for p in cache_sources(d))
+            owner = by_inputs.get(sources)
+            if owner is not None:
+                if not owner.rank_dirs():
+                    owner.output_root = root
+                continue
+            if any(run.output_root == root for run in raw):
+                continue  # the default output of a raw run whose inputs changed: shown as that run
+            mtime, size = _stat_sum([d / "cache" / cache.META_FILE for d in dirs.values()])
+            runs.append(
+                Run(
+                    id=relative_id(root, self.base),
+                    name=root.name,
+                    kind="analysed",
+                    path=root,
+                    inputs=[],
+                    ranks=sorted(dirs),
+                    date=mtime,
+                    size_bytes=size,
+                    output_root=root,
+                )
+            )
+        runs.sort(key=lambda r: r.id)
+        return runs
+
+
+def step_count(rank_dir: Path) -> int | None:
+    """Steps recorded in a rank's cache (Parquet metadata only; nothing is decoded)."""
+    try:
+        return pq.read_metadata(rank_dir / "cache" / "steps.parquet").num_rows
+    except (OSError, ValueError):
+        return None

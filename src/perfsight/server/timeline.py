@@ -1,0 +1,353 @@
+"""Timeline queries at screen resolution: level of detail, whole-trace search, details and flows.
+
+Why level of detail: a window of a 10-million-event trace holds far more events than a 2,000-pixel
+canvas can show, and sending them all would take seconds.  Within a *lane* (one track at one
+nesting depth, see ``perfsight.store.timeline_index``) events do not overlap, so:
+
+* a lane's visible range is two binary searches (on the running maximum of ends and on starts);
+* for a range with many events, binary-searching each pixel boundary splits it into per-pixel
+  groups in O(W log n); in a non-overlapping lane only the *last* event of a pixel can be a pixel
+  or longer (any later event of that pixel starts after it ends), so that one is returned as
+  itself and the rest of the pixel becomes one merged block (``count`` > 1);
+* a lane with overlapping events (a trace whose nesting is inconsistent) is grouped exactly,
+  scanning its visible range.
+
+So every event at least a pixel long is always returned as itself, whatever the zoom, and a
+response holds at most about two entries per pixel per lane.  Search scans the name dictionary,
+then one integer column of the whole trace: it finds an event anywhere, not only in loaded
+windows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from perfsight.model import KIND_NAMES
+from perfsight.server.registry import OpenedRun, RankData
+from perfsight.store.timeline_index import TimelineArrays
+
+DIRECT_FACTOR = 4
+"""A visible range of at most this many events per pixel is grouped by a scan, not by pixel search."""
+
+
+def track_list(opened: OpenedRun, rank: int | None) -> list[dict[str, Any]]:
+    out = []
+    for data in _ranks(opened, rank):
+        depth: dict[int, int] = {}
+        count: dict[int, int] = {}
+        for lane in data.timeline.meta["lanes"]:
+            depth[lane["track"]] = max(depth.get(lane["track"], 0), lane["depth"])
+            count[lane["track"]] = count.get(lane["track"], 0) + lane["count"]
+        for row in data.tracks.to_pylist():
+            out.append(
+                {
+                    "rank": data.rank,
+                    "track": row["track"],
+                    "name": row["name"],
+                    "is_device": row["is_device"],
+                    "device_index": row["device_index"],
+                    "stream": row["stream"],
+                    "pid": row["pid"],
+                    "tid": row["tid"],
+                    "max_depth": depth.get(row["track"], 0),
+                    "events": count.get(row["track"], 0),
+                }
+            )
+    return out
+
+
+def _ranks(opened: OpenedRun, rank: int | None) -> list[RankData]:
+    return [opened.rank(rank)] if rank is not None else [opened.ranks[r] for r in sorted(opened.ranks)]
+
+
+def _lane_lod(ix: TimelineArrays, lane: dict[str, Any], ws: int, we: int, width: int) -> np.ndarray | None:
+    """Positions (into the index arrays) and merge counts for one lane: array of shape (2, k)."""
+    a, b = lane["offset"], lane["offset"] + lane["count"]
+    first = a + int(np.searchsorted(ix.end_max[a:b], ws, side="right"))
+    last = a + int(np.searchsorted(ix.start[a:b], we, side="left"))
+    if last <= first:
+        return None
+    px = (we - ws) / width
+    if last - first <= DIRECT_FACTOR * width or not lane["ordered"]:
+        return _direct(ix, first, last, ws, px)
+    starts = ix.start[first:last]
+    # integer keys: float keys would make NumPy convert the whole int64 column on every search
+    bounds = ws + np.ceil(px * np.arange(1, width)).astype(np.int64)
+    cut = np.concatenate([[0], np.searchsorted(starts, bounds, side="left"), [last - first]]) + first
+    g_start, g_end = cut[:-1], cut[1:]
+    nonempty = g_end > g_start
+    g_start, g_end = g_start[nonempty], g_end[nonempty]
+    tail = g_end - 1
+    tail_long = ix.dur[tail] >= px
+    cluster_last = np.where(tail_long, tail - 1, tail)
+    has_cluster = cluster_last >= g_start
+    single_pos = tail[tail_long]
+    c_first = g_start[has_cluster]
+    c_count = (cluster_last - g_start + 1)[has_cluster]
+    pos = np.concatenate([c_first, single_pos])
+    count = np.concatenate([c_count, np.ones(len(single_pos), np.int64)])
+    end = np.concatenate([ix.end_max[cluster_last[has_cluster]], ix.start[single_pos] + ix.dur[single_pos]])
+    order = np.argsort(pos, kind="stable")
+    return np.stack([pos[order], count[order], end[order]])
+
+
+def _direct(ix: TimelineArrays, first: int, last: int, ws: int, px: float) -> np.ndarray | None:
+    """Group a visible range by scanning it: long events alone, runs of short ones per pixel."""
+    start = np.asarray(ix.start[first:last])
+    dur = np.asarray(ix.dur[first:last])
+    end = start + dur
+    visible = np.flatnonzero(end > ws)
+    if len(visible) == 0:
+        return None
+    start, dur, end = start[visible], dur[visible], end[visible]
+    long = dur >= px
+    bucket = np.where(long, -1, np.maximum((start - ws) // px, -1).astype(np.int64))
+    brk = np.ones(len(start), bool)
+    brk[1:] = long[1:] | long[:-1] | (bucket[1:] != bucket[:-1])
+    heads = np.flatnonzero(brk)
+    count = np.diff(np.append(heads, len(start)))
+    ends = np.maximum.reduceat(end, heads)
+    return np.stack([visible[heads] + first, count, ends])
+
+
+def window(
+    opened: OpenedRun,
+    start_ns: int,
+    end_ns: int,
+    width: int,
+    rank: int | None,
+    tracks: set[tuple[int, int]] | None,
+) -> dict[str, Any]:
+    """The ``/timeline/window`` response (column-wise lanes, names as a shared dictionary)."""
+    origin = opened.origin_ns
+    ws, we = origin + start_ns, origin + end_ns
+    out_tracks: list[dict[str, Any]] = []
+    name_parts: list[tuple[int, np.ndarray]] = []  # (rank, codes used) to build one dictionary
+    lanes_out: list[tuple[int, dict[str, Any], np.ndarray]] = []
+    for data in _ranks(opened, rank):
+        ix = data.timeline
+        by_track: dict[int, list[dict[str, Any]]] = {}
+        for lane in ix.meta["lanes"]:
+            if tracks is not None and (data.rank, lane["track"]) not in tracks:
+                continue
+            got = _lane_lod(ix, lane, ws, we, width)
+            if got is None:
+                continue
+            pos = got[0]
+            starts = ix.start[pos]
+            entry = {
+                "depth": lane["depth"],
+                "start_ns": starts - origin,
+                "dur_ns": got[2] - starts,
+                "kind": ix.kind[pos].astype(np.int64),
+                "id": ix.row[pos],
+                "count": got[1],
+            }
+            codes = ix.name[pos].astype(np.int64)
+            name_parts.append((data.rank, codes))
+            lanes_out.append((data.rank, entry, codes))
+            by_track.setdefault(lane["track"], []).append(entry)
+        for track_id in sorted(by_track):
+            out_tracks.append({"rank": data.rank, "track": track_id, "lanes": by_track[track_id]})
+    names: list[str] = []
+    mapping: dict[int, np.ndarray] = {}
+    for data in _ranks(opened, rank):
+        used = [codes for r, codes in name_parts if r == data.rank]
+        if not used:
+            continue
+        unique = np.unique(np.concatenate(used))
+        table = np.full(len(data.timeline.names), -1, np.int64)
+        table[unique] = np.arange(len(names), len(names) + len(unique))
+        names.extend(data.timeline.names[int(c)] for c in unique)
+        mapping[data.rank] = table
+    events = 0
+    for r, entry, codes in lanes_out:
+        entry["name"] = mapping[r][codes]
+        events += len(codes)
+    return {
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+        "width_px": width,
+        "ns_per_px": (end_ns - start_ns) / width,
+        "names": names,
+        "events": events,
+        "tracks": out_tracks,
+    }
+
+
+def _lane_of(ix: TimelineArrays, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(track, depth) of each index position."""
+    lanes = ix.meta["lanes"]
+    offsets = np.array([lane["offset"] for lane in lanes], np.int64)
+    which = np.searchsorted(offsets, positions, side="right") - 1
+    tracks = np.array([lane["track"] for lane in lanes], np.int64)
+    depths = np.array([lane["depth"] for lane in lanes], np.int64)
+    return tracks[which], depths[which]
+
+
+def search(
+    opened: OpenedRun, query: str, rank: int | None, offset: int, limit: int
+) -> tuple[int, list[dict[str, Any]]]:
+    """Events whose name contains ``query`` (case-insensitive), over every event of the trace."""
+    needle = query.lower()
+    found: list[tuple[RankData, np.ndarray]] = []
+    total = 0
+    for data in _ranks(opened, rank):
+        ix = data.timeline
+        codes = np.array([i for i, name in enumerate(ix.names) if needle in name.lower()], np.int32)
+        if len(codes) == 0:
+            continue
+        positions = np.flatnonzero(np.isin(ix.name, codes))
+        total += len(positions)
+        found.append((data, positions))
+    want = offset + limit
+    candidates: list[tuple[int, int, int]] = []  # (start, rank, position)
+    for data, positions in found:
+        starts = np.asarray(data.timeline.start[positions])
+        if len(starts) > want:
+            keep = np.argpartition(starts, want - 1)[:want]
+            positions, starts = positions[keep], starts[keep]
+        candidates.extend(zip(starts.tolist(), [data.rank] * len(starts), positions.tolist(), strict=True))
+    candidates.sort()
+    hits = []
+    for start, r, pos in candidates[offset:want]:
+        ix = opened.ranks[r].timeline
+        track, depth = _lane_of(ix, np.array([pos]))
+        hits.append(
+            {
+                "rank": r,
+                "id": int(ix.row[pos]),
+                "track": int(track[0]),
+                "depth": int(depth[0]),
+                "name": ix.names[int(ix.name[pos])],
+                "start_ns": int(start) - opened.origin_ns,
+                "dur_ns": int(ix.dur[pos]),
+            }
+        )
+    return total, hits
+
+
+def _slice_row(data: RankData, row: int) -> dict[str, Any]:
+    """One row of the rank's cached ``slices`` table, reading only the row group that holds it."""
+    file = pq.ParquetFile(data.cache_folder / "slices.parquet")
+    first = 0
+    for group in range(file.metadata.num_row_groups):
+        rows = file.metadata.row_group(group).num_rows
+        if row < first + rows:
+            return file.read_row_group(group).slice(row - first, 1).to_pylist()[0]
+        first += rows
+    raise KeyError(row)
+
+
+def event(opened: OpenedRun, rank: int | None, event_id: int) -> dict[str, Any]:
+    """Everything the trace records about one event, plus its flow partners; KeyError if none."""
+    data = opened.rank(rank)
+    ix = data.timeline
+    if not 0 <= event_id < len(ix.pos):
+        raise KeyError(event_id)
+    row = _slice_row(data, event_id)
+    pos = int(ix.pos[event_id])
+    track_names = dict(
+        zip(data.tracks.column("track").to_pylist(), data.tracks.column("name").to_pylist(), strict=True)
+    )
+    flows = []
+    kinds = ix.meta["flow_kinds"]
+    for direction, mine, other in (("out", ix.flow_src, ix.flow_dst), ("in", ix.flow_dst, ix.flow_src)):
+        matches = np.flatnonzero(np.asarray(mine) == pos)
+        for m in matches[:100]:
+            o = int(other[m])
+            track, _ = _lane_of(ix, np.array([o]))
+            flows.append(
+                {
+                    "kind": kinds[int(ix.flow_kind[m])] if kinds else "flow",
+                    "direction": direction,
+                    "id": int(ix.row[o]),
+                    "track": int(track[0]),
+                    "name": ix.names[int(ix.name[o])],
+                    "start_ns": int(ix.start[o]) - opened.origin_ns,
+                }
+            )
+    return {
+        "rank": data.rank,
+        "id": event_id,
+        "name": str(row["name"]),
+        "kind": str(row["kind"]),
+        "category": None if row["category"] is None else str(row["category"]),
+        "track": row["track"],
+        "track_name": track_names.get(row["track"], ""),
+        "pid": row["pid"],
+        "tid": row["tid"],
+        "start_ns": row["start_ns"] - opened.origin_ns,
+        "dur_ns": row["dur_ns"],
+        "depth": row["depth"],
+        "step": row["step"],
+        "correlation": row["correlation"],
+        "external_id": row["external_id"],
+        "input_dims": row["input_dims"],
+        "input_types": row["input_types"],
+        "grid": row["grid"],
+        "block": row["block"],
+        "occupancy_pct": row["occupancy_pct"],
+        "bytes": row["bytes"],
+        "flows": flows,
+    }
+
+
+def flows(
+    opened: OpenedRun, start_ns: int, end_ns: int, rank: int | None, limit: int
+) -> tuple[int, list[dict[str, Any]]]:
+    """Flow arrows with either end starting inside the window (at most ``limit``, by source start)."""
+    ws, we = opened.origin_ns + start_ns, opened.origin_ns + end_ns
+    total = 0
+    out: list[dict[str, Any]] = []
+    for data in _ranks(opened, rank):
+        ix = data.timeline
+        if len(ix.flow_src) == 0:
+            continue
+        src_start = np.asarray(ix.start[ix.flow_src])
+        dst_start = np.asarray(ix.start[ix.flow_dst])
+        chosen = np.flatnonzero(
+            ((src_start >= ws) & (src_start <= we)) | ((dst_start >= ws) & (dst_start <= we))
+        )
+        total += len(chosen)
+        chosen = chosen[: max(0, limit - len(out))]
+        src, dst = np.asarray(ix.flow_src[chosen]), np.asarray(ix.flow_dst[chosen])
+        s_track, s_depth = _lane_of(ix, src)
+        d_track, d_depth = _lane_of(ix, dst)
+        kinds = ix.meta["flow_kinds"]
+        for i in range(len(chosen)):
+            out.append(
+                {
+                    "rank": data.rank,
+                    "kind": kinds[int(ix.flow_kind[chosen[i]])] if kinds else "flow",
+                    "src_id": int(ix.row[src[i]]),
+                    "src_track": int(s_track[i]),
+                    "src_depth": int(s_depth[i]),
+                    "src_ts_ns": int(src_start[chosen[i]]) - opened.origin_ns,
+                    "dst_id": int(ix.row[dst[i]]),
+                    "dst_track": int(d_track[i]),
+                    "dst_depth": int(d_depth[i]),
+                    "dst_ts_ns": int(dst_start[chosen[i]]) - opened.origin_ns,
+                }
+            )
+    return total, out
+
+
+def kind_names() -> list[str]:
+    return list(KIND_NAMES)
+
+
+def parse_tracks(text: str | None) -> set[tuple[int, int]] | None:
+    """``"0:3,1:5"`` -> {(0, 3), (1, 5)}; ValueError with a reason on bad input."""
+    if text is None or not text.strip():
+        return None
+    out = set()
+    for part in text.split(","):
+        rank_text, sep, track_text = part.strip().partition(":")
+        if not sep:
+            raise ValueError(f"track {part!r} is not RANK:TRACK")
+        out.add((int(rank_text), int(track_text)))
+    return out

@@ -1,0 +1,81 @@
+"""The analysis child process of ``perfsight serve`` (``python -m perfsight.server.worker SPEC``).
+
+Why a module of its own: it runs in a fresh interpreter started by ``perfsight.server.jobs``, and
+must not import the web app (nor be imported by it), so that starting it costs only the analysis
+imports.  It reports progress by rewriting a small JSON file; any failure becomes one line there.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from perfsight.server.runs import rank_dirs
+from perfsight.store import cache, timeline_index
+
+
+def _write_progress(
+    path: Path, done: int, total: int, stage: str, error: str | None = None, warnings: list[str] | None = None
+) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    data = {"done": done, "total": total, "stage": stage, "error": error, "warnings": warnings or []}
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    tmp.replace(path)
+
+
+class _FileProgress:
+    """The tqdm-like object ``perfsight.api.analyse`` reports to, mirrored into the progress file."""
+
+    def __init__(self, path: Path, total: int, stages: list[str]) -> None:
+        self.path, self.total, self.done, self.stages = path, max(1, total), 0, stages
+
+    def stage(self) -> str:
+        return self.stages[min(self.done, len(self.stages) - 1)]
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        _write_progress(self.path, min(self.done, self.total), self.total, self.stage())
+
+
+def _child(spec: dict[str, Any]) -> None:
+    """Entry point of the child process: any failure ends up as one line in the progress file."""
+    try:
+        _analyse(spec)
+    except Exception as error:
+        _write_progress(Path(spec["progress"]), 0, 1, "failed", error=str(error) or type(error).__name__)
+        raise SystemExit(1) from None
+
+
+def _analyse(spec: dict[str, Any]) -> None:
+    """Analyse the run with ``perfsight.api.analyse`` (the same outputs as ``perfsight analyse``),
+    then write the timeline index of every rank cache that lacks a current one."""
+    from perfsight.api import analyse
+
+    root, progress_path = Path(spec["output_root"]), Path(spec["progress"])
+    inputs = [Path(p) for p in spec["inputs"]]
+    warnings: list[str] = []
+    indexed: set[Path] = set()
+    if inputs:
+        n = len(inputs)
+        stages = [f"reading {p.name}" for p in inputs] + ["analysing"] * n + ["writing outputs"] * n
+        progress = _FileProgress(progress_path, 3 * n + 1, stages + ["indexing the timeline"])
+        _write_progress(progress_path, 0, progress.total, progress.stage())
+        result = analyse(spec["path"], out=root, progress=progress)
+        for rank_result in result.ranks.values():
+            warnings.extend(rank_result.trace.meta.warnings)
+            if rank_result.output_dir is not None:  # the pipeline writes the index; older ones did not
+                folder = rank_result.output_dir.parent / "cache"
+                if not timeline_index.is_current(folder):
+                    timeline_index.write_timeline_index(rank_result.trace, folder)
+                indexed.add(folder)
+    stale = [d / "cache" for d in rank_dirs(root).values() if not timeline_index.is_current(d / "cache")]
+    for i, folder in enumerate(f for f in stale if f not in indexed):
+        _write_progress(progress_path, i, len(stale), f"indexing {folder.parent.name}", warnings=warnings)
+        timeline_index.write_timeline_index(cache.load_trace(folder), folder)
+    _write_progress(progress_path, 1, 1, "done", warnings=sorted(set(warnings)))
+
+
+if __name__ == "__main__":
+    _child(json.loads(sys.argv[1]))

@@ -1,0 +1,197 @@
+"""The timeline index: a rank's slices laid out so a window at screen resolution is read in O(W log n).
+
+Why it exists: the web UI shows traces of any size, and a 10-million-event trace cannot be scanned
+per request.  Within one *lane* (a track at one nesting depth) events do not overlap, so sorted by
+start their ends are sorted too; a window query is then a binary search per pixel boundary rather
+than a scan (see ``perfsight.server.timeline``).  The arrays are plain ``.npy`` files, opened
+memory-mapped: the first view of a huge trace reads only the pages it touches.
+
+Layout of ``{cache folder}/timeline/`` (all arrays in lane order: track, depth, start)::
+
+    start.npy, dur.npy      int64   absolute ns
+    end_max.npy             int64   running maximum of the end within the lane (equals the end
+                                    where the lane has no overlap; a safe search key where it has)
+    row.npy                 int32   row of the event in ``slices`` (the event id of the API;
+                                    int64 only past 2**31 rows, as pos and flow_* below)
+    name.npy                int32   index into names.idx
+    kind.npy                int8    index into perfsight.model.KIND_NAMES
+    pos.npy                 int32   inverse of row.npy: the position of slice row r
+    flow_src.npy, flow_dst.npy  int32  positions of each flow's ends, ordered by source start
+    flow_kind.npy           int8    index into meta.idx's flow_kinds
+    names.idx               the distinct event names (JSON text)
+    meta.idx                JSON text: lanes [{track, depth, offset, count, ordered}], extent,
+                            per-kind totals, and ``stamp``: the digest of the cache's source.json
+                            it was built from
+
+This module only lays out data; the level-of-detail logic lives in the server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from perfsight import columns
+from perfsight.model import KIND_NAMES, Trace
+from perfsight.store import cache
+
+FOLDER = "timeline"
+FORMAT = 2
+META = "meta.idx"  # JSON text; not named *.json, which trace discovery would take for a trace
+NAMES = "names.idx"  # JSON list of the distinct event names
+ARRAYS = ("start", "dur", "end_max", "row", "name", "kind", "pos", "flow_src", "flow_dst", "flow_kind")
+
+
+def stamp_of(cache_folder: Path) -> str:
+    """A digest of the cache's ``source.json`` (empty when the cache has none)."""
+    try:
+        data = (Path(cache_folder) / cache.SOURCE_FILE).read_bytes()
+    except OSError:
+        return ""
+    return hashlib.sha256(data + f"/timeline{FORMAT}".encode()).hexdigest()[:16]
+
+
+def is_current(cache_folder: Path) -> bool:
+    """True when the index under ``cache_folder`` was built from the cache as it is now."""
+    try:
+        meta = json.loads((Path(cache_folder) / FOLDER / META).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return meta.get("stamp") == stamp_of(cache_folder) and all(
+        (Path(cache_folder) / FOLDER / f"{name}.npy").is_file() for name in ARRAYS
+    )
+
+
+def _codes_and_values(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[Any]]:
+    codes = columns.distinct_codes(column)
+    values = columns.combined(column).take(pa.array(columns.first_rows(codes))).to_pylist()
+    if pa.types.is_dictionary(columns.combined(column).type):
+        values = [str(v) for v in values]
+    return codes, values
+
+
+def _save(folder: Path, name: str, array: np.ndarray) -> None:
+    tmp = folder / f"{name}.tmp.npy"
+    np.save(tmp, np.ascontiguousarray(array))
+    tmp.replace(folder / f"{name}.npy")
+
+
+def write_timeline_index(trace: Trace, cache_folder: str | Path) -> Path:
+    """Build and save the index of ``trace`` under ``cache_folder/timeline``; return that folder.
+
+    Call it after the cache is saved (the stamp ties the index to that cache's sources).
+    """
+    cache_folder = Path(cache_folder)
+    folder = cache_folder / FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / META).unlink(missing_ok=True)  # not current while being rewritten
+    slices = trace.slices
+    n = slices.num_rows
+    start = columns.int64(slices.column("start_ns"))
+    dur = np.maximum(columns.int64(slices.column("dur_ns")), 0)
+    track = columns.int64(slices.column("track"))
+    depth = columns.int64(slices.column("depth"))
+    order = np.lexsort((start, depth, track)) if n else np.zeros(0, np.int64)
+    name_codes, names = _codes_and_values(slices.column("name")) if n else (np.zeros(0, np.int64), [])
+    kind_codes, kind_values = _codes_and_values(slices.column("kind")) if n else (np.zeros(0, np.int64), [])
+    kind_map = np.array(
+        [KIND_NAMES.index(k) if k in KIND_NAMES else len(KIND_NAMES) - 1 for k in kind_values]
+    )
+    s_start, s_dur = start[order], dur[order]
+    s_end = s_start + s_dur
+    lane_key = track[order] * 65536 + depth[order]
+    bounds = np.flatnonzero(np.diff(lane_key)) + 1 if n else np.zeros(0, np.int64)
+    offsets = np.concatenate([[0], bounds, [n]]).astype(np.int64) if n else np.zeros(1, np.int64)
+    end_max = np.empty_like(s_end)
+    lanes = []
+    for a, b in zip(offsets[:-1], offsets[1:], strict=True):
+        np.maximum.accumulate(s_end[a:b], out=end_max[a:b])
+        ordered = bool(b - a < 2 or np.all(s_start[a + 1 : b] >= s_end[a : b - 1]))
+        lanes.append(
+            {
+                "track": int(track[order[a]]),
+                "depth": int(depth[order[a]]),
+                "offset": int(a),
+                "count": int(b - a),
+                "ordered": ordered,
+            }
+        )
+    pos = np.empty(n, np.int64)
+    pos[order] = np.arange(n, dtype=np.int64)
+    flows = trace.flows
+    f_src = pos[columns.int64(flows.column("src"))] if flows.num_rows else np.zeros(0, np.int64)
+    f_dst = pos[columns.int64(flows.column("dst"))] if flows.num_rows else np.zeros(0, np.int64)
+    if flows.num_rows:
+        f_kind, flow_kinds = _codes_and_values(flows.column("kind"))
+        by_start = np.argsort(s_start[f_src], kind="stable")
+        f_src, f_dst, f_kind = f_src[by_start], f_dst[by_start], f_kind[by_start]
+    else:
+        f_kind, flow_kinds = np.zeros(0, np.int64), []
+    kinds_sorted = kind_map[kind_codes[order]] if n else np.zeros(0, np.int64)
+    counts = np.bincount(kinds_sorted, minlength=len(KIND_NAMES))
+    totals = np.bincount(kinds_sorted, weights=s_dur, minlength=len(KIND_NAMES))
+    ids = np.int32 if n < 2**31 else np.int64  # row numbers: half the bytes on any real trace
+    arrays = {
+        "start": s_start,
+        "dur": s_dur,
+        "end_max": end_max,
+        "row": order.astype(ids),
+        "name": name_codes[order].astype(np.int32),
+        "kind": kinds_sorted.astype(np.int8),
+        "pos": pos.astype(ids),
+        "flow_src": f_src.astype(ids),
+        "flow_dst": f_dst.astype(ids),
+        "flow_kind": f_kind.astype(np.int8),
+    }
+    for name, array in arrays.items():
+        _save(folder, name, array)
+    tmp = folder / (NAMES + ".tmp")
+    tmp.write_text(json.dumps(names, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(folder / NAMES)
+    meta = {
+        "format": FORMAT,
+        "rank": trace.rank,
+        "events": int(n),
+        "first_ns": int(s_start.min()) if n else 0,
+        "last_ns": int(s_end.max()) if n else 0,
+        "lanes": lanes,
+        "flow_kinds": [str(k) for k in flow_kinds],
+        "by_kind": [
+            {"kind": KIND_NAMES[i], "count": int(counts[i]), "total_ns": int(totals[i])}
+            for i in range(len(KIND_NAMES))
+            if counts[i]
+        ],
+        "stamp": stamp_of(cache_folder),
+    }
+    tmp = folder / (META + ".tmp")
+    tmp.write_text(json.dumps(meta), encoding="utf-8")
+    tmp.replace(folder / META)  # written last: a half-written index is never current
+    return folder
+
+
+class TimelineArrays:
+    """The saved index of one rank, memory-mapped (opening it reads only meta.idx and names.idx)."""
+
+    def __init__(self, cache_folder: str | Path) -> None:
+        folder = Path(cache_folder) / FOLDER
+        self.meta: dict[str, Any] = json.loads((folder / META).read_text(encoding="utf-8"))
+        self.names: list[str] = json.loads((folder / NAMES).read_text(encoding="utf-8"))
+        for name in ARRAYS:
+            # a plain ndarray over the mapped file: slicing a np.memmap costs more than the search
+            setattr(self, name, np.asarray(np.load(folder / f"{name}.npy", mmap_mode="r")))
+
+    start: np.ndarray
+    dur: np.ndarray
+    end_max: np.ndarray
+    row: np.ndarray
+    name: np.ndarray
+    kind: np.ndarray
+    pos: np.ndarray
+    flow_src: np.ndarray
+    flow_dst: np.ndarray
+    flow_kind: np.ndarray

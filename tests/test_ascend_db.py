@@ -1,0 +1,162 @@
+"""The database export (``ascend_pytorch_profiler_{rank}.db``) reads like the JSON timeline.
+
+No real database is in ../shared/data, so the test writes one from the real level1 rank 0
+timeline in msprof's documented table layout (STRING_IDS interning, ns, enumeration ids; without
+the enumeration tables, which the reader must then know itself) and checks that perfsight's
+analyses of it equal those of ``trace_view.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA
+from perfsight.analysis import communication as comm
+from perfsight.analysis.overlap import overlap_breakdown
+from perfsight.ingest import TraceReadError, find_traces, read_trace
+from perfsight.ingest.ascend import read_ascend
+
+RANK0 = DATA / "ascend_pt" / "level1" / "rank0_ascend_pt"
+TRANSPORT = {"SDMA": 0, "RDMA": 1, "LOCAL": 2}
+LINK = {"ON_CHIP": 0, "HCCS": 1, "PCIE": 2, "ROCE": 3, "SIO": 4, "HCCS_SW": 5}
+DTYPE = {"INT32": 2, "FP16": 3, "FP32": 4}
+
+
+def _ns(ts: str) -> int:
+    return int(Decimal(ts) * 1000)
+
+
+def _write_db(timeline: Path, db_path: Path) -> None:
+    events = json.loads(timeline.read_text())
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    ids: dict[str, int] = {}
+
+    def sid(text: str) -> int:
+        return ids.setdefault(text, len(ids))
+
+    db = sqlite3.connect(db_path)
+    db.executescript(
+        "CREATE TABLE STRING_IDS(id INTEGER PRIMARY KEY, value TEXT);"
+        "CREATE TABLE PYTORCH_API(startNs TEXT, endNs TEXT, globalTid INTEGER, connectionId INTEGER,"
+        " name INTEGER, sequenceNumber INTEGER, fwdThreadId INTEGER, inputDtypes INTEGER,"
+        " inputShapes INTEGER, callchainId INTEGER, type INTEGER);"
+        "CREATE TABLE CANN_API(startNs INTEGER, endNs INTEGER, type INTEGER, globalTid INTEGER,"
+        " connectionId INTEGER, name INTEGER);"
+        "CREATE TABLE TASK(startNs INTEGER, endNs INTEGER, deviceId INTEGER, connectionId INTEGER,"
+        " globalTaskId INTEGER, globalPid INTEGER, taskType INTEGER, contextId INTEGER, streamId INTEGER,"
+        " taskId INTEGER, modelId INTEGER);"
+        "CREATE TABLE COMPUTE_TASK_INFO(name INTEGER, globalTaskId INTEGER PRIMARY KEY, blockDim INTEGER,"
+        " mixBlockDim INTEGER, taskType INTEGER, opType INTEGER);"
+        "CREATE TABLE COMMUNICATION_OP(opName INTEGER, startNs INTEGER, endNs INTEGER, connectionId INTEGER,"
+        " groupName INTEGER, opId INTEGER PRIMARY KEY, relay INTEGER, retry INTEGER, dataType INTEGER,"
+        " algType INTEGER, count NUMERIC, opType INTEGER);"
+        "CREATE TABLE COMMUNICATION_TASK_INFO(name INTEGER, globalTaskId INTEGER, taskType INTEGER,"
+        " planeId INTEGER, groupName INTEGER, notifyId INTEGER, rdmaType INTEGER, srcRank INTEGER,"
+        " dstRank INTEGER, transportType INTEGER, size INTEGER, dataType INTEGER, linkType INTEGER,"
+        " opId INTEGER);"
+    )
+    api_type = {"cpu_op": 50001, "python_function": 50003}
+    task_id = 0
+    for e in events:
+        if e["ph"] != "X":
+            continue
+        start, end = _ns(e["ts"]), _ns(e["ts"]) + round(e["dur"] * 1000)
+        args, proc = e.get("args", {}), procs.get(e["pid"])
+        if proc == "Python" and e.get("cat") in api_type:
+            db.execute(
+                "INSERT INTO PYTORCH_API(startNs, endNs, globalTid, name, type) VALUES (?,?,?,?,?)",
+                (str(start), str(end), (e["pid"] << 32) | e["tid"], sid(e["name"]), api_type[e["cat"]]),
+            )
+        elif proc == "CANN":
+            db.execute(
+                "INSERT INTO CANN_API VALUES (?,?,?,?,?,?)",
+                (start, end, 5000, e["tid"], args.get("connection_id"), sid(e["name"])),
+            )
+        elif proc == "Ascend Hardware" and args.get("Task Type") not in (
+            "Notify Wait",
+            "Write Value",
+            "SDMA",
+        ):
+            task_id += 1
+            db.execute(
+                "INSERT INTO TASK(startNs, endNs, deviceId, connectionId, globalTaskId, taskType, streamId)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (start, end, 0, args.get("connection_id"), task_id, sid(args["Task Type"]), e["tid"]),
+            )
+            db.execute(
+                "INSERT INTO COMPUTE_TASK_INFO(name, globalTaskId) VALUES (?,?)", (sid(e["name"]), task_id)
+            )
+        elif proc == "HCCL" and e["tid"] == 0:
+            db.execute(
+                "INSERT INTO COMMUNICATION_OP(opName, startNs, endNs, connectionId, groupName, dataType,"
+                " count) VALUES (?,?,?,?,?,?,?)",
+                (sid(e["name"]), start, end, args["connection_id"], sid("17522688603477080586"),
+                 DTYPE[args["data_type"]], args["count"]),
+            )  # fmt: skip
+        elif proc == "HCCL":
+            task_id += 1
+            db.execute(
+                "INSERT INTO TASK(startNs, endNs, deviceId, globalTaskId, taskType, streamId)"
+                " VALUES (?,?,?,?,?,?)",
+                (start, end, 0, task_id, sid(e["name"].replace("_", " ")), args["stream id"]),
+            )
+            invalid = 4294967295
+            db.execute(
+                "INSERT INTO COMMUNICATION_TASK_INFO(name, globalTaskId, taskType, planeId, groupName,"
+                " srcRank, dstRank, transportType, size, linkType) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (sid(e["name"]), task_id, sid(args["task type"]), e["tid"] - 1, sid("17522688603477080586"),
+                 args["src rank"], args["dst rank"], TRANSPORT.get(args["transport type"], invalid),
+                 args["size(Byte)"], LINK.get(args["link type"], invalid)),
+            )  # fmt: skip
+    db.executemany("INSERT INTO STRING_IDS VALUES (?,?)", [(i, v) for v, i in ids.items()])
+    db.commit()
+    db.close()
+
+
+@pytest.fixture
+def db_only_rank(tmp_path: Path) -> Path:
+    if not RANK0.is_dir():
+        pytest.skip(f"{RANK0} is not available (../shared/data is outside the repo)")
+    folder = tmp_path / RANK0.name
+    (folder / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
+    shutil.copyfile(RANK0 / "profiler_info_0.json", folder / "profiler_info_0.json")
+    _write_db(
+        RANK0 / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", folder / "ASCEND_PROFILER_OUTPUT" / "x.db"
+    )
+    (folder / "ASCEND_PROFILER_OUTPUT" / "x.db").rename(
+        folder / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
+    )
+    return folder
+
+
+def test_the_database_gives_the_same_analyses_as_the_json_timeline(db_only_rank: Path) -> None:
+    [found] = find_traces(db_only_rank.parent)
+    assert found.name == "ascend_pytorch_profiler_0.db"
+    from_db = read_trace(found)
+    from_json = read_trace(RANK0 / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")
+    assert from_db.rank == 0 and from_db.meta.warnings == []
+    assert from_db.comm.column("group").to_pylist() == ["17522688603477080586"] * 4
+    assert from_db.comm.column("in_bytes").to_pylist() == from_json.comm.column("in_bytes").to_pylist()
+    db_times = comm.op_times(from_db.comm, from_db.comm_tasks).drop_columns(["group"])
+    json_times = comm.op_times(from_json.comm, from_json.comm_tasks).drop_columns(["group"])
+    assert db_times.equals(json_times)
+    assert comm.link_bandwidth(from_db.comm, from_db.comm_tasks).equals(
+        comm.link_bandwidth(from_json.comm, from_json.comm_tasks)
+    )
+    db_steps, json_steps = overlap_breakdown(from_db).to_pylist(), overlap_breakdown(from_json).to_pylist()
+    assert len(db_steps) == len(json_steps) == 1
+    for column in ("computing_ns", "communication_ns", "free_ns", "stage_ns", "preparing_ns"):
+        assert abs(db_steps[0][column] - json_steps[0][column]) <= 1_000, column
+
+
+def test_a_file_that_is_not_a_database_is_a_one_line_error(db_only_rank: Path) -> None:
+    db = db_only_rank / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
+    db.write_bytes(b"not sqlite at all" * 100)
+    with pytest.raises(TraceReadError, match="ascend_pytorch_profiler_0.db"):
+        read_ascend(db_only_rank)

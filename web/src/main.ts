@@ -1,0 +1,134 @@
+/**
+ * The application shell: header, tabs and the route → page dispatch.  Opening a run first polls
+ * its analysis status (which starts the background analysis) and shows the progress; pages are
+ * only rendered once the run is ready.
+ */
+import "./style.css";
+import { ApiError, get, type RunStatus } from "./api";
+import { errorBox } from "./components/card";
+import type { PageContext } from "./context";
+import { h, replace } from "./dom";
+import { t } from "./i18n";
+import { memoryPage } from "./pages/memory";
+import { operatorsPage } from "./pages/operators";
+import { overviewPage } from "./pages/overview";
+import { runsPage } from "./pages/runs";
+import { stepsPage } from "./pages/steps";
+import { timelinePage } from "./pages/timeline";
+import { href, parse, RUN_PAGES, type PageName } from "./router";
+
+const PAGES: Record<Exclude<PageName, "runs">, (ctx: PageContext) => Promise<void>> = {
+  overview: overviewPage,
+  steps: stepsPage,
+  operators: operatorsPage,
+  memory: memoryPage,
+  timeline: timelinePage,
+};
+
+const app = document.getElementById("app") as HTMLElement;
+let generation = 0;
+/** Re-renders after a 409 (the run went stale while open): bounded, so a server fault cannot loop. */
+let staleRetries = 0;
+const MAX_STALE_RETRIES = 2;
+
+function header(crumb: string | null, extra: Node | null = null): HTMLElement {
+  return h(
+    "header",
+    { class: "top" },
+    h("a", { class: "brand", href: href("runs") }, t.appName),
+    crumb !== null ? h("span", { class: "crumb", "data-testid": "run-name" }, crumb) : null,
+    h("span", { class: "spacer" }),
+    extra,
+  );
+}
+
+async function waitUntilReady(run: string, main: HTMLElement, mine: number): Promise<RunStatus | null> {
+  const bar = h("div");
+  const label = h("div", { class: "muted", "data-testid": "analysis-stage" });
+  let shown = false;
+  for (;;) {
+    const status = await get<RunStatus>("run/status", { run });
+    if (mine !== generation) return null;
+    if (status.status === "ready") return status;
+    if (status.status === "failed") {
+      replace(main, errorBox(`${t.runs.analysisFailed}: ${status.error ?? ""}`));
+      return null;
+    }
+    if (!shown) {
+      replace(
+        main,
+        h(
+          "section",
+          { class: "card", "data-testid": "analysis-progress" },
+          h("h2", {}, t.runs.analysing),
+          h("div", { class: "progress" }, bar),
+          label,
+        ),
+      );
+      shown = true;
+    }
+    bar.style.width = `${Math.round(status.progress * 100)}%`;
+    label.textContent = `${Math.round(status.progress * 100)}% · ${status.stage}`;
+    await new Promise((resolve) => setTimeout(resolve, 400));
+  }
+}
+
+async function render(): Promise<void> {
+  const mine = ++generation;
+  const route = parse();
+  const main = h("main");
+  if (route.page === "runs") {
+    replace(app, header(null), main);
+    try {
+      if (await runsPage(main)) {
+        setTimeout(() => {
+          if (mine === generation) void render();
+        }, 2000);
+      }
+    } catch (err) {
+      replace(main, errorBox(err));
+    }
+    return;
+  }
+  const run = route.params.get("run") as string;
+  const tabs = h("nav", { class: "tabs" });
+  const rankSelect = h("select", { "aria-label": t.nav.rank, "data-testid": "rank-select" });
+  replace(app, header(run, rankSelect), tabs, main);
+  rankSelect.hidden = true;
+  try {
+    const status = await waitUntilReady(run, main, mine);
+    if (!status || mine !== generation) return;
+    const ranks = status.ranks.length ? status.ranks : [0];
+    const asked = Number(route.params.get("rank"));
+    const rank = route.params.has("rank") && ranks.includes(asked) ? asked : ranks[0];
+    const link = (page: PageName, extra: Record<string, string | number | null | undefined> = {}) =>
+      href(page, { run, rank, ...extra });
+    replace(
+      tabs,
+      RUN_PAGES.map((page) =>
+        h("a", { href: link(page), class: page === route.page ? "active" : "", "data-page": page }, t.nav[page as keyof typeof t.nav]),
+      ),
+    );
+    replace(rankSelect, ranks.map((r) => h("option", { value: r, selected: r === rank }, `${t.nav.rank} ${r}`)));
+    rankSelect.hidden = ranks.length < 2;
+    rankSelect.onchange = () => {
+      window.location.hash = href(route.page, { ...Object.fromEntries(route.params), rank: rankSelect.value });
+    };
+    main.className = route.page === "timeline" ? "wide" : "";
+    replace(main);
+    const page = PAGES[route.page as Exclude<PageName, "runs">];
+    await page({ run, rank, ranks, params: route.params, root: main, link });
+    staleRetries = 0;
+  } catch (err) {
+    if (mine !== generation) return;
+    if (err instanceof ApiError && err.status === 409 && staleRetries < MAX_STALE_RETRIES) {
+      staleRetries += 1;
+      setTimeout(() => void render(), 1000); // polls the status again, which re-analyses the run
+      return;
+    }
+    replace(main, errorBox(err));
+  }
+}
+
+window.addEventListener("hashchange", () => void render());
+void render();

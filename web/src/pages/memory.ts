@@ -1,0 +1,115 @@
+/**
+ * Memory: allocated and reserved bytes over time per device, with the peak marked, and the
+ * operators that allocate the most.
+ */
+import { get, type Memory } from "../api";
+import { card, chartBox, stat } from "../components/card";
+import { chart, tooltip } from "../charts";
+import type { PageContext } from "../context";
+import { h, replace } from "../dom";
+import * as fmt from "../format";
+import { t } from "../i18n";
+
+export async function memoryPage(ctx: PageContext): Promise<void> {
+  const data = await get<Memory>("run/memory", { run: ctx.run, rank: ctx.rank });
+  const m = t.memory;
+  if (!data.devices.length) {
+    replace(ctx.root, card({ title: m.curve, full: true, testId: "memory-none" }, h("p", { class: "muted" }, m.none)));
+    return;
+  }
+  const charts: [HTMLDivElement, (typeof data.devices)[number]][] = [];
+  const cards = data.devices.map((dev, i) => {
+    const el = chartBox(`chart-memory-${i}`, true);
+    charts.push([el, dev]);
+    const name = `${m.device}: ${dev.device_type}${dev.device_index >= 0 ? `:${dev.device_index}` : ""}`;
+    return card(
+      { title: `${m.curve} — ${name}`, full: true, testId: `card-memory-${i}` },
+      h(
+        "div",
+        { class: "stats" },
+        stat(`${m.peak} ${m.allocated}`, fmt.bytes(dev.peak_allocated_bytes), `peak-allocated-${i}`),
+        stat(`${m.peak} ${m.reserved}`, fmt.bytes(dev.peak_reserved_bytes), `peak-reserved-${i}`),
+        stat(`${m.peak} @`, fmt.duration(dev.peak_ts_ns)),
+      ),
+      el,
+    );
+  });
+  const c = m.columns;
+  const top = card(
+    { title: m.topOps, full: true, testId: "card-memory-ops" },
+    h(
+      "table",
+      { class: "data", "data-testid": "memory-op-table" },
+      h(
+        "thead",
+        {},
+        h(
+          "tr",
+          {},
+          h("th", {}, c.name),
+          h("th", { class: "num" }, c.count),
+          h("th", { class: "num" }, c.total),
+          h("th", { class: "num" }, c.size),
+          h("th", { class: "num" }, c.duration),
+        ),
+      ),
+      h(
+        "tbody",
+        {},
+        data.top_operators.map((op) =>
+          h(
+            "tr",
+            {},
+            h("td", { class: op.name ? "" : "muted" }, op.name || m.noOp),
+            h("td", { class: "num" }, fmt.count(op.count)),
+            h("td", { class: "num" }, fmt.bytes(op.total_bytes)),
+            h("td", { class: "num" }, fmt.bytes(op.max_bytes)),
+            h("td", { class: "num" }, fmt.ms(op.avg_lifetime_ns)),
+          ),
+        ),
+      ),
+    ),
+  );
+  replace(ctx.root, h("div", { class: "grid" }, cards, top));
+
+  for (const [el, dev] of charts) {
+    const ms = dev.curve.ts_ns.map((x) => x / 1e6);
+    const series = (name: string, values: (number | null)[]) => ({
+      name,
+      type: "line",
+      step: "end",
+      showSymbol: false,
+      sampling: "lttb",
+      data: ms.map((x, i) => [x, values[i]]),
+    });
+    const peakMark =
+      dev.peak_ts_ns !== null && dev.peak_allocated_bytes !== null
+        ? {
+            markPoint: {
+              symbol: "pin",
+              symbolSize: 44,
+              label: { formatter: m.peak, fontSize: 10 },
+              data: [{ name: m.peak, coord: [dev.peak_ts_ns / 1e6, dev.peak_allocated_bytes] }],
+            },
+          }
+        : {};
+    chart(el, {
+      legend: { top: 0 },
+      grid: { left: 80, right: 24, top: 40, bottom: 60 },
+      dataZoom: [{ type: "inside" }, { type: "slider", height: 18, bottom: 8 }],
+      tooltip: tooltip("axis", (params: any[]) => [
+        `${Number(params[0]?.value?.[0] ?? 0).toFixed(3)} ms`,
+        params.map((p) => [p.seriesName, fmt.bytes(p.value?.[1])]),
+      ]),
+      xAxis: {
+        type: "value",
+        name: "ms",
+        min: "dataMin",
+        max: "dataMax",
+        axisLabel: { formatter: (v: number) => String(Number(v.toFixed(3))) },
+      },
+      yAxis: { type: "value", axisLabel: { formatter: (v: number) => fmt.bytes(v) } },
+      series: [{ ...series(m.allocated, dev.curve.allocated_bytes), ...peakMark }, series(m.reserved, dev.curve.reserved_bytes)],
+    });
+  }
+}

@@ -1,0 +1,220 @@
+/**
+ * Operators: the top 20 operator types (pie or bar, by device or host self time), a server-side
+ * table of every type with drill-down to its instances (shapes, dtypes, FLOPs, host and device
+ * time), and the GPU kernel tables when the trace has kernels.
+ */
+import { get, type PageOf } from "../api";
+import { card, chartBox, segmented } from "../components/card";
+import { serverTable, type Column, type PageQuery, type Row } from "../components/table";
+import { chart, tooltip } from "../charts";
+import type { PageContext } from "../context";
+import { h, replace } from "../dom";
+import * as fmt from "../format";
+import { t } from "../i18n";
+import { truncate } from "./overview";
+
+type Measure = "device_total_ns" | "host_self_ns";
+
+const msCol = (key: string, label: string): Column => ({ key, label, numeric: true, sortable: true, format: (v) => fmt.ms(v as number) });
+
+function pager(ctx: PageContext, path: string, extra: Record<string, string | number | null> = {}) {
+  return async (q: PageQuery) => {
+    const page = await get<PageOf<Row>>(path, {
+      run: ctx.run,
+      rank: ctx.rank,
+      offset: q.offset,
+      limit: q.limit,
+      sort: q.sort,
+      order: q.desc ? "desc" : "asc",
+      q: q.q,
+      ...extra,
+    });
+    return { rows: page.rows, total: page.total };
+  };
+}
+
+export async function operatorsPage(ctx: PageContext): Promise<void> {
+  const c = t.operators.columns;
+  const opsT = t.operators;
+  const drill = ctx.params.get("type");
+
+  const probe = await get<PageOf<Row>>("run/operator-types", { run: ctx.run, rank: ctx.rank, limit: 1, sort: "device_total_ns" });
+  const hasDevice = probe.rows.length > 0 && Number(probe.rows[0].device_total_ns) > 0;
+  let measure: Measure = hasDevice ? "device_total_ns" : "host_self_ns";
+  let shape: "pie" | "bar" = "pie";
+
+  const topEl = chartBox("chart-top-types", true);
+  const typeTable = serverTable({
+    testId: "operator-type-table",
+    columns: [
+      { key: "name", label: c.name, sortable: true },
+      { key: "count", label: c.count, numeric: true, sortable: true, format: (v) => fmt.count(v as number) },
+      msCol("host_total_ns", c.hostTotal),
+      msCol("host_self_ns", c.hostSelf),
+      msCol("host_avg_ns", c.hostAvg),
+      msCol("device_total_ns", c.deviceTotal),
+      { key: "host_ratio", label: c.ratio, numeric: true, sortable: true, format: (v) => fmt.percent(v as number) },
+      { key: "flops", label: c.flops, numeric: true, sortable: true, format: (v) => fmt.flops(v as number) },
+    ],
+    sort: measure,
+    fetch: pager(ctx, "run/operator-types"),
+    searchPlaceholder: opsT.search,
+    onRowClick: (row) => {
+      window.location.hash = ctx.link("operators", { type: String(row.name) });
+    },
+  });
+
+  const instanceTitle = drill ? `${opsT.instances} ` : opsT.allInstances;
+  const instanceTable = serverTable({
+    testId: "operator-instance-table",
+    columns: [
+      { key: "name", label: c.name, sortable: true },
+      { key: "step", label: c.step, numeric: true, sortable: true },
+      { key: "start_ns", label: c.start, numeric: true, sortable: true, format: (v) => fmt.ms(v as number) },
+      msCol("dur_ns", c.hostTime),
+      msCol("self_ns", c.selfTime),
+      msCol("device_ns", c.deviceTime),
+      { key: "input_dims", label: c.shapes, format: (v) => fmt.shapes(v) },
+      { key: "input_types", label: c.dtypes, format: (v) => fmt.list(v) },
+      { key: "flops", label: c.flops, numeric: true, sortable: true, format: (v) => fmt.flops(v as number) },
+      { key: "thread", label: c.thread, numeric: true },
+    ],
+    sort: "dur_ns",
+    fetch: pager(ctx, "run/operators", { name: drill }),
+    searchPlaceholder: drill ? undefined : opsT.search,
+    onRowClick: (row) => {
+      window.location.hash = ctx.link("timeline", { event: String(row.id) });
+    },
+  });
+
+  const toggles = [
+    segmented<Measure>(
+      [
+        ["device_total_ns", opsT.byDevice],
+        ["host_self_ns", opsT.byHost],
+      ],
+      measure,
+      (m) => {
+        measure = m;
+        void drawTop();
+      },
+    ),
+    segmented<"pie" | "bar">(
+      [
+        ["pie", opsT.asPie],
+        ["bar", opsT.asBar],
+      ],
+      shape,
+      (s) => {
+        shape = s;
+        void drawTop();
+      },
+    ),
+  ];
+
+  const instancesCard = card(
+    {
+      title: instanceTitle,
+      full: true,
+      testId: "card-instances",
+      tools: drill ? [h("a", { href: ctx.link("operators"), "data-testid": "clear-type" }, opsT.clearType)] : [],
+    },
+    instanceTable.el,
+  );
+  if (drill) instancesCard.querySelector("h2")?.append(h("code", { "data-testid": "drill-type" }, drill));
+
+  const grid = h(
+    "div",
+    { class: "grid" },
+    card({ title: opsT.topTypes, tools: toggles, full: true, testId: "card-top-types" }, topEl),
+    drill ? instancesCard : card({ title: opsT.typeTable, full: true }, typeTable.el),
+    drill ? card({ title: opsT.typeTable, full: true }, typeTable.el) : instancesCard,
+  );
+  replace(ctx.root, grid);
+
+  let topChart: ReturnType<typeof chart> | null = null;
+  async function drawTop(): Promise<void> {
+    const top = await get<PageOf<Row>>("run/operator-types", { run: ctx.run, rank: ctx.rank, limit: 20, sort: measure, order: "desc" });
+    const rows = top.rows.filter((r) => Number(r[measure]) > 0);
+    const label = measure === "device_total_ns" ? opsT.byDevice : opsT.byHost;
+    const onClick = (p: any) => {
+      if (p?.name) window.location.hash = ctx.link("operators", { type: p.name });
+    };
+    topChart?.dispose();
+    topChart =
+      shape === "pie"
+        ? chart(topEl, {
+            tooltip: tooltip("item", (p: any) => [p.name, [[label, fmt.duration(p.value)], [c.ratio, `${p.percent}%`]]]),
+            series: [
+              {
+                type: "pie",
+                radius: ["30%", "66%"],
+                minShowLabelAngle: 5,
+                label: { formatter: (p: any) => truncate(p.name, 30) },
+                data: rows.map((r) => ({ name: String(r.name), value: Number(r[measure]) })),
+              },
+            ],
+          })
+        : chart(topEl, {
+            grid: { left: 260, right: 40, top: 10, bottom: 30 },
+            tooltip: tooltip("item", (p: any) => [p.name, [[label, fmt.duration(p.value)]]]),
+            xAxis: { type: "value", axisLabel: { formatter: (v: number) => fmt.duration(v, 1) } },
+            yAxis: { type: "category", inverse: true, data: rows.map((r) => String(r.name)), axisLabel: { formatter: (v: string) => truncate(v, 40) } },
+            series: [{ type: "bar", data: rows.map((r) => Number(r[measure])) }],
+          });
+    topChart.on("click", onClick);
+  }
+
+  const kernelTypes = await get<PageOf<Row>>("run/kernel-types", { run: ctx.run, rank: ctx.rank, limit: 1 });
+  if (kernelTypes.total > 0) grid.append(kernelCards(ctx));
+  await Promise.all([drawTop(), typeTable.reload(), instanceTable.reload()]);
+}
+
+function kernelCards(ctx: PageContext): DocumentFragment {
+  const c = t.operators.columns;
+  const kernel = ctx.params.get("kernel");
+  const types = serverTable({
+    testId: "kernel-type-table",
+    columns: [
+      { key: "name", label: c.name, sortable: true },
+      { key: "kind", label: c.kind, sortable: true },
+      { key: "count", label: c.count, numeric: true, sortable: true, format: (v) => fmt.count(v as number) },
+      msCol("total_ns", c.total),
+      msCol("avg_ns", c.avg),
+      msCol("min_ns", c.min),
+      msCol("max_ns", c.max),
+      { key: "ratio", label: c.ratio, numeric: true, sortable: true, format: (v) => fmt.percent(v as number) },
+    ],
+    sort: "total_ns",
+    fetch: pager(ctx, "run/kernel-types"),
+    searchPlaceholder: t.operators.search,
+    onRowClick: (row) => {
+      window.location.hash = ctx.link("operators", { kernel: String(row.name) });
+    },
+  });
+  const instances = serverTable({
+    testId: "kernel-table",
+    columns: [
+      { key: "name", label: c.name, sortable: true },
+      { key: "op", label: c.launchedBy, sortable: true },
+      { key: "step", label: c.step, numeric: true, sortable: true },
+      { key: "stream", label: c.stream, numeric: true, sortable: true },
+      { key: "start_ns", label: c.start, numeric: true, sortable: true, format: (v) => fmt.ms(v as number) },
+      msCol("dur_ns", c.deviceTime),
+      { key: "wait_ns", label: c.wait, numeric: true, sortable: true, format: (v) => fmt.ms(v as number) },
+      { key: "grid", label: c.grid, format: (v) => fmt.list(v) },
+      { key: "block", label: c.block, format: (v) => fmt.list(v) },
+    ],
+    sort: "dur_ns",
+    fetch: pager(ctx, "run/kernels", { name: kernel }),
+    searchPlaceholder: kernel ? undefined : t.operators.search,
+  });
+  void types.reload();
+  void instances.reload();
+  const frag = document.createDocumentFragment();
+  frag.append(
+    card({ title: t.operators.kernels, full: true, testId: "card-kernels" }, types.el),
+    card({ title: kernel ? `${t.operators.instances} ${kernel}` : t.operators.kernelInstances, full: true }, instances.el),
+  );
+  return frag;
+}

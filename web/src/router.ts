@@ -1,0 +1,32 @@
+/**
+ * Hash routes, so the server only ever serves index.html and every view has a shareable URL:
+ * `#/` is the run list, `#/<page>?run=<id>&rank=<n>&...` a page of one run.
+ */
+
+export type PageName = "runs" | "overview" | "steps" | "operators" | "memory" | "timeline";
+
+export const RUN_PAGES: PageName[] = ["overview", "steps", "operators", "memory", "timeline"];
+
+export interface Route {
+  page: PageName;
+  params: URLSearchParams;
+}
+
+export function parse(hash: string = window.location.hash): Route {
+  const text = hash.replace(/^#\/?/, "");
+  const [path, query = ""] = text.split("?", 2);
+  const params = new URLSearchParams(query);
+  const page = (RUN_PAGES as string[]).includes(path) && params.get("run") ? (path as PageName) : "runs";
+  return { page, params };
+}
+
+export function href(page: PageName, params: Record<string, string | number | null | undefined> = {}): string {
+  if (page === "runs") return "#/";
+  const search = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== null && v !== undefined && v !== "") search.set(k, String(v));
+  return `#/${page}?${search.toString()}`;
+}
+
+export function go(page: PageName, params: Record<string, string | number | null | undefined> = {}): void {
+  window.location.hash = href(page, params);
+}
