@@ -48,7 +48,9 @@ web: $(WEB_OUT)
 
 $(WEB_DEPS): web/package.json web/package-lock.json
 	@command -v npm >/dev/null || { echo 'make web: npm not found; install Node.js >= 18 with npm (Debian: apt-get install nodejs npm)' >&2; exit 1; }
-	cd web && npm ci --no-audit --no-fund
+	# `npm install`, not `npm ci`: the lock holds only the platform packages (rollup, esbuild) the
+	# registry served when it was written, and `npm ci` rejects a lock missing any optional one.
+	cd web && npm install --no-audit --no-fund
 	touch $@
 
 $(WEB_OUT): $(WEB_DEPS) $(WEB_SRC)

@@ -57,7 +57,7 @@ class NativeScannerHook(BuildHookInterface):
                 "perfsight: npm not found; the wheel ships the web UI only if already built"
             )
         elif (web / "package.json").is_file():
-            for args in ([npm, "ci", "--no-audit", "--no-fund"], [npm, "run", "build"]):
+            for args in ([npm, "install", "--no-audit", "--no-fund"], [npm, "run", "build"]):  # see Makefile
                 result = subprocess.run(args, cwd=web, capture_output=True, text=True)
                 if result.returncode != 0:
                     tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
