@@ -2,14 +2,17 @@
 
 Runs each variant in a fresh process and samples the resident memory of its whole process tree
 (the command and its worker processes, summed) every 0.1 s with psutil; wall time is the
-process's.  Variants: ``local`` (``perfsight analyse JOB`` as the CLI runs it: the default executor,
+process's; CPU time is user + system of the whole tree (``RUSAGE_CHILDREN``: the command and every
+worker it waited for), the figure that does not depend on what else the machine runs.
+Variants: ``local`` (``perfsight analyse JOB`` as the CLI runs it: the default executor,
 one worker process per core, full per-rank analysis and per-rank output files, then the cluster
 step and its outputs); ``cluster-only`` (same executor, per-rank work limited to what the cluster
 step needs, no per-rank files); ``dask1`` / ``dask2`` (as cluster-only, on a Dask LocalCluster with
 1 / 2 worker processes).  After each run it checks that the injected stragglers (from the job's
 ``.generator.json``, written by ``gen_cluster_job.py``) are exactly the reported slow ranks.
 
-    python benchmarks/gen_cluster_job.py --out /tmp/job1024 --ranks 1024 --size-mb 2
+    python benchmarks/gen_cluster_job.py --out /tmp/job1024 --ranks 1024 --size-mb 2 \
+        --stragglers 17:1.3,600:1.25,1001:1.2
     python benchmarks/bench_cluster.py /tmp/job1024 --variants cluster-only,local,dask1,dask2
 """
 
@@ -19,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -53,6 +57,7 @@ def run_variant(job: Path, variant: str) -> dict:
     import psutil
 
     with tempfile.TemporaryDirectory(prefix="perfsight-bench-") as out:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         proc = subprocess.Popen(
             [sys.executable, "-c", DRIVER, str(job), out, variant],
@@ -71,10 +76,12 @@ def run_variant(job: Path, variant: str) -> dict:
             time.sleep(0.1)
         wall = time.perf_counter() - started
         stdout, stderr = proc.communicate()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the driver and the workers it waited for
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     if proc.returncode != 0:
         raise SystemExit(f"{variant} failed:\n{stderr[-3000:]}")
     found = json.loads(stdout.strip().splitlines()[-1])
-    return {"variant": variant, "wall_s": wall, "peak_rss_mb": peak / 2**20, **found}
+    return {"variant": variant, "wall_s": wall, "cpu_s": cpu, "peak_rss_mb": peak / 2**20, **found}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,12 +97,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"stragglers {injected}; machine: {platform.machine()}, {os.cpu_count()} CPUs, "
         f"load average {os.getloadavg()[0]:.1f} at start"
     )
-    print("| variant | wall s | peak RSS MB (tree) | slow ranks found | injected found exactly | load avg |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| variant | wall s | CPU s (tree) | CPU ms / rank | peak RSS MB (tree) | slow ranks found "
+        "| injected found exactly | load avg |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for variant in args.variants.split(","):
         row = run_variant(args.job, variant.strip())
         print(
-            f"| {row['variant']} | {row['wall_s']:.1f} | {row['peak_rss_mb']:.0f} | {row['slow']} | "
+            f"| {row['variant']} | {row['wall_s']:.1f} | {row['cpu_s']:.1f} | "
+            f"{1000 * row['cpu_s'] / max(1, manifest['ranks']):.0f} | {row['peak_rss_mb']:.0f} | "
+            f"{row['slow']} | "
             f"{'yes' if row['slow'] == injected else 'NO'} | {os.getloadavg()[0]:.1f} |",
             flush=True,
         )

@@ -16,18 +16,32 @@ at a random position.
 cache exists (``--cache`` reused).  "(CPU)" columns are the process CPU time of the request (all
 threads): the machine is shared, and wall time includes waiting for a core.
 
+Window queries are also timed *in the server alone*: the request is handed to the ASGI app directly
+(no test client, no HTTP parsing), so the process CPU time around it is the server's own work --
+middleware, routing, parameter validation, the query and JSON encoding -- which is what a loaded
+machine multiplies.  The test client itself costs about 3 ms of CPU per request.  Per zoom level
+(whole trace, 10 %, 1 %, 0.01 %), ``--per-zoom`` random windows each give p50/p95 of that server
+CPU and wall time.
+
+The trace may also be an already analysed run folder (``perfsight analyse`` output): it is opened
+as it is, nothing is generated.
+
 Usage::
 
     python benchmarks/bench_server.py --trace /tmp/gen10m/rank0.pt.trace.json \\
-        [--first-view-trace /tmp/gen1g/rank0.pt.trace.json] [--queries 300] [--write-md docs/BENCHMARKS.md]
+        [--first-view-trace /tmp/gen1g/rank0.pt.trace.json] [--queries 300] [--per-zoom 50] \\
+        [--write-md docs/BENCHMARKS.md]
 
 A trace path that does not exist is generated with ``benchmarks/gen_kineto_trace.py``
-(``--size-mb``: 2800 gives about 10 million events).
+(``--size-mb``: the default 5700 gives about 10.4 million events, 13,301 steps; 1024 for the
+first-view trace).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
 import datetime as dt
 import os
 import platform
@@ -36,7 +50,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +109,106 @@ def _p95(values: list[float]) -> float:
     return ordered[int(0.95 * (len(ordered) - 1))]
 
 
+class DirectASGI:
+    """GET requests handed straight to the ASGI app: the process CPU time around one is the server's
+    work alone (no test client, no HTTP parsing).
+
+    The app runs on an event loop in a thread of its own under one long-lived task, as under
+    uvicorn: AnyIO keeps a sync route's worker thread only as long as the task that started it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def serve() -> None:
+            self._stop = asyncio.Event()
+            ready.set()
+            await self._stop.wait()
+
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(serve(),), daemon=True)
+        self.thread.start()
+        ready.wait()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self._stop.set)
+        self.thread.join()
+
+    def get(self, path: str, **params: Any) -> tuple[int, bytes]:
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": urllib.parse.urlencode(params).encode(),
+            "root_path": "",
+            "headers": [(b"host", b"127.0.0.1:8080")],
+            "client": ("127.0.0.1", 50000),
+            "server": ("127.0.0.1", 8080),
+        }
+        status, body = [0], []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            else:
+                body.append(message.get("body", b""))
+
+        asyncio.run_coroutine_threadsafe(self.app(scope, receive, send), self.loop).result()
+        return status[0], b"".join(body)
+
+
+ZOOMS = (1.0, 0.1, 0.01, 1e-4)
+
+
+def server_windows(trace: Path, cache: Path, width: int, per_zoom: int, seed: int) -> dict[str, Any]:
+    """Server-only CPU and wall time of window queries at fixed zoom levels (random positions)."""
+    import orjson
+
+    from perfsight.server import create_app
+
+    rng = random.Random(seed + 1)
+    run = trace.relative_to(trace.parent).as_posix()
+    direct = DirectASGI(create_app(trace.parent, cache_dir=cache))
+    code, body = direct.get("/api/run/timeline/tracks", run=run)
+    if code != 200:
+        raise SystemExit(f"/timeline/tracks: HTTP {code} {body[:200]!r}")
+    end = orjson.loads(body)["end_ns"]
+    direct.get("/api/run/timeline/window", run=run, start_ns=0, end_ns=end, width_px=width)  # opens it
+    out: dict[str, Any] = {}
+    every_cpu: list[float] = []
+    for zoom in ZOOMS:
+        cpu, wall, entries = [], [], []
+        span = max(1000, int(end * zoom))
+        for _ in range(per_zoom):
+            lo = rng.randint(0, max(0, end - span))
+            start, cpu0 = time.perf_counter(), time.process_time()
+            code, body = direct.get(
+                "/api/run/timeline/window", run=run, start_ns=lo, end_ns=lo + span, width_px=width
+            )
+            wall.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - cpu0)
+            if code != 200:
+                raise SystemExit(f"window {lo}+{span}: HTTP {code} {body[:200]!r}")
+            entries.append(orjson.loads(body)["events"])
+        every_cpu.extend(cpu)
+        out[zoom] = {
+            "cpu_p50_ms": 1000 * statistics.median(cpu),
+            "cpu_p95_ms": 1000 * _p95(cpu),
+            "wall_p50_ms": 1000 * statistics.median(wall),
+            "wall_p95_ms": 1000 * _p95(wall),
+            "entries": statistics.mean(entries),
+        }
+    direct.close()
+    return {"zooms": out, "zoom_cpu_p95_ms": 1000 * _p95(every_cpu)}
+
+
 def first_view(trace: Path, cache: Path, width: int) -> dict[str, Any]:
     run = trace.relative_to(trace.parent).as_posix()
     with _client(trace.parent, cache) as client:
@@ -110,20 +226,33 @@ def first_view(trace: Path, cache: Path, width: int) -> dict[str, Any]:
 
 
 def window_p95(trace: Path, cache: Path, width: int, queries: int, seed: int) -> dict[str, Any]:
+    """Random windows through the test client (round trip), then the same windows in the server alone."""
+    from perfsight.server import create_app
+
     rng = random.Random(seed)
     run = trace.relative_to(trace.parent).as_posix()
-    times, returned = [], []
+    times, returned, windows = [], [], []
     with _client(trace.parent, cache) as client:
         end = client.get("/api/run/timeline/tracks", params={"run": run}).json()["end_ns"]
         CPU_TIMES.clear()
         for _ in range(queries):
             span = max(1000, int(end * 10 ** rng.uniform(-5, 0)))
             lo = rng.randint(0, max(0, end - span))
+            windows.append((lo, lo + span))
             elapsed, body = _timed(
                 client, "/api/run/timeline/window", run=run, start_ns=lo, end_ns=lo + span, width_px=width
             )
             times.append(elapsed)
             returned.append(body["events"])
+    direct = DirectASGI(create_app(trace.parent, cache_dir=cache))
+    direct.get("/api/run/timeline/window", run=run, start_ns=0, end_ns=end, width_px=width)  # opens it
+    server_cpu, server_wall = [], []
+    for lo, hi in windows:
+        start, cpu0 = time.perf_counter(), time.process_time()
+        direct.get("/api/run/timeline/window", run=run, start_ns=lo, end_ns=hi, width_px=width)
+        server_wall.append(time.perf_counter() - start)
+        server_cpu.append(time.process_time() - cpu0)
+    direct.close()
     times.sort()
     return {
         "queries": queries,
@@ -131,21 +260,76 @@ def window_p95(trace: Path, cache: Path, width: int, queries: int, seed: int) ->
         "p95_ms": 1000 * times[int(0.95 * (len(times) - 1))],
         "max_ms": 1000 * times[-1],
         "cpu_p95_ms": 1000 * _p95(CPU_TIMES),
+        "server_wall_p95_ms": 1000 * _p95(server_wall),
+        "server_cpu_p50_ms": 1000 * statistics.median(server_cpu),
+        "server_cpu_p95_ms": 1000 * _p95(server_cpu),
         "mean_returned": statistics.mean(returned),
         "max_returned": max(returned),
     }
 
 
-def overview(trace: Path, cache: Path, repeats: int = 20) -> dict[str, Any]:
-    """Overview of a cached run: the first call of a fresh server, then warm repeats."""
+def pyramid_vs_raw(trace: Path, cache: Path, width: int, per_zoom: int, seed: int) -> dict[float, float]:
+    """CPU of the window query + JSON encoding, side by side in one run: with the index's
+    level-of-detail pyramid, and with the raw arrays only (the lanes' ``levels`` hidden: the
+    per-pixel binary search the index had before).  Returns p95 raw / p95 pyramid per zoom level."""
+    import copy
+
+    import orjson
+
+    from perfsight.server import create_app, timeline
+
     run = trace.relative_to(trace.parent).as_posix()
+    app = create_app(trace.parent, cache_dir=cache)
+    app.state.registry.status(app.state.registry.run(run), start=True)
+    pyramid = app.state.registry.opened(run)
+    raw = copy.copy(pyramid)
+    raw.ranks = {}
+    for rank, data in pyramid.ranks.items():
+        arrays = copy.copy(data.timeline)
+        arrays.meta = {**arrays.meta, "lanes": [{**lane, "levels": []} for lane in arrays.meta["lanes"]]}
+        raw.ranks[rank] = dataclasses.replace(data, timeline=arrays)
+    rng = random.Random(seed + 2)
+    end = pyramid.end_ns
+    ratios = {}
+    for zoom in ZOOMS:
+        span = max(1000, int(end * zoom))
+        cpu: dict[str, list[float]] = {"pyramid": [], "raw": []}
+        for _ in range(per_zoom):
+            lo = rng.randint(0, max(0, end - span))
+            for name, opened in (("pyramid", pyramid), ("raw", raw)):
+                cpu0 = time.process_time()
+                body = timeline.window(opened, lo, lo + span, width, None, None)
+                orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+                cpu[name].append(time.process_time() - cpu0)
+        ratios[zoom] = _p95(cpu["raw"]) / max(_p95(cpu["pyramid"]), 1e-9)
+        print(
+            f"zoom {zoom:g}: window()+JSON CPU p95 raw {1000 * _p95(cpu['raw']):.1f} ms, "
+            f"pyramid {1000 * _p95(cpu['pyramid']):.1f} ms",
+            flush=True,
+        )
+    return ratios
+
+
+def overview(trace: Path, cache: Path, repeats: int = 20) -> dict[str, Any]:
+    """Overview of a cached run: the first call of a fresh server, warm repeats, then the first call of
+    another fresh server (which reads the overview saved in the cache by the analysis or the first)."""
+    from perfsight.server import pages
+
+    run = trace.relative_to(trace.parent).as_posix()
+    pages.clear_memo()  # the memo is per process: start as a restarted server would
     with _client(trace.parent, cache) as client:
         CPU_TIMES.clear()
         cold, body = _timed(client, "/api/run/overview", run=run)
         cold_cpu = CPU_TIMES[-1]
         CPU_TIMES.clear()
         warm = [_timed(client, "/api/run/overview", run=run)[0] for _ in range(repeats)]
+    pages.clear_memo()
+    with _client(trace.parent, cache) as client:  # another fresh server: the saved overview
+        CPU_TIMES.clear()
+        saved = _timed(client, "/api/run/overview", run=run)[0]
     return {
+        "saved_ms": 1000 * saved,
+        "saved_cpu_ms": 1000 * CPU_TIMES[-1],
         "steps": len(body["steps"]),
         "cold_ms": 1000 * cold,
         "cold_cpu_ms": 1000 * cold_cpu,
@@ -167,10 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--trace", type=Path, required=True, help="the ~10M-event trace (generated if absent)"
     )
-    parser.add_argument("--size-mb", type=int, default=2800, help="size when generating --trace")
+    parser.add_argument("--size-mb", type=int, default=5700, help="size when generating --trace")
     parser.add_argument("--first-view-trace", type=Path, help="the 1 GB trace for the first-view figure")
     parser.add_argument("--width", type=int, default=2000)
     parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--per-zoom", type=int, default=50, help="windows per fixed zoom level")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache", type=Path, help="server cache dir (default: a temporary one)")
     parser.add_argument("--write-md", type=Path, help="append the results as a table to this Markdown file")
@@ -183,12 +368,15 @@ def main(argv: list[str] | None = None) -> int:
         if not trace.exists():
             _generate(trace, args.size_mb if trace == args.trace else 1024)
         run, analyse_s = _analyse(trace, cache)
-        size_mb = trace.stat().st_size / 2**20
+        files = [trace] if trace.is_file() else [p for p in trace.rglob("*") if p.is_file()]
+        size_mb = sum(p.stat().st_size for p in files) / 2**20
         view = first_view(trace, cache, args.width)
         lod = window_p95(trace, cache, args.width, args.queries, args.seed)
+        zooms = server_windows(trace, cache, args.width, args.per_zoom, args.seed)
+        zooms["raw_over_pyramid"] = pyramid_vs_raw(trace, cache, args.width, args.per_zoom, args.seed)
         ov = overview(trace, cache)
         row = {"trace": trace.parent.name + "/" + trace.name, "size_mb": size_mb, "analyse_s": analyse_s}
-        row.update(**view, **lod, **ov)
+        row.update(**view, **lod, **zooms, **ov)
         rows.append(row)
         print(row, flush=True)
     if args.write_md:
@@ -198,9 +386,10 @@ def main(argv: list[str] | None = None) -> int:
             f"Command: `python benchmarks/bench_server.py {' '.join(argv or sys.argv[1:])}`",
             "",
             "| trace | MB | events | steps | analyse s | first view s (tracks + full window) | window p50 ms "
-            "| window p95 ms (CPU) | window max ms | entries/window mean (max) | overview cold ms (CPU) "
-            "| overview warm p95 ms (CPU) |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| window p95 ms (CPU) | window max ms | server alone: window CPU p50 / p95 ms (wall p95) "
+            "| entries/window mean (max) | overview cold ms (CPU) | overview warm p95 ms (CPU) "
+            "| overview, next fresh server ms (CPU) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in rows:
             lines.append(
@@ -208,10 +397,31 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['analyse_s']:.1f} | {r['first_view_s']:.2f} "
                 f"({r['tracks_s']:.2f} + {r['window_s']:.2f}) | "
                 f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} ({r['cpu_p95_ms']:.1f}) | {r['max_ms']:.1f} | "
+                f"{r['server_cpu_p50_ms']:.1f} / {r['server_cpu_p95_ms']:.1f} "
+                f"({r['server_wall_p95_ms']:.1f}) | "
                 f"{r['mean_returned']:.0f} ({r['max_returned']}) | "
                 f"{r['cold_ms']:.0f} ({r['cold_cpu_ms']:.0f}) | "
-                f"{r['warm_p95_ms']:.0f} ({r['warm_cpu_p95_ms']:.0f}) |"
+                f"{r['warm_p95_ms']:.0f} ({r['warm_cpu_p95_ms']:.0f}) | "
+                f"{r['saved_ms']:.0f} ({r['saved_cpu_ms']:.0f}) |"
             )
+        lines += [
+            "",
+            "Server alone, per zoom level (fraction of the trace; random positions): CPU p50 / p95 ms, "
+            "wall p50 / p95 ms, entries per window; last row per trace: CPU p95 of the query + JSON "
+            "without the pyramid / with it, same windows, same run:",
+            "",
+            "| trace | " + " | ".join(f"{z:g}" for z in ZOOMS) + " |",
+            "|---|" + "---:|" * len(ZOOMS),
+        ]
+        for r in rows:
+            cells = [
+                f"{z['cpu_p50_ms']:.1f} / {z['cpu_p95_ms']:.1f}; "
+                f"{z['wall_p50_ms']:.1f} / {z['wall_p95_ms']:.1f}; {z['entries']:.0f}"
+                for z in r["zooms"].values()
+            ]
+            lines.append(f"| {r['trace']} | " + " | ".join(cells) + " |")
+            ratios = [f"{r['raw_over_pyramid'][z]:.1f}x" for z in ZOOMS]
+            lines.append("| raw arrays / pyramid | " + " | ".join(ratios) + " |")
         with open(args.write_md, "a", encoding="utf-8") as handle:
             handle.write("\n".join(lines) + "\n")
     return 0

@@ -88,10 +88,15 @@ def run_child(tool: str, trace: Path, out_dir: Path) -> int:
 
             import perfsight
 
-            # imports are excluded on both sides: HTA's module import brings pandas; pyarrow brings
-            # it on first use and perfsight loads its writers lazily, so load them here
-            for module in ("pandas", "perfsight.export.mindspore_csv", "perfsight.export.trace_view",
-                           "perfsight.export.sqlite_db", "perfsight.store.cache"):  # fmt: skip
+            # imports are excluded on both sides: HTA's module import brings pandas; perfsight loads
+            # its analyses and writers lazily, and pyarrow loads numpy.ma on its first conversion,
+            # so load them here (not pandas: perfsight never needs it, see
+            # perfsight.ingest.lazy_pandas)
+            for module in ("numpy.ma", "perfsight.api", "perfsight.pipeline",
+                           "perfsight.export.mindspore_csv", "perfsight.export.trace_view",
+                           "perfsight.export.communication_json",
+                           "perfsight.export.sqlite_db", "perfsight.store.cache",
+                           "perfsight.store.timeline_index"):  # fmt: skip
                 importlib.import_module(module)
             analyse = getattr(perfsight, "analyse", None)
             if analyse is None:

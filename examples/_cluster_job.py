@@ -50,6 +50,7 @@ def _rank_main(rank: int, worker: Worker, world_size: int, port: int, out_dir: P
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
         worker(rank, world_size, out_dir, args)
+        dist.barrier()  # all ranks done before gloo is torn down: torch 2.13 may abort at exit otherwise
     finally:
         dist.destroy_process_group()
 

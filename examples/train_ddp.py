@@ -95,6 +95,7 @@ def _worker(rank: int, world_size: int, port: int, args: argparse.Namespace) -> 
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
         train(rank, world_size, args)
+        dist.barrier()  # all ranks done before gloo is torn down: torch 2.13 may abort at exit otherwise
     finally:
         dist.destroy_process_group()
 
@@ -129,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dist.init_process_group("gloo")
         try:
             train(dist.get_rank(), dist.get_world_size(), args)
+            dist.barrier()  # all ranks done before gloo is torn down: torch 2.13 may abort at exit otherwise
         finally:
             dist.destroy_process_group()
     else:

@@ -34,7 +34,9 @@ def train(rank: int, world_size: int, out: Path, args: argparse.Namespace) -> No
     """Rank ``rank`` is stage ``rank % STAGES`` of pipeline ``rank // STAGES``."""
     stage_index, replica = rank % STAGES, rank // STAGES
     # every rank creates every group, in the same order (torch.distributed requires it)
-    dp_groups = [dist.new_group([s + STAGES * r for r in range(REPLICAS)]) for s in range(STAGES)]
+    dp_groups = [
+        dist.new_group([s + STAGES * r for r in range(REPLICAS)], group_desc="dp") for s in range(STAGES)
+    ]  # "dp": recorded with the group, it tells the analysis what the group is for
     dp_group = dp_groups[stage_index]
     torch.manual_seed(stage_index)  # replicas of a stage start from the same weights
     stage = make_stage(args.layers)

@@ -2,14 +2,12 @@
 
 Why this exists: the cluster analysis must recognise pipeline stages from a real job's p2p traffic,
 measure each stage's compute, bubble and receive waits, and report an overloaded stage.  Each rank
-holds one stage (a few linear layers); a step runs a GPipe schedule -- all micro-batches forward
-(activations sent to the next stage), then all backward (gradients sent back) -- with
-``torch.distributed`` send/recv on gloo, then an optimizer step.  ``--overload-stage S`` gives
-stage S extra layers so that it dominates the pipeline.
-
-The schedule is written out with ``dist.send``/``dist.recv`` rather than
-``torch.distributed.pipelining``: on the CPU/gloo build used here, its ``ScheduleGPipe`` hung in
-metadata inference, and the explicit loop records exactly the same kind of p2p ops.
+holds one stage (a few linear layers) and ``--overload-stage S`` gives stage S extra layers so that
+it dominates the pipeline.  By default the schedule is ``torch.distributed.pipelining``'s
+(``PipelineStage`` + ``ScheduleGPipe``, or ``Schedule1F1B`` with ``--schedule 1f1b``) on gloo;
+``--schedule manual`` runs the same GPipe step written out with ``dist.send``/``dist.recv`` (the
+2-D example reuses it).  Each stage is given its input and output shapes, so the library does no
+shape inference at start-up.
 
     python examples/train_pp.py --out runs/pp --stages 2 --overload-stage 1
 
@@ -20,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -37,12 +35,15 @@ def make_stage(layers: int) -> nn.Module:
     return nn.Sequential(*[m for _ in range(layers) for m in (nn.Linear(WIDTH, WIDTH), nn.Tanh())])
 
 
-def gpipe_step(stage: nn.Module, micro: int, micro_batches: int, prev: int | None, nxt: int | None) -> None:
+def gpipe_step(
+    stage: nn.Module, micro: int, micro_batches: int, prev: int | None, nxt: int | None
+) -> torch.Tensor:
     """One GPipe step of this rank's stage: every micro-batch forward, then every one backward.
 
     ``prev`` / ``nxt``: global ranks of the previous / next stage (None at the ends of the pipe).
+    Returns the mean loss over the micro-batches on the last stage, 0 elsewhere.
     """
-    inputs, outputs = [], []
+    inputs, outputs, losses = [], [], [torch.zeros(())]
     for _ in range(micro_batches):
         if prev is None:
             x = torch.randn(micro, WIDTH)
@@ -57,13 +58,50 @@ def gpipe_step(stage: nn.Module, micro: int, micro_batches: int, prev: int | Non
         outputs.append(y)
     for x, y in zip(reversed(inputs), reversed(outputs), strict=True):  # last micro-batch first
         if nxt is None:
-            y.pow(2).mean().backward()
+            loss = y.pow(2).mean()
+            loss.backward()
+            losses.append(loss.detach() / micro_batches)
         else:
             grad = torch.empty(micro, WIDTH)
             dist.recv(grad, src=nxt)
             y.backward(grad)
         if prev is not None:
             dist.send(x.grad, dst=prev)
+    return torch.stack(losses).sum()
+
+
+def library_schedule(
+    stage: nn.Module, rank: int, world_size: int, args: argparse.Namespace
+) -> Callable[[], torch.Tensor]:
+    """One training step of ``torch.distributed.pipelining`` for this rank's stage; the step
+    returns the mean loss on the last stage, 0 elsewhere."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    micro = args.batch_size // args.micro_batches
+    pipe_stage = PipelineStage(
+        stage,
+        stage_index=rank,
+        num_stages=world_size,
+        device=torch.device("cpu"),
+        # shapes given up front: no metadata exchange; received activations need gradients
+        input_args=(torch.empty(micro, WIDTH, requires_grad=rank > 0),),
+        output_args=torch.empty(micro, WIDTH, requires_grad=True),
+    )
+    kind = Schedule1F1B if args.schedule == "1f1b" else ScheduleGPipe
+    schedule = kind(pipe_stage, n_microbatches=args.micro_batches, loss_fn=lambda y, _t: y.pow(2).mean())
+    target = torch.zeros(args.batch_size, WIDTH)
+
+    def step() -> torch.Tensor:
+        losses: list[torch.Tensor] = []
+        if rank == 0:
+            schedule.step(torch.randn(args.batch_size, WIDTH))
+        elif rank == world_size - 1:
+            schedule.step(target=target, losses=losses)
+        else:
+            schedule.step()
+        return torch.stack(losses).mean().detach() if losses else torch.zeros(())
+
+    return step
 
 
 def train(rank: int, world_size: int, out: Path, args: argparse.Namespace) -> None:
@@ -72,11 +110,20 @@ def train(rank: int, world_size: int, out: Path, args: argparse.Namespace) -> No
     layers = args.layers * (args.overload_factor if rank == args.overload_stage else 1)
     stage = make_stage(layers)
     optimizer = torch.optim.SGD(stage.parameters(), lr=0.01)
-    prev = rank - 1 if rank > 0 else None
-    nxt = rank + 1 if rank < world_size - 1 else None
+    if args.schedule == "manual":
+        prev = rank - 1 if rank > 0 else None
+        nxt = rank + 1 if rank < world_size - 1 else None
+        micro = args.batch_size // args.micro_batches
+
+        def step() -> torch.Tensor:
+            return gpipe_step(stage, micro, args.micro_batches, prev, nxt)
+    else:
+        step = library_schedule(stage, rank, world_size, args)
     with _cluster_job.profiled(out, rank, args.active) as prof:
         for _ in range(_cluster_job.total_steps(args.active)):
-            gpipe_step(stage, args.batch_size // args.micro_batches, args.micro_batches, prev, nxt)
+            loss = step()
+            if args.report_loss:  # the last stage's loss to every rank, as a training log would
+                dist.all_reduce(loss.reshape(1))
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             prof.step()
@@ -91,6 +138,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--overload-factor", type=int, default=4, help="how many times the layers")
     parser.add_argument("--micro-batches", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument(
+        "--report-loss", action="store_true", help="all-reduce the step's loss over every stage"
+    )
+    parser.add_argument(
+        "--schedule", choices=("gpipe", "1f1b", "manual"), default="gpipe",
+        help="torch.distributed.pipelining's GPipe or 1F1B, or the explicit send/recv GPipe",
+    )  # fmt: skip
     parser.add_argument("--active", type=int, default=3, help="profiled steps")
     return parser.parse_args(argv)
 

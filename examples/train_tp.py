@@ -2,9 +2,16 @@
 
 Why this exists: in tensor (model) parallelism communication sits inside forward and backward, so
 the cluster analysis must split each rank's step into computation and pure (not overlapped)
-communication rather than gap / forward+backward / tail.  The model is a two-layer MLP block
-sharded Megatron-style: the first linear column-wise, the second row-wise (an all-reduce of the
-output in forward, of the input gradient in backward), on a 1-D CPU device mesh over gloo.
+communication rather than gap / forward+backward / tail, and must recognise the job as tensor
+parallel from its process groups.  The model is two MLP blocks, each sharded Megatron-style: the
+first linear column-wise, the second row-wise.  Per step that is three all-reduces of a
+(batch, width) activation: one per block in forward (the row-wise output), and one in backward
+(the input gradient of the second block; the first block's input needs none).
+
+The 1-D CPU device mesh names its dimension ``tp`` and gets its own gloo group, so the group is
+recorded as ``mesh_tp`` -- as every dimension of a multi-dimensional mesh is.  (A 1-D mesh over
+the whole world would otherwise reuse the unnamed default group, and nothing in the trace would
+say the traffic is tensor parallel.)
 
     python examples/train_tp.py --out runs/tp
 
@@ -26,14 +33,19 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _cluster_job  # noqa: E402
 
+BLOCKS = 2
+
 
 def train(rank: int, world_size: int, out: Path, args: argparse.Namespace) -> None:
     torch.manual_seed(0)  # every rank builds the same full model, then keeps its shard
+    width, hidden = args.width, 4 * args.width
     block = nn.Sequential(
-        nn.Linear(args.width, 4 * args.width), nn.GELU(), nn.Linear(4 * args.width, args.width)
+        *[m for _ in range(BLOCKS) for m in (nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width))]
     )
-    mesh = init_device_mesh("cpu", (world_size,))
-    block = parallelize_module(block, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("tp",), backend_override={"tp": "gloo"})
+    plan = {str(3 * b): ColwiseParallel() for b in range(BLOCKS)}
+    plan |= {str(3 * b + 2): RowwiseParallel() for b in range(BLOCKS)}
+    block = parallelize_module(block, mesh, plan)
     optimizer = torch.optim.SGD(block.parameters(), lr=0.01)
     generator = torch.Generator().manual_seed(1)  # the same batch on every rank, as TP requires
     with _cluster_job.profiled(out, rank, args.active) as prof:

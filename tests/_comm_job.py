@@ -75,6 +75,7 @@ def run(rank: int, world: int, port: int, out: Path) -> None:
     prof.export_chrome_trace(str(out / f"trace_{rank}.json"))
     pq.write_table(table, out / f"comm_{rank}.parquet")
     (out / f"clock_{rank}.json").write_text(json.dumps(clock.to_dict()))
+    dist.barrier()  # all ranks done before gloo is torn down: torch 2.13 may abort at exit otherwise
     dist.destroy_process_group()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,9 @@ JOB_TIMEOUT = 600
 HIDDEN = 256
 FEATURES = 128  # examples/train_ddp_straggler.py's MLP: Linear(128, 256) -> ReLU -> Linear(256, 10)
 DDP_PARAM_BYTES = 4 * (FEATURES * HIDDEN + HIDDEN + HIDDEN * 10 + 10)
-PP_MICRO, PP_WIDTH, PP_MICRO_BATCHES = 16, 64, 4  # train_pp.py defaults: batch 64 in 4 micro-batches
+# the pipeline fixture's --batch-size, and train_pp.py's width and micro-batches
+PP_BATCH, PP_WIDTH, PP_MICRO_BATCHES = 256, 64, 4
+PP_MICRO = PP_BATCH // PP_MICRO_BATCHES
 
 
 def _run_example(script: str, *args: str) -> None:
@@ -47,7 +50,11 @@ def straggler_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def pipeline_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("pp_overloaded")
-    _run_example("train_pp.py", "--out", str(out), "--stages", "2", "--overload-stage", "1")
+    _run_example(
+        "train_pp.py", "--out", str(out), "--stages", "2", "--overload-stage", "1",
+        "--batch-size", str(PP_BATCH),
+    )  # fmt: skip
+    # batch 256: compute in ms per step, well above a preempted op's noise on a loaded 2-core machine
     return out
 
 
@@ -70,6 +77,8 @@ def test_every_collective_is_matched_on_every_rank_with_its_tensor_bytes(straggl
     ops = result.matched.ops
     assert (ops.groupby("instance")["rank"].nunique() == 2).all()
     assert result.matched.unmatched_by_rank() == {}
+    # DDP's gradient all-reduces run on the default group, which records no role: assumed data parallel
+    assert result.parallel.modes == ["data"] and result.parallel.groups == {"data": [(0, 1)]}
     # DDP reduces every gradient once per step: the all-reduced bytes of a step are the model's
     reduced = ops.loc[(ops["collective"] == "all_reduce") & (ops["rank"] == 0)].groupby("step")["bytes"].sum()
     assert set(reduced.astype("int64")) == {DDP_PARAM_BYTES}
@@ -133,3 +142,20 @@ def test_dask_local_cluster_gives_identical_results(straggler_job: Path) -> None
     pd.testing.assert_frame_equal(reference.steps, on_dask.steps)
     pd.testing.assert_frame_equal(reference.slow_ranks.table, on_dask.slow_ranks.table)
     pd.testing.assert_frame_equal(reference.matrix, on_dask.matrix)
+
+
+def test_a_recorded_parallel_layout_names_the_mode_of_an_unnamed_group(
+    straggler_job: Path, tmp_path: Path
+) -> None:
+    # what prof.add_metadata_json("parallel_layout", '{"tensor_parallel": 2}') writes in each run
+    # folder: the job's all-reduces on the default group are then tensor-, not data-parallel
+    job = tmp_path / "job"
+    shutil.copytree(straggler_job, job)
+    for path in job.glob("*/profiler_metadata.json"):
+        metadata = json.loads(path.read_text())
+        metadata["parallel_layout"] = {"tensor_parallel": 2, "data_parallel": 1}
+        path.write_text(json.dumps(metadata))
+    result = analyse_job(job, executor="serial", per_rank_outputs=False)
+    assert result.parallel.modes == ["tensor"]
+    assert result.parallel.groups == {"tensor": [(0, 1)]}
+    assert result.parallel.evidence["tensor"][0] == "parallel_layout tensor_parallel = 2"

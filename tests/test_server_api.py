@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from _server_helpers import NCCL, TWO_RANKS, copy_into, wait_ready
 from conftest import kineto_file, ns_exact, raw_events_exact
-from perfsight.server import create_app
+from perfsight.server import create_app, pages
 
 RUN = "gpu/nccl_data.json.gz"
 JOB = "job"
@@ -101,6 +101,30 @@ def test_overview_steps_and_shares_match_the_raw_trace(ready: TestClient, raw: l
     assert overview["device"] and "A100" in overview["device"]
     by_kind = {k["kind"]: k["count"] for k in overview["timeline"]["by_kind"]}
     assert by_kind["kernel"] + by_kind["communication"] >= sum(1 for e in raw if e["cat"] == "kernel")
+
+
+def test_a_fresh_server_serves_the_overview_the_analysis_saved_and_only_while_it_matches(
+    served: tuple[TestClient, Path], ready: TestClient, tmp_path: Path
+) -> None:
+    _, base = served
+    first = get(ready, "/api/run/overview")
+    saved = list((base / RUN).parent.rglob(pages.OVERVIEW_FILE))
+    assert len(saved) == 1  # written by the background analysis, in the run's cache
+    key, _, body = saved[0].read_bytes().partition(b"\n")
+    pages.clear_memo()
+    with TestClient(create_app(base, cache_dir=tmp_path)) as fresh:
+        assert get(fresh, "/api/run/overview") == first
+    saved[0].write_bytes(key + b"\n" + body.replace(b'"rank":0', b'"rank":7'))
+    pages.clear_memo()
+    with TestClient(create_app(base, cache_dir=tmp_path)) as fresh:  # it is read, not recomputed
+        assert get(fresh, "/api/run/overview")["rank"] == 7
+    # a saved body whose key no longer matches (another origin, other code) is not served
+    stale = key.replace(b'"origin":', b'"origin":1') + b"\n" + body.replace(b'"rank":0', b'"rank":7')
+    saved[0].write_bytes(stale)
+    pages.clear_memo()
+    with TestClient(create_app(base, cache_dir=tmp_path)) as fresh:
+        assert get(fresh, "/api/run/overview") == first
+    assert saved[0].read_bytes().partition(b"\n")[0] == key  # and it was saved again
 
 
 def test_operator_types_sort_and_page_like_one_sorted_list(

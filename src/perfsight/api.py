@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from perfsight.ingest import TraceReadError, find_traces, read_trace, run_folder
+from perfsight.ingest.lazy_pandas import pandas_deferred
 from perfsight.model import Trace
 from perfsight.pipeline import Options, RankResult, analyse_trace, write_outputs
 
@@ -154,16 +155,17 @@ def analyse(
         raise InputError(f"unknown export type(s) {sorted(unknown)}; choose from text, db")
     root = Path(out) if out is not None else default_output_root(path)
     results = []
-    for source, trace in read_all(path, options, progress):
-        results.append((source, analyse_trace(trace, options)))
-        if progress is not None:
-            progress.update(1)
     ranks: dict[int, RankResult] = {}
-    for result, rank_dir in _rank_dirs(results, root):
-        write_outputs(result, rank_dir, options)
-        ranks.setdefault(result.trace.rank, result)
-        if progress is not None:
-            progress.update(1)
+    with pandas_deferred():  # reading, analyses and writers never need pandas: keep its 32 MB out
+        for source, trace in read_all(path, options, progress):
+            results.append((source, analyse_trace(trace, options)))
+            if progress is not None:
+                progress.update(1)
+        for result, rank_dir in _rank_dirs(results, root):
+            write_outputs(result, rank_dir, options)
+            ranks.setdefault(result.trace.rank, result)
+            if progress is not None:
+                progress.update(1)
     return Analysis(ranks=ranks, output_root=root)
 
 

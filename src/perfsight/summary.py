@@ -44,10 +44,13 @@ def rank_summary(result: RankResult) -> dict[str, Any]:
     for row in steps:
         row.update({k: v for k, v in by_step.get(row["step"], {}).items() if k != "step"})
     total_step = sum(overlap.column("step_ns").to_pylist()) if overlap.num_rows else 0
-    shares = {
-        label: (sum(overlap.column(col).to_pylist()) / total_step if total_step else 0.0)
-        for label, col in _SHARE_COLUMNS.items()
-    }
+    shares = (
+        {  # none when no step could be broken down (a legacy run without its timeline)
+            label: sum(overlap.column(col).to_pylist()) / total_step for label, col in _SHARE_COLUMNS.items()
+        }
+        if total_step
+        else {}
+    )
     stats = t["operator_stats"]
     sort_key = (
         "device_total_ns"
@@ -120,7 +123,10 @@ def format_text(summaries: list[dict[str, Any]]) -> str:
         shares = s["time_shares"]
         lines.append(
             "where the time goes: "
-            + ", ".join(f"{label.replace('_', ' ')} {share:.1%}" for label, share in shares.items())
+            + (
+                ", ".join(f"{label.replace('_', ' ')} {share:.1%}" for label, share in shares.items())
+                or "unknown"
+            )
         )
         lines.append(f"top operators (by {s['top_operators_by'].replace('_ns', '').replace('_', ' ')}):")
         on_device = s["top_operators_by"] == "device_total_ns"

@@ -47,6 +47,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from perfsight import columns
+from perfsight.analysis import grouping
 from perfsight.model import NO_ID
 
 LINK_TYPES = ("RDMA", "HCCS", "PCIE", "SDMA", "SIO")
@@ -466,7 +467,7 @@ def step_times(times: pa.Table) -> pa.Table:
         return STEP_TIME_SCHEMA.empty_table()
     keys = ["rank", "step"]
     sums = ["elapse_ns", "transit_ns", "wait_ns", "synchronization_ns", "idle_ns"]
-    grouped = times.group_by(keys, use_threads=False).aggregate([(c, "sum") for c in sums])
+    grouped = grouping.aggregate(times, keys, [(c, "sum") for c in sums])
     grouped = grouped.sort_by([(k, "ascending") for k in keys])
     total = {c: columns.int64(grouped.column(f"{c}_sum")) for c in sums}
     return pa.Table.from_arrays(
@@ -490,7 +491,7 @@ def step_links(links: pa.Table) -> pa.Table:
         return LINK_SCHEMA.empty_table()
     keys = ["rank", "step", "link"]
     sums = ["bytes", "transit_ns", "packets", "large_packets"]
-    grouped = links.group_by(keys, use_threads=False).aggregate([(c, "sum") for c in sums])
+    grouped = grouping.aggregate(links, keys, [(c, "sum") for c in sums])
     grouped = grouped.sort_by([("rank", "ascending"), ("step", "ascending")])
     nbytes, ns, packets, large = (columns.int64(grouped.column(f"{c}_sum")) for c in sums)
     is_sdma = columns.numpy(pc.equal(grouped.column("link"), "SDMA"), null=False)

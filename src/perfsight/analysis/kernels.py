@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from perfsight import columns
+from perfsight.analysis import grouping
 from perfsight.analysis.hierarchy import launching_op
 from perfsight.analysis.index import index_of
 from perfsight.jsontext import json_text
@@ -129,8 +130,10 @@ def kernel_stats(trace: Trace, details: pa.Table | None = None) -> pa.Table:
     det = kernel_details(trace) if details is None else details
     if det.num_rows == 0:
         return KERNEL_STATS_SCHEMA.empty_table()
-    grouped = det.group_by(["rank", "name", "kind"]).aggregate(
-        [("dur_ns", "count"), ("dur_ns", "sum"), ("dur_ns", "min"), ("dur_ns", "max")]
+    grouped = grouping.aggregate(
+        det,
+        ["rank", "name", "kind"],
+        [("dur_ns", "count"), ("dur_ns", "sum"), ("dur_ns", "min"), ("dur_ns", "max")],
     )
     count = columns.int64(grouped.column("dur_ns_count"))
     total = columns.int64(grouped.column("dur_ns_sum"))

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import columns
+from perfsight.analysis import grouping
 from perfsight.analysis.hierarchy import enclosing_op
 from perfsight.analysis.index import index_of
 from perfsight.model import Trace
@@ -115,6 +116,13 @@ def memory_curve(trace: Trace) -> pa.Table:
     )
 
 
+def _valid(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Which rows hold a value (not null)."""
+    if values.null_count == 0:
+        return np.ones(len(values), bool)
+    return columns.numpy(pc.is_valid(values))
+
+
 def memory_peaks(trace: Trace, curve: pa.Table | None = None) -> pa.Table:
     """Highest allocated and reserved totals per (rank, device), and when allocated peaked.
 
@@ -123,18 +131,30 @@ def memory_peaks(trace: Trace, curve: pa.Table | None = None) -> pa.Table:
     curve = memory_curve(trace) if curve is None else curve
     if curve.num_rows == 0:
         return MEMORY_PEAKS_SCHEMA.empty_table()
-    grouped = curve.group_by(["rank", "device_type", "device_index"], use_threads=False).aggregate(
-        [("allocated_bytes", "max"), ("reserved_bytes", "max")]
+    keys = ["rank", "device_type", "device_index"]
+    grouped = grouping.aggregate(curve, keys, [("allocated_bytes", "max"), ("reserved_bytes", "max")])
+    # first instant each group reaches its allocated maximum (NumPy: Arrow's join needs Acero)
+    codes, _ = grouping.group_codes(curve, keys)
+    allocated = curve.column("allocated_bytes")
+    peak_column = grouped.column("allocated_bytes_max")
+    reached = (
+        _valid(allocated)
+        & _valid(peak_column)[codes]
+        & (columns.numpy(allocated, null=0) == columns.numpy(peak_column, null=0)[codes])
     )
-    # first instant each group reaches its allocated maximum
-    at_peak = curve.join(
-        grouped.select(["rank", "device_type", "device_index", "allocated_bytes_max"]),
-        keys=["rank", "device_type", "device_index"],
+    at_peak = pa.table(
+        {
+            "code": pa.array(codes[reached], pa.int64()),
+            "ts_ns": curve.column("ts_ns").filter(pa.array(reached)),
+        }
     )
-    reached = pc.equal(at_peak.column("allocated_bytes"), at_peak.column("allocated_bytes_max"))
-    at_peak = at_peak.filter(reached)
-    first = at_peak.group_by(["rank", "device_type", "device_index"]).aggregate([("ts_ns", "min")])
-    table = grouped.join(first, keys=["rank", "device_type", "device_index"], join_type="left outer")
+    first = grouping.aggregate(at_peak, ["code"], [("ts_ns", "min")])
+    peak_ts = np.zeros(grouped.num_rows, np.int64)
+    has_ts = np.zeros(grouped.num_rows, bool)
+    first_code = columns.int64(first.column("code"))
+    peak_ts[first_code] = columns.numpy(first.column("ts_ns_min"), null=0)
+    has_ts[first_code] = _valid(first.column("ts_ns_min"))
+    table = grouped.append_column("ts_ns_min", pa.array(peak_ts, pa.int64(), mask=~has_ts))
     table = pa.table(
         {
             "rank": table.column("rank"),

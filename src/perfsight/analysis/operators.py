@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from perfsight import columns
+from perfsight.analysis import grouping
 from perfsight.analysis.flops import row_flops
 from perfsight.analysis.hierarchy import launching_op, parents
 from perfsight.analysis.index import index_of
@@ -126,7 +127,9 @@ def operator_stats(trace: Trace, instances: pa.Table | None = None) -> pa.Table:
     inst = operator_instances(trace) if instances is None else instances
     if inst.num_rows == 0:
         return OPERATOR_STATS_SCHEMA.empty_table()
-    grouped = inst.group_by(["rank", "name"]).aggregate(
+    grouped = grouping.aggregate(
+        inst,
+        ["rank", "name"],
         [
             ("dur_ns", "count"),
             ("dur_ns", "sum"),
@@ -135,7 +138,7 @@ def operator_stats(trace: Trace, instances: pa.Table | None = None) -> pa.Table:
             ("dur_ns", "max"),
             ("device_ns", "sum"),
             ("flops", "sum"),
-        ]
+        ],
     )
     count = columns.int64(grouped.column("dur_ns_count"))
     total = columns.int64(grouped.column("dur_ns_sum"))

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from perfsight.cluster import alignment, discovery, matching, matrix, op_time, slow, step_trace
+from perfsight.cluster import alignment, discovery, matching, matrix, op_time, parallel, slow, step_trace
 from perfsight.cluster.rank import RankTask, run_rank
 from perfsight.engine import Executor, make_executor
 from perfsight.pipeline import Options
@@ -38,6 +38,7 @@ class ClusterResult:
     matched: matching.Matched
     alignment: alignment.Alignment
     stage_of: dict[int, int]
+    parallel: parallel.ParallelLayout
     steps: pd.DataFrame  # per rank and step
     rank_averages: pd.DataFrame
     stage_steps: pd.DataFrame
@@ -103,7 +104,9 @@ def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "ser
     aligned = alignment.align(digests, matched)
     op_time.add_op_times(digests, matched, aligned)
     link_rows = matrix.links(matched, digests)
-    stage_of = step_trace.stages(matched, sorted(digests))
+    layout = parallel.detect(digests, matched)
+    stage_of = step_trace.stages(matched, sorted(digests), parallel.same_stage_groups(layout))
+    parallel.check_stages(layout, stage_of)
     steps = step_trace.rank_steps(digests, stage_of)
     rank_avgs = step_trace.averages(steps, "rank")
     stage_rows = step_trace.stage_steps(steps) if not steps.empty else steps
@@ -116,6 +119,7 @@ def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "ser
         matched=matched,
         alignment=aligned,
         stage_of=stage_of,
+        parallel=layout,
         steps=steps,
         rank_averages=rank_avgs,
         stage_steps=stage_rows,

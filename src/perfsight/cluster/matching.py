@@ -123,7 +123,7 @@ def match(digests: Mapping[int, RankDigest]) -> Matched:
     present = sorted(digests)
     ops["group"] = ops["group"].astype("object").where(ops["group"].notna(), _DEFAULT_GROUP).astype(str)
     members = _group_members(ops, digests, present)
-    ops["members"] = ops["group"].map(members)
+    ops["members"] = _per_group(ops["group"], members)
     is_p2p = ops["collective"].isin(P2P)
     ops["is_p2p"] = is_p2p
     is_send = ops["collective"] == "send"
@@ -198,6 +198,16 @@ def _instances(ops: pd.DataFrame, present: list[int]) -> pd.DataFrame:
     ]
     out["complete"] = (out["seen"] >= out["expected"]) & (out["expected"] >= 2)
     return out.drop(columns=["members"])
+
+
+def _per_group(groups: pd.Series, members: dict[str, tuple[int, ...]]) -> pd.Series:
+    """Each op's group members (an object column of tuples).  Not ``Series.map``: on a string
+    column pandas tries to make an Arrow list column of the tuples, a second at 1024 ranks."""
+    codes, uniques = pd.factorize(groups)
+    table = np.empty(len(uniques), dtype=object)
+    for i, group in enumerate(uniques):  # one per group, a handful
+        table[i] = members[group]
+    return pd.Series(table[codes], index=groups.index, dtype=object)
 
 
 def _group_members(

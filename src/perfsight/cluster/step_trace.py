@@ -5,10 +5,12 @@ forward+backward, tail) and ``overlap_breakdown`` (tensor parallel: computing, c
 overlapped = pure communication; pipeline: stage, bubble, receive alone, collective communication
 alone) -- no phase is recomputed here.  Stage rows average the ranks of each pipeline stage.
 
-Stage membership comes from the job's point-to-point traffic: for each pair of ranks that exchange
-p2p ops, the direction of their first transfer is "forward" (micro-batch 0's activations go first);
-a rank's stage is the length of the longest forward chain that reaches it.  Ranks without p2p
-traffic are all stage 0 (no pipeline).
+Stage membership comes from the job's point-to-point traffic and process groups: for each pair of
+ranks that exchange p2p ops, the direction of their first transfer is "forward" (micro-batch 0's
+activations go first); a rank's stage is the length of the longest forward chain that reaches it.
+The ranks of a data- or tensor-parallel group share one stage (``perfsight.cluster.parallel``): a
+rank without p2p traffic takes the stage of its group's ranks that have some.  Other ranks without
+p2p traffic are stage 0 (no pipeline).
 
 Warm-up policy (for the averages): steps cut by the profiling window (``complete = false``) are
 never used; the first profiled step is dropped when at least three complete steps remain (it pays
@@ -17,7 +19,7 @@ for lazy initialisation, allocator growth and cold caches); every other step cou
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -46,8 +48,9 @@ PHASES = [
 """Per-step phases, in ns, in the order of cluster_step_trace_time.csv."""
 
 
-def stages(matched: Matched, ranks: list[int]) -> dict[int, int]:
-    """Pipeline stage of every rank from p2p traffic (see the module docstring)."""
+def stages(matched: Matched, ranks: list[int], same_stage: Sequence[Sequence[int]] = ()) -> dict[int, int]:
+    """Pipeline stage of every rank from p2p traffic and the groups whose ranks share a stage
+    (see the module docstring)."""
     sends = matched.ops.loc[(matched.ops["collective"] == "send") & matched.ops["peer"].notna()]
     stage = dict.fromkeys(ranks, 0)
     if sends.empty:
@@ -68,7 +71,13 @@ def stages(matched: Matched, ranks: list[int]) -> dict[int, int]:
         np.maximum.at(depth, d_idx, depth[s_idx] + 1)
         if np.array_equal(before, depth):
             break
-    return {r: int(depth[i]) for r, i in index.items()}
+    stage = {r: int(depth[i]) for r, i in index.items()}
+    in_pipeline = set(src[keep].tolist()) | set(dst[keep].tolist())
+    for group in same_stage:  # a handful of groups; ranks without p2p join their group's stage
+        known = sorted({stage[r] for r in group if r in in_pipeline})
+        if len(known) == 1:
+            stage.update({r: known[0] for r in group if r in stage and r not in in_pipeline})
+    return stage
 
 
 def rank_steps(digests: Mapping[int, RankDigest], stage_of: Mapping[int, int]) -> pd.DataFrame:

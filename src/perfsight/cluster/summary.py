@@ -80,6 +80,7 @@ def cluster_summary(result: ClusterResult) -> dict[str, Any]:
         "slowest_links": _records(links.head(TOP), _LINK_COLUMNS),
         "pipeline": {k: _clean(v) if not isinstance(v, list) else v for k, v in result.pipeline.items()},
         "stages": {str(k): v for k, v in sorted(_stage_members(result).items())},
+        "parallel": result.parallel.to_json(),
         "outputs": str(result.output_root / "cluster_analysis_output") if result.output_root else None,
     }
 
@@ -141,6 +142,7 @@ def format_text(summary: dict[str, Any]) -> str:
         + f"; not overlapped {comm['not_overlapped_share'] * 100:.1f}% of step time"
     )
     lines.append(f"median step: {ms_text(summary['median_step_ns'])} ms")
+    lines += _parallel_lines(summary.get("parallel") or {})
     if summary["slow_ranks"]:
         for row in summary["slow_ranks"][:TOP]:
             lines.append(
@@ -183,6 +185,18 @@ def format_text(summary: dict[str, Any]) -> str:
     if summary["outputs"]:
         lines.append(f"cluster outputs: {summary['outputs']}")
     return "\n".join(lines) + "\n"
+
+
+def _parallel_lines(layout: dict[str, Any]) -> list[str]:
+    """One line per parallel mode: its groups and the first piece of evidence."""
+    lines = []
+    for mode in layout.get("modes", []):
+        groups = layout["groups"].get(mode) or []
+        why = (layout["evidence"].get(mode) or ["?"])[0]
+        shown = " ".join(str(g) for g in groups[:8]) + (" ..." if len(groups) > 8 else "")
+        lines.append(f"parallel: {mode} {shown} ({why})")
+    lines += [f"  ! {p}" for p in layout.get("problems", [])]
+    return lines
 
 
 def _pct(value: float | None, signed: bool = False) -> str:

@@ -40,10 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from perfsight.api import InputError, analyse, trace_files
-    from perfsight.cluster.cli import is_job, run_job
-    from perfsight.cluster.job import JobInputError
-    from perfsight.cluster.summary import format_text as cluster_text
-    from perfsight.engine import ExecutorError
+    from perfsight.cluster.cli import is_job
     from perfsight.ingest import TraceReadError
     from perfsight.pipeline import Options
     from perfsight.summary import format_text, rank_summary
@@ -57,6 +54,11 @@ def run(args: argparse.Namespace) -> int:
         if out and len(args.paths) > 1:
             out = f"{out}/{index}"
         if is_job(path):  # several ranks (or a URL): per-rank analysis in parallel, then the cluster step
+            # imported here: the cluster code loads pandas, which a single-rank analysis never needs
+            from perfsight.cluster.cli import run_job
+            from perfsight.cluster.job import JobInputError
+            from perfsight.engine import ExecutorError
+
             try:
                 job = run_job(
                     path,
@@ -98,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
                 orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
             )
         else:
+            from perfsight.cluster.summary import format_text as cluster_text
+
             sys.stdout.write("".join(cluster_text(job["cluster"]) for job in cluster_summaries))
         if not summaries:
             return 0

@@ -30,8 +30,10 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from perfsight import columns
+from perfsight.analysis import grouping
 from perfsight.export import text
 from perfsight.export.units import bytes_to_kb, bytes_to_mb, ns_to_us, ratio_to_pct, round3
+from perfsight.ingest.heap import return_freed_memory
 from perfsight.model import NO_ID
 
 ColumnBuilder = Callable[[pa.Table], pa.Array]
@@ -282,8 +284,16 @@ def op_type_stats(kernels: pa.Table | None, operator_stats: pa.Table | None) -> 
                 "dur_ns": kernels.column("dur_ns"),
             }
         )
-        grouped = keyed.group_by(["rank", "op_type", "core_type"]).aggregate(
-            [("dur_ns", "count"), ("dur_ns", "sum"), ("dur_ns", "min"), ("dur_ns", "mean"), ("dur_ns", "max")]
+        grouped = grouping.aggregate(
+            keyed,
+            ["rank", "op_type", "core_type"],
+            [
+                ("dur_ns", "count"),
+                ("dur_ns", "sum"),
+                ("dur_ns", "min"),
+                ("dur_ns", "mean"),
+                ("dur_ns", "max"),
+            ],
         )
         total = pc.sum(grouped.column("dur_ns_sum")).as_py() or 0
         ratio = pc.divide(grouped.column("dur_ns_sum").cast(pa.float64()), float(total) if total else 1.0)
@@ -375,4 +385,5 @@ def write_all(folder: str | Path, tables: Mapping[str, pa.Table]) -> list[Path]:
         written.append(write_memory_record(folder, tables["memory_curve"]))
     if "operator_memory" in tables:
         written.append(write_operator_memory(folder, tables["operator_memory"]))
+    return_freed_memory()  # the CSV texts: gone before the next writer grows the heap
     return written

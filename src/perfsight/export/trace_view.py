@@ -58,6 +58,7 @@ from perfsight.export.units import (
     us_pieces,
     us_text,
 )
+from perfsight.ingest.heap import return_freed_memory
 from perfsight.jsontext import json_strings, json_text
 from perfsight.model import NO_ID, Trace
 
@@ -447,4 +448,5 @@ def write_trace_view(
                 handle.write(chunk)
         handle.write(b"\n]}\n")
     tmp.replace(path)
+    return_freed_memory()  # the chunks' texts: gone before the next writer grows the heap
     return path

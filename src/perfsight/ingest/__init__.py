@@ -24,6 +24,10 @@ def read_trace(path: str | Path, rank: int | None = None) -> Trace:
     path = Path(path)
     if not path.is_file():
         raise TraceReadError(f"{path}: no such file")
+    if _legacy_step_file(path):  # a MindInsight legacy profiler/ folder: one rank per step trace file
+        from perfsight.ingest.mindinsight_trace import read_legacy_trace
+
+        return read_legacy_trace(path, rank=rank)
     if path.parent.name == ASCEND_OUTPUT_DIR:  # an Ascend/MindSpore rank folder: read as a whole
         from perfsight.ingest.ascend import read_ascend
 
@@ -46,16 +50,18 @@ def find_traces(folder: str | Path) -> list[Path]:
         p
         for p in sorted(folder.rglob("*"))
         if p.is_file()
-        and (p.name.endswith(TRACE_SUFFIXES) or _ascend_db_only(p))
+        and (p.name.endswith(TRACE_SUFFIXES) or _ascend_db_only(p) or _legacy_step_file(p))
         and "PROFILER_OUTPUT" not in p.parts
         and not p.name.startswith(".")
     ]
+    legacy_folders = {p.parent for p in found if _legacy_step_file(p)}
     return [
         p
         for p in found
         if p.name not in {"profiler_info.json", "profiler_metadata.json"}
         and not p.name.startswith("profiler_info_")
         and not _in_our_cache(p, folder)
+        and not _legacy_side_file(p, legacy_folders)
         and (p.parent.name != ASCEND_OUTPUT_DIR or p.name == "trace_view.json" or _ascend_db_only(p))
     ]
 
@@ -75,4 +81,17 @@ def _ascend_db_only(path: Path) -> bool:
         and path.name.startswith("ascend_")
         and path.suffix == ".db"
         and not (path.parent / "trace_view.json").is_file()
+    )
+
+
+def _legacy_step_file(path: Path) -> bool:
+    """MindInsight's ``step_trace_raw_{n}_detail_time.csv``: it stands for rank ``n`` of a legacy run."""
+    return path.name.startswith("step_trace_raw_") and path.name.endswith("_detail_time.csv")
+
+
+def _legacy_side_file(path: Path, legacy_folders: set[Path]) -> bool:
+    """A JSON file of a legacy run that is not a trace: the timeline display and summaries beside the
+    step trace files (read with them), and the r1.3 rank table beside ``cluster_profiler/``."""
+    return not _legacy_step_file(path) and (
+        path.parent in legacy_folders or (path.parent / "cluster_profiler").is_dir()
     )

@@ -142,7 +142,11 @@ def _portable(stream: EventStream, batches: Iterator[EventBatch]) -> Iterator[Pa
 def _native(stream: EventStream) -> Iterator[ParseResult]:
     """Scan the decompressed blocks with the C scanner; hand anything it cannot place to the
     portable splitter from that event on, so damage is judged the same way on both paths."""
-    scanner = eventscan.Scanner(FIELDS, KEPT_PHASES)
+    with eventscan.reused_scanner(FIELDS, KEPT_PHASES) as scanner:  # see reused_scanner: why
+        yield from _scanned(stream, scanner)
+
+
+def _scanned(stream: EventStream, scanner: eventscan.Scanner) -> Iterator[ParseResult]:
     report = stream.report
     window, base, pos = eventscan.Window(stream.first), stream.offset, 0  # window[0] is at offset base
     blocks = iter(stream.blocks)

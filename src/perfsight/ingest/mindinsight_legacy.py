@@ -79,6 +79,13 @@ HCCL_LINK_SCHEMA = _per_step(
 HCCL_OP_SCHEMA = _per_step(pa.field("op", pa.string()), pa.field("values", pa.list_(pa.float64())))
 
 
+RANK_TABLE_SCHEMA = pa.schema(
+    [("rank", pa.int32()), ("host_ip", pa.string()), ("host", pa.string()), ("device_id", pa.int32()),
+     ("device_ip", pa.string())]
+)  # fmt: skip
+"""The r1.3 cluster layout's (host, device) -> global rank table."""
+
+
 @dataclasses.dataclass
 class LegacyRank:
     """One rank's legacy ``profiler/`` results, in ns and bytes."""
@@ -156,17 +163,28 @@ def read_rank_table(root: Path, problems: files.FileProblems) -> pa.Table:
                         "device_ip": device.get("device_ip"),
                     }
                 )
-    schema = pa.schema(
-        [("rank", pa.int32()), ("host_ip", pa.string()), ("host", pa.string()), ("device_id", pa.int32()),
-         ("device_ip", pa.string())]
-    )  # fmt: skip
-    return pa.Table.from_pylist(rows, schema=schema)
+    return pa.Table.from_pylist(rows, schema=RANK_TABLE_SCHEMA)
+
+
+def _no_rank_table() -> pa.Table:
+    return RANK_TABLE_SCHEMA.empty_table()
+
+
+def _numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A column as float64 with NaN for anything that is not a number (garbage rows read as text)."""
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        text = pc.utf8_trim_whitespace(column)
+        column = pc.if_else(pc.match_substring_regex(pc.fill_null(text, ""), files._NUMBER), text, None)
+    return columns.numpy(pc.cast(column, pa.float64()), null=np.nan)
 
 
 def read_step_trace_raw(
     path: Path, rank: int, problems: files.FileProblems
 ) -> tuple[pa.Table, dict, pa.Table]:
-    """(steps in STEP_TRACE_SCHEMA, the average row in ns, per-stream communication) of one file."""
+    """(steps in STEP_TRACE_SCHEMA, the average row in ns, per-stream communication) of one file.
+
+    A row whose step number or start/end point is not a number is skipped with a warning naming
+    the file; the other rows load."""
     table = files.read_csv(path, problems)
     if table.num_rows == 0 or not set(STEP_COLUMNS) <= set(table.column_names):
         if table.num_rows:
@@ -181,19 +199,22 @@ def read_step_trace_raw(
             k: float(v) * TICK_NS for k, v in last.items() if isinstance(v, (int, float)) and k != "step_num"
         }
     steps = table.filter(pa.array(~average_mask))
+    usable = ~np.isnan(_numbers(steps.column("step_num")))
+    for name in ("start_point", "end_point"):
+        usable &= ~np.isnan(_numbers(steps.column(name)))
+    if not usable.all():
+        problems.add(path, f"{int((~usable).sum())} row(s) without a numeric step_num/start/end skipped")
+        steps = steps.filter(pa.array(usable))
 
     def ns(name: str) -> np.ndarray:
-        values = columns.numpy(pc.cast(steps.column(name), pa.float64()), null=np.nan)
-        return np.round(np.nan_to_num(values) * TICK_NS).astype(np.int64)
+        return np.round(np.nan_to_num(_numbers(steps.column(name))) * TICK_NS).astype(np.int64)
 
     n = steps.num_rows
     start, end = ns("start_point"), ns("end_point")
     out = pa.Table.from_arrays(
         [
             pa.array(np.full(n, rank, np.int32)),
-            pa.array(
-                columns.numpy(pc.cast(steps.column("step_num"), pa.float64()), null=-1).astype(np.int32)
-            ),
+            pa.array(_numbers(steps.column("step_num")).astype(np.int32)),
             pa.array(start),
             pa.array(end),
             pa.array(ns("total")),
@@ -336,6 +357,41 @@ def read_profiler_folder(folder: Path, index: int, rank: int, problems: files.Fi
     return result
 
 
+def cluster_location(folder: Path) -> tuple[Path | None, str | None]:
+    """(cluster root, mapped host id) of a ``profiler/`` folder in the r1.3 layout
+    ``<root>/cluster_profiler/<host>/profiler/``; ``(None, None)`` for a lone ``profiler/`` folder."""
+    if folder.name == "profiler" and folder.parent.parent.name == "cluster_profiler":
+        return folder.parent.parent.parent, folder.parent.name
+    return None, None
+
+
+def global_rank(
+    by_device: dict[tuple[Any, Any], int], host: str | None, index: int, step_file: Path,
+    problems: files.FileProblems,
+) -> int:  # fmt: skip
+    """The global rank of file number ``index``: the rank table's, in the cluster layout; else ``index``."""
+    if host is None:
+        return index
+    if (host, index) not in by_device:
+        problems.add(step_file, f"host {host} device {index} is not in the rank table; rank {index} used")
+    return by_device.get((host, index), index)
+
+
+def read_rank_of(step_file: Path, problems: files.FileProblems) -> tuple[LegacyRank, pa.Table]:
+    """The rank a ``step_trace_raw_{n}_detail_time.csv`` stands for (every file of its folder numbered
+    ``n``), with the rank table of its cluster (empty outside the r1.3 layout)."""
+    folder = step_file.parent
+    index = int(STEP_TRACE_FILE.match(step_file.name).group(1))  # type: ignore[union-attr]
+    root, host = cluster_location(folder)
+    rank_table = read_rank_table(root, problems) if root is not None else _no_rank_table()
+    by_device = {(r["host"], r["device_id"]): r["rank"] for r in rank_table.to_pylist()}
+    read = read_profiler_folder(
+        folder, index, global_rank(by_device, host, index, step_file, problems), problems
+    )
+    read.host, read.device_id = host, index
+    return read, rank_table
+
+
 def read_legacy(path: str | Path) -> LegacyRun:
     """A legacy ``profiler/`` folder (or its parent), or an r1.3 cluster root, as a :class:`LegacyRun`."""
     root = Path(path)
@@ -352,12 +408,8 @@ def read_legacy(path: str | Path) -> LegacyRun:
     ranks = []
     for folder, host in folders:
         for step_file in sorted(folder.glob("step_trace_raw_*_detail_time.csv")):
-            index = int(STEP_TRACE_FILE.match(step_file.name).group(1))
-            rank = by_device.get((host, index), index) if host is not None else index
-            if host is not None and (host, index) not in by_device:
-                problems.add(
-                    step_file, f"host {host} device {index} is not in the rank table; rank {index} used"
-                )
+            index = int(STEP_TRACE_FILE.match(step_file.name).group(1))  # type: ignore[union-attr]
+            rank = global_rank(by_device, host, index, step_file, problems)
             read = read_profiler_folder(folder, index, rank, problems)
             read.host, read.device_id = host, index
             ranks.append(read)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import threading
 import time
 from pathlib import Path
@@ -25,6 +26,10 @@ from perfsight.server.security import safe_relative
 from perfsight.store import cache, timeline_index
 
 DISCOVERY_TTL_S = 2.0
+READY_TTL_S = 1.0
+"""How long an opened run is served without re-checking that its caches are still current: the
+check reads and hashes several files per rank (a millisecond or more), which would otherwise be
+paid by every timeline window of a user panning; an input changed on disk shows within a second."""
 MAX_OPEN_RUNS = 4
 
 
@@ -73,6 +78,29 @@ class OpenedRun:
         return self.ranks[rank]
 
 
+def open_ranks(dirs: dict[int, Path]) -> tuple[dict[int, RankData], int, int]:
+    """The ranks of ``dirs`` (rank folders) whose timeline index is current, opened, with the run's
+    origin (earliest event of any rank) and its end relative to that origin."""
+    ranks: dict[int, RankData] = {}
+    for rank, rank_dir in dirs.items():
+        folder = rank_dir / "cache"
+        if not timeline_index.is_current(folder):
+            continue
+        meta_data = json.loads((folder / cache.META_FILE).read_text(encoding="utf-8"))
+        ranks[rank] = RankData(
+            rank=rank,
+            cache_folder=folder,
+            output_dir=rank_dir / "PROFILER_OUTPUT",
+            meta=RunMetadata.from_dict(meta_data),
+            timeline=timeline_index.TimelineArrays(folder),
+            tracks=pq.ParquetFile(folder / "tracks.parquet").read(),  # read_table imports datasets: 3 s
+        )
+    firsts = [r.timeline.meta["first_ns"] for r in ranks.values() if r.timeline.meta["events"]]
+    lasts = [r.timeline.meta["last_ns"] for r in ranks.values() if r.timeline.meta["events"]]
+    origin = min(firsts) if firsts else 0
+    return ranks, origin, (max(lasts) - origin) if lasts else 0
+
+
 class Registry:
     def __init__(self, base: Path, cache_dir: Path) -> None:
         self.discovery = Discovery(base, cache_dir)
@@ -81,6 +109,7 @@ class Registry:
         self._when = 0.0
         self._lock = threading.Lock()
         self._opened: dict[str, tuple[tuple[str, ...], OpenedRun]] = {}
+        self._checked: dict[str, float] = {}  # run id -> when it was last found ready and opened
 
     # ------------------------------------------------------------------ discovery
     def runs(self) -> dict[str, Run]:
@@ -148,6 +177,10 @@ class Registry:
     # ------------------------------------------------------------------ opened data
     def opened(self, run_id: str) -> OpenedRun:
         """The ready run's data; raises :class:`NotReady` (and starts the analysis) otherwise."""
+        with self._lock:
+            hit = self._opened.get(run_id)
+            if hit is not None and time.monotonic() - self._checked.get(run_id, -math.inf) < READY_TTL_S:
+                return hit[1]
         run = self.run(run_id)
         status = self.status(run, start=True)
         if status.status != "ready":
@@ -157,31 +190,15 @@ class Registry:
         with self._lock:
             hit = self._opened.get(run.id)
             if hit is not None and hit[0] == stamps:
+                self._checked[run.id] = time.monotonic()
                 return hit[1]
-        ranks: dict[int, RankData] = {}
-        for rank, rank_dir in dirs.items():
-            folder = rank_dir / "cache"
-            if not timeline_index.is_current(folder):
-                continue
-            meta_data = json.loads((folder / cache.META_FILE).read_text(encoding="utf-8"))
-            ranks[rank] = RankData(
-                rank=rank,
-                cache_folder=folder,
-                output_dir=rank_dir / "PROFILER_OUTPUT",
-                meta=RunMetadata.from_dict(meta_data),
-                timeline=timeline_index.TimelineArrays(folder),
-                tracks=pq.ParquetFile(folder / "tracks.parquet").read(),  # read_table imports datasets: 3 s
-            )
+        ranks, origin, end = open_ranks(dirs)
         if not ranks:
             raise NotReady(self._status(run, "stale", 0.0, "timeline index missing", None, []))
-        firsts = [r.timeline.meta["first_ns"] for r in ranks.values() if r.timeline.meta["events"]]
-        lasts = [r.timeline.meta["last_ns"] for r in ranks.values() if r.timeline.meta["events"]]
-        origin = min(firsts) if firsts else 0
-        opened = OpenedRun(
-            run=run, ranks=ranks, origin_ns=origin, end_ns=(max(lasts) - origin) if lasts else 0
-        )
+        opened = OpenedRun(run=run, ranks=ranks, origin_ns=origin, end_ns=end)
         with self._lock:
             self._opened[run.id] = (stamps, opened)
+            self._checked[run.id] = time.monotonic()
             while len(self._opened) > MAX_OPEN_RUNS:
                 self._opened.pop(next(iter(self._opened)))
         return opened

@@ -26,7 +26,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from perfsight.api import default_output_root
-from perfsight.ingest import TRACE_SUFFIXES, find_traces
+from perfsight.ingest import ASCEND_OUTPUT_DIR, TRACE_SUFFIXES, find_traces
 from perfsight.server.security import inside, relative_id
 from perfsight.store import cache
 
@@ -35,6 +35,7 @@ _RANK_DIR = re.compile(r"^rank(\d+)(_.*)?$")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _RANK_IN_HEAD = re.compile(rb'"distributedInfo"\s*:\s*\{[^}]*?"rank"\s*:\s*(\d+)', re.DOTALL)
 _PROFILER_INFO = re.compile(r"^profiler_info_(\d+)\.json$")
+_LEGACY_STEP_FILE = re.compile(r"^step_trace_raw_(\d+)_detail_time\.csv$")
 _TRACE_SUFFIX = re.compile(r"(\.pt)?(\.trace)?\.json(\.gz)?$")
 HEAD_BYTES = 1 << 16
 
@@ -187,6 +188,11 @@ class Discovery:
                 analysed.append(here)
                 dirnames[:] = []
                 continue
+            folder_run = self._folder_job(here, dirnames, filenames)
+            if folder_run is not None:  # Ascend rank folders / a MindInsight legacy run: one job
+                raw.append(folder_run)
+                dirnames[:] = []
+                continue
             traces = []
             for name in sorted(filenames):
                 file = self._resolved_file(here / name)
@@ -213,6 +219,52 @@ class Discovery:
             date=mtime,
             size_bytes=size,
             output_root=self.output_root_for(folder, "perfsight_run"),
+        )
+
+    def _folder_job(self, folder: Path, dirnames: list[str], filenames: list[str]) -> Run | None:
+        """A folder whose files make one run as a whole, never one run per JSON file: Ascend rank
+        folders (``*_ascend_pt``/``*_ascend_ms``: the folder itself, or the job folder holding them)
+        and MindInsight's legacy layout (a ``profiler/`` folder, or an r1.3 ``cluster_profiler`` root).
+        Ranks come from the file names (``profiler_info_{n}.json``, ``step_trace_raw_{n}_...``)."""
+        ascend = (folder / ASCEND_OUTPUT_DIR).is_dir() or any(
+            (folder / d / ASCEND_OUTPUT_DIR).is_dir() for d in dirnames
+        )
+        legacy = "cluster_profiler" in dirnames or any(_LEGACY_STEP_FILE.match(f) for f in filenames)
+        if not (ascend or legacy):
+            return None
+        inputs = [p for p in find_traces(folder) if inside(p, [self.base]) is not None]
+        if not inputs:
+            return None
+        ranks = []
+        for path in inputs:
+            match = _LEGACY_STEP_FILE.match(path.name)
+            if match:
+                ranks.append(int(match.group(1)))
+                continue
+            rank_folder = path.parent.parent if path.parent.name == ASCEND_OUTPUT_DIR else path.parent
+            numbers = [
+                m.group(1)
+                for f in rank_folder.glob("profiler_info_*.json")
+                if (m := _PROFILER_INFO.match(f.name))
+            ]
+            ranks.append(int(numbers[0]) if numbers else len(ranks))
+        if "cluster_profiler" in dirnames:  # files are numbered by device id: the rank table has the ranks
+            from perfsight.ingest.ascend_files import FileProblems
+            from perfsight.ingest.mindinsight_legacy import read_rank_table
+
+            table = read_rank_table(folder, FileProblems()).column("rank").to_pylist()
+            ranks = table if len(set(table)) >= len(inputs) else list(range(len(inputs)))
+        mtime, size = _stat_sum(inputs)
+        return Run(
+            id=relative_id(folder, self.base),
+            name=folder.name if folder != self.base else self.base.name,
+            kind="job",
+            path=folder,
+            inputs=inputs,
+            ranks=sorted(set(ranks)),
+            date=mtime,
+            size_bytes=size,
+            output_root=self.output_root_for(folder, "job"),
         )
 
     def _trace_runs(self, folder: Path, traces: list[Path]) -> list[Run]:

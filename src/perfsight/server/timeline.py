@@ -5,21 +5,25 @@ canvas can show, and sending them all would take seconds.  Within a *lane* (one 
 nesting depth, see ``perfsight.store.timeline_index``) events do not overlap, so:
 
 * a lane's visible range is two binary searches (on the running maximum of ends and on starts);
-* for a range with many events, binary-searching each pixel boundary splits it into per-pixel
-  groups in O(W log n); in a non-overlapping lane only the *last* event of a pixel can be a pixel
-  or longer (any later event of that pixel starts after it ends), so that one is returned as
-  itself and the rest of the pixel becomes one merged block (``count`` > 1);
-* a lane with overlapping events (a trace whose nesting is inconsistent) is grouped exactly,
-  scanning its visible range.
+* zoomed out (``ns_per_px`` at least the lane's finest pyramid level), the entries of the pyramid
+  level just finer than a pixel -- at most about four per pixel, contiguous in memory -- are merged
+  once more to the window's own pixels with the index's one rule (``merge_runs``): long events
+  alone, runs of shorter ones one block per pixel;
+* zoomed in, a visible range of at most ``DIRECT_FACTOR`` events per pixel is merged the same way,
+  scanning it; a longer one (no pyramid level that fine) is split by a binary search per pixel
+  boundary, keeping each pixel's last event alone when it is a pixel or longer (in a
+  non-overlapping lane only it can be);
+* a lane with overlapping events (a trace whose nesting is inconsistent) is merged by scanning.
 
 So every event at least a pixel long is always returned as itself, whatever the zoom, and a
-response holds at most about two entries per pixel per lane.  Search scans the name dictionary,
-then one integer column of the whole trace: it finds an event anywhere, not only in loaded
-windows.
+response holds at most about two entries per pixel per lane; the work per lane is bounded by the
+pixels, not by the trace.  Search scans the name dictionary, then one integer column of the whole
+trace: it finds an event anywhere, not only in loaded windows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -27,7 +31,7 @@ import pyarrow.parquet as pq
 
 from perfsight.model import KIND_NAMES
 from perfsight.server.registry import OpenedRun, RankData
-from perfsight.store.timeline_index import TimelineArrays
+from perfsight.store.timeline_index import TimelineArrays, merge_runs
 
 DIRECT_FACTOR = 4
 """A visible range of at most this many events per pixel is grouped by a scan, not by pixel search."""
@@ -63,20 +67,96 @@ def _ranks(opened: OpenedRun, rank: int | None) -> list[RankData]:
     return [opened.rank(rank)] if rank is not None else [opened.ranks[r] for r in sorted(opened.ranks)]
 
 
-def _lane_lod(ix: TimelineArrays, lane: dict[str, Any], ws: int, we: int, width: int) -> np.ndarray | None:
-    """Positions (into the index arrays) and merge counts for one lane: array of shape (2, k)."""
+@dataclasses.dataclass
+class LaneWindow:
+    """One lane's entries in a window: where they come from (raw arrays or a pyramid level) and
+    ``pos`` (positions in those arrays of each entry's first event), ``count`` and ``end``."""
+
+    from_level: bool
+    pos: np.ndarray
+    count: np.ndarray
+    end: np.ndarray
+
+
+def _level_for(lane: dict[str, Any], px: float) -> list[int] | None:
+    """The coarsest pyramid level of ``lane`` at most ``px`` ns per pixel (``[k, offset, count]``):
+    every event a pixel or longer is still alone there, and it has at most ~4 entries per pixel."""
+    best = None
+    for level in lane.get("levels", ()):
+        if (1 << level[0]) > px:
+            break
+        best = level
+    return best
+
+
+def _lane_lod(ix: TimelineArrays, lane: dict[str, Any], ws: int, we: int, width: int) -> LaneWindow | None:
+    """The level of detail of one lane in the window ``[ws, we)`` at ``width`` pixels."""
+    px = (we - ws) / width
+    level = _level_for(lane, px)
+    if level is not None:
+        a, b = level[1], level[1] + level[2]
+        first = a + int(ix.lod_end_max[a:b].searchsorted(ws, side="right"))
+        last = a + int(ix.lod_start[a:b].searchsorted(we, side="left"))
+        if last <= first:
+            return None
+        return _merged(
+            ix.lod_start[first:last],
+            ix.lod_end[first:last],
+            ix.lod_count[first:last],
+            first,
+            ws,
+            px,
+            lane["ordered"],
+        )
     a, b = lane["offset"], lane["offset"] + lane["count"]
-    first = a + int(np.searchsorted(ix.end_max[a:b], ws, side="right"))
-    last = a + int(np.searchsorted(ix.start[a:b], we, side="left"))
+    first = a + int(ix.end_max[a:b].searchsorted(ws, side="right"))
+    last = a + int(ix.start[a:b].searchsorted(we, side="left"))
     if last <= first:
         return None
-    px = (we - ws) / width
     if last - first <= DIRECT_FACTOR * width or not lane["ordered"]:
-        return _direct(ix, first, last, ws, px)
+        start = ix.start[first:last]
+        return _merged(start, start + ix.dur[first:last], None, first, ws, px, lane["ordered"])
+    return _per_pixel(ix, first, last, ws, px, width)
+
+
+def _merged(
+    start: np.ndarray,
+    end: np.ndarray,
+    count: np.ndarray | None,
+    first: int,
+    ws: int,
+    px: float,
+    ordered: bool,
+) -> LaneWindow | None:
+    """Merge a contiguous run of entries to the window's pixels (entries ending before ``ws`` --
+    possible where a lane overlaps itself -- are left out)."""
+    # in an ordered lane the search on ends already left out what ends before the window
+    visible = None if ordered else end > ws
+    if visible is not None and not visible.all():
+        keep = np.flatnonzero(visible)
+        if len(keep) == 0:
+            return None
+        start, end = start[keep], end[keep]
+        count = None if count is None else count[keep]
+    else:
+        keep = None
+    # multiply, not divide: float floor division is ~30x slower in NumPy
+    bucket = np.maximum(np.floor((start - ws) * (1.0 / px)), -1)
+    heads, counts, ends = merge_runs(start, end, count, bucket, px, ordered)
+    pos = (heads if keep is None else keep[heads]) + first
+    return LaneWindow(from_level=count is not None, pos=pos, count=counts, end=ends)
+
+
+def _per_pixel(ix: TimelineArrays, first: int, last: int, ws: int, px: float, width: int) -> LaneWindow:
+    """A long run of raw events (a lane without a pyramid level this fine): a binary search per pixel
+    boundary splits it; in a non-overlapping lane only the last event of a pixel can be a pixel or
+    longer (any later one of that pixel starts after it ends), so it stays alone and the rest of the
+    pixel is merged."""
     starts = ix.start[first:last]
-    # integer keys: float keys would make NumPy convert the whole int64 column on every search
-    bounds = ws + np.ceil(px * np.arange(1, width)).astype(np.int64)
-    cut = np.concatenate([[0], np.searchsorted(starts, bounds, side="left"), [last - first]]) + first
+    # integer keys: float keys would make NumPy convert the whole int64 column on every search;
+    # the first key, ``ws`` itself, gives the event that began before the window a group of its own
+    bounds = ws + np.ceil(px * np.arange(0, width)).astype(np.int64)
+    cut = np.concatenate([[0], starts.searchsorted(bounds, side="left"), [last - first]]) + first
     g_start, g_end = cut[:-1], cut[1:]
     nonempty = g_end > g_start
     g_start, g_end = g_start[nonempty], g_end[nonempty]
@@ -91,26 +171,7 @@ def _lane_lod(ix: TimelineArrays, lane: dict[str, Any], ws: int, we: int, width:
     count = np.concatenate([c_count, np.ones(len(single_pos), np.int64)])
     end = np.concatenate([ix.end_max[cluster_last[has_cluster]], ix.start[single_pos] + ix.dur[single_pos]])
     order = np.argsort(pos, kind="stable")
-    return np.stack([pos[order], count[order], end[order]])
-
-
-def _direct(ix: TimelineArrays, first: int, last: int, ws: int, px: float) -> np.ndarray | None:
-    """Group a visible range by scanning it: long events alone, runs of short ones per pixel."""
-    start = np.asarray(ix.start[first:last])
-    dur = np.asarray(ix.dur[first:last])
-    end = start + dur
-    visible = np.flatnonzero(end > ws)
-    if len(visible) == 0:
-        return None
-    start, dur, end = start[visible], dur[visible], end[visible]
-    long = dur >= px
-    bucket = np.where(long, -1, np.maximum((start - ws) // px, -1).astype(np.int64))
-    brk = np.ones(len(start), bool)
-    brk[1:] = long[1:] | long[:-1] | (bucket[1:] != bucket[:-1])
-    heads = np.flatnonzero(brk)
-    count = np.diff(np.append(heads, len(start)))
-    ends = np.maximum.reduceat(end, heads)
-    return np.stack([visible[heads] + first, count, ends])
+    return LaneWindow(from_level=False, pos=pos[order], count=count[order], end=end[order])
 
 
 def window(
@@ -125,48 +186,51 @@ def window(
     origin = opened.origin_ns
     ws, we = origin + start_ns, origin + end_ns
     out_tracks: list[dict[str, Any]] = []
-    name_parts: list[tuple[int, np.ndarray]] = []  # (rank, codes used) to build one dictionary
-    lanes_out: list[tuple[int, dict[str, Any], np.ndarray]] = []
+    names: list[str] = []
+    events = 0
     for data in _ranks(opened, rank):
         ix = data.timeline
         by_track: dict[int, list[dict[str, Any]]] = {}
+        rank_lanes: list[tuple[dict[str, Any], np.ndarray]] = []
         for lane in ix.meta["lanes"]:
             if tracks is not None and (data.rank, lane["track"]) not in tracks:
                 continue
             got = _lane_lod(ix, lane, ws, we, width)
             if got is None:
                 continue
-            pos = got[0]
-            starts = ix.start[pos]
+            pos = got.pos
+            if got.from_level:
+                starts, kind, row, codes = (
+                    ix.lod_start[pos],
+                    ix.lod_kind[pos],
+                    ix.lod_row[pos],
+                    ix.lod_name[pos],
+                )
+            else:
+                starts, kind, row, codes = ix.start[pos], ix.kind[pos], ix.row[pos], ix.name[pos]
             entry = {
                 "depth": lane["depth"],
                 "start_ns": starts - origin,
-                "dur_ns": got[2] - starts,
-                "kind": ix.kind[pos].astype(np.int64),
-                "id": ix.row[pos],
-                "count": got[1],
+                "dur_ns": got.end - starts,
+                "kind": kind,
+                "id": row,
+                "count": got.count,
             }
-            codes = ix.name[pos].astype(np.int64)
-            name_parts.append((data.rank, codes))
-            lanes_out.append((data.rank, entry, codes))
+            rank_lanes.append((entry, codes))
             by_track.setdefault(lane["track"], []).append(entry)
+        if rank_lanes:
+            # one dictionary of the names used: a mark per distinct name, not a sort of every entry
+            used = np.zeros(len(ix.names), bool)
+            for _, codes in rank_lanes:
+                used[codes] = True
+            unique = np.flatnonzero(used)
+            table = np.cumsum(used, dtype=np.int64) - 1 + len(names)
+            names.extend([ix.names[c] for c in unique.tolist()])
+            for entry, codes in rank_lanes:
+                entry["name"] = table[codes]
+                events += len(codes)
         for track_id in sorted(by_track):
             out_tracks.append({"rank": data.rank, "track": track_id, "lanes": by_track[track_id]})
-    names: list[str] = []
-    mapping: dict[int, np.ndarray] = {}
-    for data in _ranks(opened, rank):
-        used = [codes for r, codes in name_parts if r == data.rank]
-        if not used:
-            continue
-        unique = np.unique(np.concatenate(used))
-        table = np.full(len(data.timeline.names), -1, np.int64)
-        table[unique] = np.arange(len(names), len(names) + len(unique))
-        names.extend(data.timeline.names[int(c)] for c in unique)
-        mapping[data.rank] = table
-    events = 0
-    for r, entry, codes in lanes_out:
-        entry["name"] = mapping[r][codes]
-        events += len(codes)
     return {
         "start_ns": start_ns,
         "end_ns": end_ns,

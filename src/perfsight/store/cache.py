@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from perfsight.columns import is_text
+from perfsight.ingest.heap import return_freed_memory
 from perfsight.model import TABLE_SCHEMAS, RunMetadata, Trace, conform
 
 CACHE_FORMAT = 1
@@ -113,6 +114,7 @@ def save_trace(
     (folder / SOURCE_FILE).unlink(missing_ok=True)  # not fresh while being rewritten
     for name in TABLE_SCHEMAS:
         _write_parquet(folder / f"{name}.parquet", getattr(trace, name))
+    return_freed_memory()  # the encoder's buffers: gone before the next writer grows the heap
     _write_bytes(folder / META_FILE, json.dumps(trace.meta.to_dict(), indent=1, default=str).encode())
     inputs = list(trace.meta.sources if sources is None else sources)
     _write_bytes(folder / SOURCE_FILE, json.dumps(fingerprint(inputs), indent=1).encode())
@@ -161,6 +163,7 @@ def save_tables(folder: str | Path, tables: Mapping[str, pa.Table]) -> Path:
         if not name or "/" in name or "\\" in name or name.startswith("."):
             raise ValueError(f"analysis table name {name!r} is not a plain file name")
         _write_parquet(target / f"{name}.parquet", table)
+    return_freed_memory()
     return target
 
 

@@ -1,0 +1,86 @@
+"""Group-by aggregation of Arrow tables in NumPy, the way the single-rank analyses need it.
+
+Why not ``pa.Table.group_by``: in pyarrow 26 it runs on Acero, whose import maps the Acero,
+Dataset and Substrait libraries -- 39 MB of resident memory and 0.03 s per process, a quarter
+of a single-rank analysis' peak above its imports (docs/BENCHMARKS.md), for tables of a few
+thousand groups.  :func:`aggregate` gives the same table as
+``table.group_by(keys, use_threads=False).aggregate(aggregations)``: one row per distinct key
+(nulls are a key value like any other), in order of first appearance (Arrow's order may differ;
+every caller sorts its result), the key columns as in
+``table`` (same types), and ``<column>_<function>`` columns with Arrow's null rules (nulls are
+skipped; a group without any valid value gets null, except ``count``, which gets 0).
+
+Supported functions: ``count``, ``sum``, ``min``, ``max``, ``mean`` on integer and float
+columns.  Sums are exact for integers; float sums add in row order within a group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numpy.typing import NDArray
+
+from perfsight import columns
+
+FUNCTIONS = ("count", "sum", "min", "max", "mean")
+
+
+def group_codes(table: pa.Table, keys: Sequence[str]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """(code per row, first row of each code): codes ``0..k-1`` in order of first appearance."""
+    if table.num_rows == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    codes = columns.joint_codes(*(table.column(k) for k in keys))
+    return codes, columns.first_rows(codes)
+
+
+def _reduced(
+    values: NDArray, valid: NDArray[np.bool_], codes: NDArray[np.int64], k: int, function: str
+) -> tuple[NDArray, NDArray[np.bool_]]:
+    """(result per group, which groups have a result) for one function."""
+    rows = np.flatnonzero(valid)
+    counts = np.bincount(codes[rows], minlength=k).astype(np.int64)
+    if function == "count":
+        return counts, np.ones(k, bool)
+    has = counts > 0
+    order = rows[np.argsort(codes[rows], kind="stable")]  # rows of group 0, then 1, ... in row order
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[has]
+    out = np.zeros(k, values.dtype if function != "mean" else np.float64)
+    if order.size:
+        ufunc = {"sum": np.add, "mean": np.add, "min": np.minimum, "max": np.maximum}[function]
+        out[has] = ufunc.reduceat(values[order], starts)
+    if function == "mean":
+        out[has] = out[has] / counts[has]
+    return out, has
+
+
+def aggregate(table: pa.Table, keys: Sequence[str], aggregations: Sequence[tuple[str, str]]) -> pa.Table:
+    """``table.group_by(keys, use_threads=False).aggregate(aggregations)`` without Acero (see the
+    module docstring); the keys come first, then the aggregates, as Arrow orders them."""
+    codes, first = group_codes(table, keys)
+    k = first.size
+    take = pa.array(first, pa.int64())
+    arrays: dict[str, pa.Array | pa.ChunkedArray] = {key: table.column(key).take(take) for key in keys}
+    for column, function in aggregations:
+        if function not in FUNCTIONS:
+            raise ValueError(f"unsupported aggregate {function!r}; have {FUNCTIONS}")
+        source = columns.combined(table.column(column))
+        numeric = pa.types.is_integer(source.type) or pa.types.is_floating(source.type)
+        if pa.types.is_dictionary(source.type) or not numeric:
+            raise TypeError(f"cannot aggregate column {column!r} of type {source.type}")
+        valid = columns.numpy(pc.is_valid(source)) if source.null_count else np.ones(len(source), bool)
+        values = columns.numpy(source, null=0)
+        out_type = source.type
+        if function == "count":
+            out_type = pa.int64()
+        elif function == "mean" or (function == "sum" and pa.types.is_floating(source.type)):
+            out_type, values = pa.float64(), values.astype(np.float64)
+        elif function == "sum":  # integers add up in 64 bits, as Arrow's sum does
+            unsigned = pa.types.is_unsigned_integer(source.type)
+            out_type = pa.uint64() if unsigned else pa.int64()
+            values = values.astype(np.uint64 if unsigned else np.int64)
+        result, has = _reduced(values, valid, codes, k, function)
+        arrays[f"{column}_{function}"] = pa.array(result, out_type, mask=None if has.all() else ~has)
+    return pa.table(arrays)

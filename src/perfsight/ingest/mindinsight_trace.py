@@ -1,0 +1,407 @@
+"""One rank of MindInsight's legacy ``profiler/`` layout as a :class:`~perfsight.model.Trace`.
+
+Why a trace and not only tables: as a trace, an old run goes through the same analyses, outputs,
+cache, cluster analysis and web UI as every other input.  What each file gives:
+
+* ``step_trace_raw_{n}_detail_time.csv`` -> ``steps`` (one per row, device clock, 10 ns ticks).
+  MindInsight placed the FP and BP points with the graph's op order, which the files do not keep,
+  so perfsight cannot recompute them: the step trace is MindInsight's own, carried as a *recorded*
+  table (``pipeline.recorded_table``) and said so in a warning.
+* ``ascend_timeline_display_{n}.json`` -> ``slices``.  MindSpore 1.x numbers its processes: the
+  device id holds the AI Core ops (``tid`` = stream; ``tid`` 100000 is its own ``Steps`` lane,
+  skipped as the steps come from the step trace; 100001 is the ``Scope Name`` lane, kept as device
+  annotations), 9000 AI CPU ops, 10000 communication ops, 11000 host CPU ops, 12000 its overlap
+  analysis (a result: skipped, perfsight recomputes it), 13000 GPU activities.  Times are
+  microseconds.  With it, overlap breakdown, operators and communication are perfsight's own.
+* No timeline: the per-stream communication intervals of the step trace become the
+  ``communication`` slices; compute time is unknown, so the overlap breakdown is recorded empty
+  (never "100 % free") and a warning says why.
+* ``hccl_raw_{n}.csv`` has no timestamps per op, so it cannot become ``comm`` rows: its per-step
+  communication/wait cost and per-link time, size and bandwidth are recorded tables
+  ``mindinsight_hccl_steps`` / ``mindinsight_hccl_links`` (ns, bytes, bytes/s).
+* ``profiler_info_{n}.json`` (rank), the r1.3 rank table (global rank, world size), the
+  ``ascend_cluster_analyse_*`` file name (parallel mode, rank count), ``flops_{n}.txt``,
+  ``minddata_pipeline_raw_{n}.csv`` -> ``meta`` (``extra["mindinsight"]``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from perfsight import columns
+from perfsight.export.units import NS_PER_US
+from perfsight.ingest import ascend_files as files
+from perfsight.ingest import assemble
+from perfsight.ingest.ascend_timeline import TS_PATTERN, collective_of
+from perfsight.ingest.chrome_events import micros_to_ns
+from perfsight.ingest.kineto import TraceReadError
+from perfsight.ingest.mindinsight_legacy import LegacyRank, read_rank_of
+from perfsight.model import (
+    COMM_SCHEMA,
+    KIND_NAMES,
+    NO_ID,
+    SLICE_SCHEMA,
+    STEP_SCHEMA,
+    TRACK_SCHEMA,
+    DeviceInfo,
+    RunMetadata,
+    SliceKind,
+    Trace,
+    conform,
+    kind_code,
+)
+from perfsight.pipeline import RECORDED_TABLES
+
+AI_CPU_PID, COMMUNICATION_PID, HOST_CPU_PID, OVERLAP_PID, GPU_ACTIVITY_PID = 9000, 10000, 11000, 12000, 13000
+STEPS_TID, SCOPE_NAME_TID = 100000, 100001
+LANE_BASE = {AI_CPU_PID: 1 << 20, COMMUNICATION_PID: 2 << 20, GPU_ACTIVITY_PID: 3 << 20}
+"""Added to the tid of a device lane outside the AI Core process, so that lanes never collide."""
+STREAM_TID_BASE = 4 << 20
+"""Lanes of the step trace's per-stream communication intervals (no timeline)."""
+
+
+def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
+    """The rank of ``path`` (its ``step_trace_raw_{n}_detail_time.csv``) as a trace.
+
+    ``rank`` is used only when neither the rank table nor ``profiler_info_{n}.json`` gives one.
+    Raises :class:`TraceReadError` when the rank has neither steps nor a timeline.
+    """
+    step_file = Path(path)
+    problems = files.FileProblems()
+    legacy, rank_table = read_rank_of(step_file, problems)
+    the_rank, rank_source = _rank(legacy, rank_table, rank)
+    legacy.rank = the_rank
+    device = (
+        legacy.device_id if legacy.device_id is not None else _int(legacy.info.get("device_id"), the_rank)
+    )
+    steps = _steps(legacy, the_rank)
+    recorded: dict[str, list[dict[str, Any]]] = {}
+    if legacy.step_trace.num_rows:
+        recorded["step_trace"] = legacy.step_trace.to_pylist()
+        for row in recorded["step_trace"]:
+            row["rank"] = the_rank
+        problems.add(
+            step_file,
+            "step trace (iteration interval, forward+backward, tail) is MindInsight's own: its FP/BP "
+            "points need the graph's op order, which a legacy run does not keep",
+        )
+    timeline_file = step_file.parent / f"ascend_timeline_display_{legacy.device_id}.json"
+    if legacy.timeline_events is not None and legacy.timeline_events.num_rows:
+        slices, tracks, comm = _timeline(legacy.timeline_events, the_rank, device, steps)
+        if steps.num_rows == 0 and slices.num_rows == 0:
+            raise TraceReadError(f"{step_file}: no readable steps and no op in {timeline_file.name}")
+        if steps.num_rows == 0:
+            steps = _whole_trace_step(slices, the_rank)
+            step_column = pa.array(assemble.step_of(columns.int64(slices.column("start_ns")), steps))
+            slices = slices.set_column(slices.schema.get_field_index("step"), "step", step_column)
+            problems.add(step_file, "no steps; the whole timeline is one step (step 0)")
+        elif slices.num_rows and not _overlaps(slices):
+            problems.add(timeline_file, "no op lies inside the step trace's steps: clocks differ?")
+    else:
+        if steps.num_rows == 0:
+            raise TraceReadError(
+                f"{step_file}: no readable steps and no timeline ("
+                + ("; ".join(problems.warnings) or "empty")
+                + ")"
+            )
+        slices, tracks, comm = _stream_intervals(legacy, the_rank, device)
+        recorded["overlap_breakdown"] = []
+        recorded["overlap_intervals"] = []
+        problems.add(
+            timeline_file,
+            "missing: no op timeline, so compute time, the overlap breakdown and operators are unknown; "
+            "communication comes from the step trace's per-stream intervals",
+        )
+    steps = assemble.device_windows(
+        steps,
+        columns.int64(slices.column("step")),
+        columns.numpy(slices.column("is_device"), null=False),
+        columns.int64(slices.column("start_ns")),
+        columns.int64(slices.column("start_ns")) + columns.int64(slices.column("dur_ns")),
+    )
+    steps = _device_defaults(steps)
+    for name, table in (
+        ("mindinsight_hccl_steps", legacy.hccl_steps),
+        ("mindinsight_hccl_links", legacy.hccl_links),
+    ):
+        if table.num_rows:
+            rows = table.to_pylist()
+            for row in rows:
+                row["rank"] = the_rank
+            recorded[name] = rows
+    world = legacy.parallel.get("ranks") if isinstance(legacy.parallel.get("ranks"), int) else None
+    world_size = max(rank_table.num_rows or world or 1, the_rank + 1)
+    sources = [str(step_file)] + [  # every file numbered like it (hccl_raw_{n}.csv, flops_{n}.txt, ...)
+        str(p)
+        for p in sorted(step_file.parent.iterdir())
+        if p != step_file and p.is_file() and re.search(rf"_{legacy.device_id}\.(csv|json|txt)$", p.name)
+    ]
+    meta = RunMetadata(
+        rank=the_rank,
+        world_size=world_size,
+        rank_source=rank_source,
+        host=legacy.host,
+        framework="mindspore",
+        devices=[DeviceInfo(index=device, name="Ascend NPU")],
+        backend="hccl",
+        sources=sources,
+        warnings=problems.warnings,
+        extra={
+            RECORDED_TABLES: recorded,
+            "mindinsight": {
+                "folder": str(step_file.parent),
+                "device_id": legacy.device_id,
+                "parallel": legacy.parallel,
+                "flops": legacy.flops,
+                "profiler_info": legacy.info,
+                "step_trace_average_ns": legacy.step_trace_average,
+            },
+        },
+    )
+    if rank_source in ("file name", "default"):
+        meta.warnings.append(
+            f"{step_file}: no rank table or profiler_info rank_id; rank {the_rank} ({rank_source})"
+        )
+    return Trace(
+        slices=slices,
+        tracks=tracks,
+        memory=_empty("memory"),
+        flows=_empty("flows"),
+        steps=steps,
+        comm=comm,
+        meta=meta,
+    )
+
+
+def _empty(name: str) -> pa.Table:
+    from perfsight.model import TABLE_SCHEMAS
+
+    return TABLE_SCHEMAS[name].empty_table()
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return default
+
+
+def _rank(legacy: LegacyRank, rank_table: pa.Table, option: int | None) -> tuple[int, str]:
+    """The rank and where it came from: the r1.3 rank table, then ``profiler_info``'s ``rank_id``,
+    then ``--rank``, then the number in the file names."""
+    if rank_table.num_rows and legacy.host is not None:
+        return legacy.rank, "trace"
+    info_rank = legacy.info.get("rank_id")
+    if isinstance(info_rank, int) and info_rank >= 0:
+        return info_rank, "trace"
+    if option is not None:
+        return option, "option"
+    return legacy.rank, "file name"
+
+
+def _steps(legacy: LegacyRank, rank: int) -> pa.Table:
+    """One ``steps`` row per step trace row; the device clock is the only clock a legacy run has."""
+    st = legacy.step_trace
+    n = st.num_rows
+    return conform(
+        pa.table(
+            {
+                "rank": np.full(n, rank, np.int32),
+                "step": st.column("step"),
+                "start_ns": st.column("start_ns"),
+                "end_ns": st.column("end_ns"),
+                "complete": np.ones(n, bool),
+                "inferred": np.zeros(n, bool),
+            }
+        ),
+        STEP_SCHEMA,
+    )
+
+
+def _device_defaults(steps: pa.Table) -> pa.Table:
+    """A step without timeline work keeps its own window as its device window (it is device time)."""
+    for name, fallback in (("device_start_ns", "start_ns"), ("device_end_ns", "end_ns")):
+        filled = pc.coalesce(steps.column(name), steps.column(fallback))
+        steps = steps.set_column(steps.schema.get_field_index(name), name, filled)
+    return steps
+
+
+def _whole_trace_step(slices: pa.Table, rank: int) -> pa.Table:
+    start = columns.int64(slices.column("start_ns"))
+    end = start + columns.int64(slices.column("dur_ns"))
+    return conform(
+        pa.table(
+            {
+                "rank": [rank],
+                "step": [0],
+                "start_ns": [int(start.min())],
+                "end_ns": [int(end.max())],
+                "complete": [True],
+                "inferred": [True],
+            }
+        ),
+        STEP_SCHEMA,
+    )
+
+
+def _overlaps(slices: pa.Table) -> bool:
+    """Whether any slice lies inside a step (else the timeline and the step trace use other clocks)."""
+    return bool((columns.int64(slices.column("step")) != NO_ID).any())
+
+
+def _labels(events: pa.Table) -> tuple[dict[int, str], dict[tuple[int, int], str]]:
+    """Process labels (``process_labels``/``process_name``) and thread names of the ``M`` events."""
+    meta = events.filter(pc.equal(events.column("ph"), "M"))
+    procs: dict[int, str] = {}
+    threads: dict[tuple[int, int], str] = {}
+    for row in meta.select(["name", "pid", "tid", "args.name", "args.labels"]).to_pylist():  # a few rows
+        if row["pid"] is None:
+            continue
+        if row["name"] == "process_labels" and row["args.labels"]:
+            procs[row["pid"]] = row["args.labels"]
+        elif row["name"] == "process_name" and row["args.name"]:
+            procs.setdefault(row["pid"], row["args.name"])
+        elif row["name"] == "thread_name" and row["args.name"]:
+            threads[(row["pid"], row["tid"] or 0)] = row["args.name"]
+    return procs, threads
+
+
+def _timeline(
+    events: pa.Table, rank: int, device: int, steps: pa.Table
+) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """(slices, tracks, comm) of the timeline display's ``X`` events (see the module docstring)."""
+    procs, threads = _labels(events)
+    ts = pc.replace_substring_regex(pc.utf8_trim_whitespace(events.column("ts")), TS_PATTERN, r"\1\2")
+    timed = pc.fill_null(pc.match_substring_regex(ts, r"^-?\d{1,18}(\.\d{1,3})?$"), False)
+    x = events.set_column(events.schema.get_field_index("ts"), "ts", ts)
+    x = x.filter(pc.and_(pc.equal(x.column("ph"), "X"), timed))
+    pid = columns.int64(x.column("pid"), NO_ID)
+    tid = columns.int64(x.column("tid"), 0)
+    keep = (pid != OVERLAP_PID) & ~((tid == STEPS_TID) & ~np.isin(pid, list(LANE_BASE) + [HOST_CPU_PID]))
+    x, pid, tid = x.filter(pa.array(keep)), pid[keep], tid[keep]
+    n = x.num_rows
+    start = columns.int64(micros_to_ns(pc.cast(x.column("ts"), pa.decimal128(24, 3))))
+    dur = np.maximum(np.round(columns.numpy(x.column("dur"), null=0.0) * NS_PER_US).astype(np.int64), 0)
+    names = pc.fill_null(x.column("name").combine_chunks() if n else pa.array([], pa.string()), "")
+
+    is_host = pid == HOST_CPU_PID
+    is_comm = pid == COMMUNICATION_PID
+    is_scope = ~np.isin(pid, list(LANE_BASE) + [HOST_CPU_PID]) & (tid == SCOPE_NAME_TID)
+    kind = np.full(n, kind_code(SliceKind.KERNEL), np.int8)
+    kind[is_host] = kind_code(SliceKind.CPU_OP)
+    kind[is_comm] = kind_code(SliceKind.COMMUNICATION)
+    kind[is_scope] = kind_code(SliceKind.DEVICE_ANNOTATION)
+    is_device = ~is_host
+    base = np.zeros(n, np.int64)
+    for special, offset in LANE_BASE.items():  # three processes
+        base[pid == special] = offset
+    out_pid = np.where(is_device, device, pid)
+    out_tid = tid + base
+    labels = {}
+    for i in np.unique(np.stack([pid, tid], 1), axis=0, return_index=True)[1] if n else []:  # per lane
+        p, t = int(pid[i]), int(tid[i])
+        proc = procs.get(p, "Host CPU Op" if is_host[i] else f"device {device}")
+        labels[(int(out_pid[i]), int(out_tid[i]), bool(is_device[i]))] = (
+            f"{proc} {threads.get((p, t), f'stream {t}')}"
+        )
+    track, tracks = assemble.assign_tracks(rank, out_pid, out_tid, is_device, labels)
+    step = assemble.step_of(start, steps)
+    slices = conform(
+        pa.table(
+            {
+                "rank": np.full(n, rank, np.int32),
+                "kind": pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int32)), pa.array(KIND_NAMES)),
+                "category": pc.dictionary_encode(_category(pid, procs)),
+                "name": pc.dictionary_encode(names),
+                "is_device": is_device,
+                "pid": out_pid,
+                "tid": out_tid,
+                "track": track,
+                "start_ns": start,
+                "dur_ns": dur,
+                "depth": assemble.nesting_depth(track, start, dur),
+                "correlation": np.full(n, NO_ID, np.int64),
+                "external_id": np.full(n, NO_ID, np.int64),
+                "step": step.astype(np.int32),
+            }
+        ),
+        SLICE_SCHEMA,
+    )
+    return slices, tracks, _comm(slices, np.flatnonzero(is_comm), rank)
+
+
+def _category(pid: np.ndarray, procs: dict[int, str]) -> pa.Array:
+    """The process label of each row, looked up once per distinct pid."""
+    values, inverse = np.unique(pid, return_inverse=True)
+    label = pa.array([procs.get(int(p), "") for p in values.tolist()], pa.string())
+    return label.take(pa.array(inverse.reshape(-1).astype(np.int64)))
+
+
+def _comm(slices: pa.Table, rows: np.ndarray, rank: int) -> pa.Table:
+    """One ``comm`` row per communication slice (no group, size or sequence: the files lack them)."""
+    rows = rows[np.argsort(columns.int64(slices.column("start_ns"))[rows], kind="stable")]
+    take = pa.array(rows, pa.int64())
+    names = slices.column("name").take(take).cast(pa.string())
+    return conform(
+        pa.table(
+            {
+                "rank": np.full(rows.size, rank, np.int32),
+                "slice": rows.astype(np.int64),
+                "is_device": np.ones(rows.size, bool),
+                "collective": collective_of([v or "" for v in names.to_pylist()]),
+                "start_ns": slices.column("start_ns").take(take),
+                "dur_ns": slices.column("dur_ns").take(take),
+                "step": slices.column("step").take(take),
+                "name": names,
+            }
+        ),
+        COMM_SCHEMA,
+    )
+
+
+def _stream_intervals(legacy: LegacyRank, rank: int, device: int) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """Without a timeline: the step trace's per-stream communication intervals as device slices."""
+    streams = legacy.stream_communication
+    streams = streams.filter(pc.greater(streams.column("dur_ns"), 0)) if streams.num_rows else streams
+    n = streams.num_rows
+    names = streams.column("stream").combine_chunks() if n else pa.array([], pa.string())
+    lane_values, lane = np.unique(np.array(names.to_pylist(), dtype=object), return_inverse=True)
+    tid = STREAM_TID_BASE + lane.reshape(-1).astype(np.int64)
+    labels = {
+        (device, STREAM_TID_BASE + i, True): f"step trace {v}" for i, v in enumerate(lane_values.tolist())
+    }
+    track, tracks = assemble.assign_tracks(rank, np.full(n, device, np.int64), tid, np.ones(n, bool), labels)
+    start = columns.int64(streams.column("start_ns")) if n else np.zeros(0, np.int64)
+    dur = columns.int64(streams.column("dur_ns")) if n else np.zeros(0, np.int64)
+    slices = conform(
+        pa.table(
+            {
+                "rank": np.full(n, rank, np.int32),
+                "kind": pa.DictionaryArray.from_arrays(
+                    pa.array(np.full(n, kind_code(SliceKind.COMMUNICATION), np.int32)), pa.array(KIND_NAMES)
+                ),
+                "category": pc.dictionary_encode(pa.array(["step_trace_raw"] * n, pa.string())),
+                "name": pc.dictionary_encode(names),
+                "is_device": np.ones(n, bool),
+                "pid": np.full(n, device, np.int64),
+                "tid": tid,
+                "track": track,
+                "start_ns": start,
+                "dur_ns": dur,
+                "depth": assemble.nesting_depth(track, start, dur),
+                "correlation": np.full(n, NO_ID, np.int64),
+                "external_id": np.full(n, NO_ID, np.int64),
+                "step": streams.column("step") if n else np.zeros(0, np.int32),
+            }
+        ),
+        SLICE_SCHEMA,
+    )
+    if not n:
+        tracks = TRACK_SCHEMA.empty_table()
+    return slices, tracks, _comm(slices, np.arange(n), rank)
