@@ -4,16 +4,18 @@ Runs each variant in a fresh process and samples the resident memory of its whol
 (the command and its worker processes, summed) every 0.1 s with psutil; wall time is the
 process's; CPU time is user + system of the whole tree (``RUSAGE_CHILDREN``: the command and every
 worker it waited for), the figure that does not depend on what else the machine runs.
-Variants: ``local`` (``perfsight analyse JOB`` as the CLI runs it: the default executor,
-one worker process per core, full per-rank analysis and per-rank output files, then the cluster
-step and its outputs); ``cluster-only`` (same executor, per-rank work limited to what the cluster
-step needs, no per-rank files); ``dask1`` / ``dask2`` (as cluster-only, on a Dask LocalCluster with
-1 / 2 worker processes).  After each run it checks that the injected stragglers (from the job's
-``.generator.json``, written by ``gen_cluster_job.py``) are exactly the reported slow ranks.
+Variants: ``cli`` (the command a user types, ``perfsight analyse JOB --out DIR --json``: the
+default executor, one worker process per core; per-rank output files only up to 128 ranks, see
+``perfsight.cluster.job.PER_RANK_OUTPUTS_LIMIT``; then the cluster step and its outputs);
+``local`` (the same with every rank's output files, ``--per-rank-outputs all``); ``cluster-only``
+(same executor, per-rank work limited to what the cluster step needs, no per-rank files);
+``dask1`` / ``dask2`` (as cluster-only, on a Dask LocalCluster with 1 / 2 worker processes).
+After each run it checks that the injected stragglers (from the job's ``.generator.json``, written
+by ``gen_cluster_job.py``) are exactly the reported slow ranks.
 
     python benchmarks/gen_cluster_job.py --out /tmp/job1024 --ranks 1024 --size-mb 2 \
         --stragglers 17:1.3,600:1.25,1001:1.2
-    python benchmarks/bench_cluster.py /tmp/job1024 --variants cluster-only,local,dask1,dask2
+    python benchmarks/bench_cluster.py /tmp/job1024 --variants cli,cluster-only,local,dask1,dask2
 """
 
 from __future__ import annotations
@@ -53,6 +55,24 @@ print(json.dumps({"slow": [r["rank"] for r in summary["slow_ranks"]], "ranks": s
 """
 
 
+def _command(job: Path, out: str, variant: str) -> list[str]:
+    if variant == "cli":
+        cli = [sys.executable, "-m", "perfsight.cli", "analyse"]
+        return [*cli, str(job), "--out", out, "--json", "--no-progress"]
+    return [sys.executable, "-c", DRIVER, str(job), out, variant]
+
+
+def _found(stdout: str, variant: str) -> dict:
+    if variant != "cli":
+        return json.loads(stdout.strip().splitlines()[-1])
+    cluster = json.loads(stdout)["cluster"]
+    return {
+        "slow": [r["rank"] for r in cluster["slow_ranks"]],
+        "ranks": cluster["ranks"],
+        "method": cluster["clock_alignment"]["method"],
+    }
+
+
 def run_variant(job: Path, variant: str) -> dict:
     import psutil
 
@@ -60,7 +80,7 @@ def run_variant(job: Path, variant: str) -> dict:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, "-c", DRIVER, str(job), out, variant],
+            _command(job, out, variant),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -80,14 +100,14 @@ def run_variant(job: Path, variant: str) -> dict:
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     if proc.returncode != 0:
         raise SystemExit(f"{variant} failed:\n{stderr[-3000:]}")
-    found = json.loads(stdout.strip().splitlines()[-1])
+    found = _found(stdout, variant)
     return {"variant": variant, "wall_s": wall, "cpu_s": cpu, "peak_rss_mb": peak / 2**20, **found}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("job", type=Path)
-    parser.add_argument("--variants", default="cluster-only,local,dask1,dask2")
+    parser.add_argument("--variants", default="cli,cluster-only,local,dask1,dask2")
     args = parser.parse_args(argv)
     manifest = json.loads((args.job / ".generator.json").read_text())
     injected = sorted(int(r) for r in manifest["stragglers"])

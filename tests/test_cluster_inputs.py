@@ -121,3 +121,20 @@ def test_an_unknown_executor_is_a_one_line_error(synthetic_job: Path, tmp_path: 
     result = _cli(str(synthetic_job), "--out", str(tmp_path), "--executor", "carrier-pigeon")
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "unknown executor 'carrier-pigeon'" in result.stderr
+
+
+def test_per_rank_outputs_can_be_left_out_and_the_cluster_results_stay_the_same(
+    synthetic_job: Path, tmp_path: Path
+) -> None:
+    full = _cli(str(synthetic_job), "--out", str(tmp_path / "full"), "--json")
+    lean = _cli(str(synthetic_job), "--out", str(tmp_path / "lean"), "--json", "--per-rank-outputs", "none")
+    assert full.returncode == 0 and lean.returncode == 0, full.stderr + lean.stderr
+    # 8 ranks are under the limit: by default every rank's folder is written, with its analysis
+    assert len(list((tmp_path / "full").glob("rank*/PROFILER_OUTPUT/step_trace_time.csv"))) == 8
+    assert not list((tmp_path / "lean").glob("rank*"))
+    lean_summary = json.loads(lean.stdout)["cluster"]
+    assert "not written for 8 ranks" in lean_summary["per_rank_outputs"]
+    assert json.loads(full.stdout)["cluster"]["per_rank_outputs"].endswith("rank<N>")
+    for name in ("cluster_step_trace_time.csv", "communication_matrix.json", "slow_rank.csv"):
+        full_file = tmp_path / "full" / "cluster_analysis_output" / name
+        assert full_file.read_bytes() == (tmp_path / "lean" / "cluster_analysis_output" / name).read_bytes()

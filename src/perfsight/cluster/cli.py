@@ -30,13 +30,22 @@ def default_output(location: str) -> Path:
     return Path(location.removeprefix("file://")) / "perfsight_output"
 
 
-def run_job(location: str, out: str | None, options: Any, executor: str | None) -> dict[str, Any]:
-    """Analyse the job, write every output, and return ``{"cluster": summary, "ranks": [...]}``."""
+PER_RANK_CHOICES = {"auto": None, "all": True, "none": False}
+"""``--per-rank-outputs``: by default (auto) every rank's outputs up to ``PER_RANK_OUTPUTS_LIMIT``
+ranks, none above it."""
+
+
+def run_job(
+    location: str, out: str | None, options: Any, executor: str | None, per_rank: str = "auto"
+) -> dict[str, Any]:
+    """Analyse the job, write its outputs, and return ``{"cluster": summary, "ranks": [...]}``."""
     from perfsight.cluster.job import analyse_job, write_cluster_outputs
     from perfsight.cluster.summary import cluster_summary
 
     root = Path(out) if out else default_output(location)
-    result = analyse_job(location, root, options=options, executor=executor)
+    result = analyse_job(
+        location, root, options=options, executor=executor, per_rank_outputs=PER_RANK_CHOICES[per_rank]
+    )
     write_cluster_outputs(result, root)
     ranks = [d.summary for _, d in sorted(result.job.ranks.items()) if d.summary is not None]
     return {"cluster": cluster_summary(result), "ranks": ranks}

@@ -24,6 +24,14 @@ from perfsight.pipeline import Options
 
 log = logging.getLogger(__name__)
 
+PER_RANK_OUTPUTS_LIMIT = 128
+"""Above this many ranks, ``analyse_job`` writes no per-rank files unless asked (``per_rank_outputs``).
+
+Why: a thousand ranks' ``trace_view.json``, CSVs and Parquet caches cost about twice the cluster
+analysis itself (docs/BENCHMARKS.md) and are looked at one rank at a time; one rank's outputs come
+from ``perfsight analyse`` on that rank's input, or from the UI when the rank is opened.  Below the
+limit every rank's outputs are written, as a single-rank analysis would."""
+
 
 class JobInputError(ValueError):
     """Nothing analysable at the location; the message says what was found instead."""
@@ -51,6 +59,7 @@ class ClusterResult:
     resources: pd.DataFrame
     executor: str
     output_root: Path | None = None
+    per_rank_outputs: bool = False  # whether ``rank<N>/`` folders were written under output_root
 
     @property
     def ranks(self) -> list[int]:
@@ -63,18 +72,21 @@ def analyse_job(
     *,
     options: Options | None = None,
     executor: str | Executor | None = None,
-    per_rank_outputs: bool = True,
+    per_rank_outputs: bool | None = None,
 ) -> ClusterResult:
     """Analyse every rank under ``location`` (folder or fsspec URL) and the job as a whole.
 
-    ``out``: where ``rank<N>/`` and ``cluster_analysis_output/`` go (None with
-    ``per_rank_outputs=False``: nothing is written).  ``executor``: ``local`` (default), ``serial``,
-    ``dask-local``, ``dask://HOST:PORT``, or an executor object (not closed here).
+    ``out``: where ``rank<N>/`` and ``cluster_analysis_output/`` go (None: nothing is written).
+    ``per_rank_outputs``: write ``rank<N>/`` for every rank (True), for none (False), or, by default,
+    when the job has at most :data:`PER_RANK_OUTPUTS_LIMIT` inputs.  ``executor``: ``local``
+    (default), ``serial``, ``dask-local``, ``dask://HOST:PORT``, or an executor object (not closed here).
     """
     location = str(location)
     inputs = discovery.list_inputs(location)
     if not inputs:
         raise JobInputError(f"{location}: no trace files (*.json, *.json.gz) or run folders found")
+    if per_rank_outputs is None:
+        per_rank_outputs = len(inputs) <= PER_RANK_OUTPUTS_LIMIT
     task = RankTask(
         out_root=str(out) if (out is not None and per_rank_outputs) else None, options=options or Options()
     )
@@ -94,6 +106,7 @@ def analyse_job(
         log.warning("%s", line)
     result = cross_rank(location, job, runner.name)
     result.output_root = Path(out) if out is not None else None
+    result.per_rank_outputs = task.out_root is not None
     return result
 
 

@@ -82,6 +82,7 @@ def cluster_summary(result: ClusterResult) -> dict[str, Any]:
         "stages": {str(k): v for k, v in sorted(_stage_members(result).items())},
         "parallel": result.parallel.to_json(),
         "outputs": str(result.output_root / "cluster_analysis_output") if result.output_root else None,
+        "per_rank_outputs": _per_rank_outputs(result),
     }
 
 
@@ -184,7 +185,24 @@ def format_text(summary: dict[str, Any]) -> str:
             )
     if summary["outputs"]:
         lines.append(f"cluster outputs: {summary['outputs']}")
+    if summary.get("per_rank_outputs"):
+        lines.append(f"per-rank outputs: {summary['per_rank_outputs']}")
     return "\n".join(lines) + "\n"
+
+
+def _per_rank_outputs(result: ClusterResult) -> str | None:
+    """Where each rank's own outputs are, or why there are none (too many ranks: see
+    ``perfsight.cluster.job.PER_RANK_OUTPUTS_LIMIT``)."""
+    from perfsight.cluster.job import PER_RANK_OUTPUTS_LIMIT
+
+    if result.output_root is None:
+        return None
+    if result.per_rank_outputs:
+        return str(result.output_root / "rank<N>")
+    return (
+        f"not written for {len(result.job.ranks)} ranks (more than {PER_RANK_OUTPUTS_LIMIT}); "
+        "analyse one rank's input for its outputs, or pass --per-rank-outputs all"
+    )
 
 
 def _parallel_lines(layout: dict[str, Any]) -> list[str]:

@@ -33,6 +33,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--executor",
         help="where a multi-rank job's per-rank work runs: local (default), serial, dask-local, dask://HOST:PORT",
     )
+    analyse.add_argument(
+        "--per-rank-outputs",
+        choices=("auto", "all", "none"),
+        default="auto",
+        help="a job's rank<N>/ folders: all, none, or auto (all up to 128 ranks, none above)",
+    )
     analyse.set_defaults(handler=run)
 
 
@@ -70,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
                         rank=args.rank,
                     ),
                     args.executor,
+                    args.per_rank_outputs,
                 )
             except (InputError, TraceReadError, JobInputError, ExecutorError) as exc:
                 print(f"perfsight: error: {exc}", file=sys.stderr)
