@@ -47,7 +47,6 @@ from perfsight.model import (
     COMM_SCHEMA,
     COMM_TASK_SCHEMA,
     FLOW_SCHEMA,
-    KIND_NAMES,
     NO_ID,
     SLICE_SCHEMA,
     STEP_SCHEMA,
@@ -258,10 +257,8 @@ def timeline_from_events(
         thread = threads.get((int(pid[i]), int(tid[i])), f"thread {tid[i]}")
         lane_label[(int(out_pid[i]), int(out_tid[i]), bool(is_device[i]))] = f"{proc} {thread}".strip()
     track, tracks = assemble.assign_tracks(rank, out_pid, out_tid, is_device, lane_label)
-    depth = assemble.nesting_depth(track, start, dur)
     correlation = columns.int64(x.column("args.connection_id"), NO_ID)
 
-    kind_dict = pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int32)), pa.array(KIND_NAMES))
     category = pc.coalesce(cat, task_type, pa.array(role_of.astype(str)))
     steps, _ = assemble.step_windows(rank, names, kind, is_device, start, dur)
     step = assemble.step_of(start, steps)
@@ -271,27 +268,8 @@ def timeline_from_events(
         kind, [kind_code(SliceKind(k)) for k in ("kernel", "memcpy", "memset", "communication")]
     )
     steps = assemble.device_windows(steps, step, on_device, start, start + dur)
-    n = x.num_rows
-    slices = conform(
-        pa.table(
-            {
-                "rank": np.full(n, rank, np.int32),
-                "kind": kind_dict,
-                "category": pc.dictionary_encode(category),
-                "name": pc.dictionary_encode(names),
-                "is_device": is_device,
-                "pid": out_pid,
-                "tid": out_tid,
-                "track": track,
-                "start_ns": start,
-                "dur_ns": dur,
-                "depth": depth,
-                "correlation": correlation,
-                "external_id": np.full(n, NO_ID, np.int64),
-                "step": step.astype(np.int32),
-            }
-        ),
-        SLICE_SCHEMA,
+    slices = assemble.slice_table(
+        rank, kind, category, names, is_device, out_pid, out_tid, track, start, dur, step, correlation
     )
     flows = assemble.flows_table(rank, src, dst, "launch")
     comm, comm_tasks, max_rank = _comm_tables(

@@ -16,7 +16,9 @@ import pyarrow.compute as pc
 
 from perfsight.model import (
     FLOW_SCHEMA,
+    KIND_NAMES,
     NO_ID,
+    SLICE_SCHEMA,
     STEP_SCHEMA,
     TRACK_SCHEMA,
     SliceKind,
@@ -256,6 +258,46 @@ def flows_table(rank: int, src: np.ndarray, dst: np.ndarray, kind: str) -> pa.Ta
             }
         ),
         FLOW_SCHEMA,
+    )
+
+
+def slice_table(
+    rank: int,
+    kind: np.ndarray,
+    category: pa.Array | pa.ChunkedArray,
+    names: pa.Array | pa.ChunkedArray,
+    is_device: np.ndarray,
+    pid: np.ndarray,
+    tid: np.ndarray,
+    track: np.ndarray,
+    start: np.ndarray,
+    dur: np.ndarray,
+    step: np.ndarray,
+    correlation: np.ndarray | None = None,
+) -> pa.Table:
+    """The slice table of a reader whose input has no Kineto external ids (Ascend, MindSpore,
+    MindInsight): ``kind`` as ``kind_code`` values; depth follows from the tracks and times."""
+    n = len(start)
+    return conform(
+        pa.table(
+            {
+                "rank": np.full(n, rank, np.int32),
+                "kind": pa.DictionaryArray.from_arrays(pa.array(kind, pa.int32()), pa.array(KIND_NAMES)),
+                "category": pc.dictionary_encode(category),
+                "name": pc.dictionary_encode(names),
+                "is_device": is_device,
+                "pid": pid,
+                "tid": tid,
+                "track": track,
+                "start_ns": start,
+                "dur_ns": dur,
+                "depth": nesting_depth(track, start, dur),
+                "correlation": np.full(n, NO_ID, np.int64) if correlation is None else correlation,
+                "external_id": np.full(n, NO_ID, np.int64),
+                "step": np.asarray(step, np.int32),
+            }
+        ),
+        SLICE_SCHEMA,
     )
 
 

@@ -44,9 +44,7 @@ from perfsight.ingest.kineto import TraceReadError
 from perfsight.ingest.mindinsight_legacy import LegacyRank, read_rank_of
 from perfsight.model import (
     COMM_SCHEMA,
-    KIND_NAMES,
     NO_ID,
-    SLICE_SCHEMA,
     STEP_SCHEMA,
     TRACK_SCHEMA,
     DeviceInfo,
@@ -312,26 +310,8 @@ def _timeline(
         )
     track, tracks = assemble.assign_tracks(rank, out_pid, out_tid, is_device, labels)
     step = assemble.step_of(start, steps)
-    slices = conform(
-        pa.table(
-            {
-                "rank": np.full(n, rank, np.int32),
-                "kind": pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int32)), pa.array(KIND_NAMES)),
-                "category": pc.dictionary_encode(_category(pid, procs)),
-                "name": pc.dictionary_encode(names),
-                "is_device": is_device,
-                "pid": out_pid,
-                "tid": out_tid,
-                "track": track,
-                "start_ns": start,
-                "dur_ns": dur,
-                "depth": assemble.nesting_depth(track, start, dur),
-                "correlation": np.full(n, NO_ID, np.int64),
-                "external_id": np.full(n, NO_ID, np.int64),
-                "step": step.astype(np.int32),
-            }
-        ),
-        SLICE_SCHEMA,
+    slices = assemble.slice_table(
+        rank, kind, _category(pid, procs), names, is_device, out_pid, out_tid, track, start, dur, step
     )
     return slices, tracks, _comm(slices, np.flatnonzero(is_comm), rank)
 
@@ -379,28 +359,18 @@ def _stream_intervals(legacy: LegacyRank, rank: int, device: int) -> tuple[pa.Ta
     track, tracks = assemble.assign_tracks(rank, np.full(n, device, np.int64), tid, np.ones(n, bool), labels)
     start = columns.int64(streams.column("start_ns")) if n else np.zeros(0, np.int64)
     dur = columns.int64(streams.column("dur_ns")) if n else np.zeros(0, np.int64)
-    slices = conform(
-        pa.table(
-            {
-                "rank": np.full(n, rank, np.int32),
-                "kind": pa.DictionaryArray.from_arrays(
-                    pa.array(np.full(n, kind_code(SliceKind.COMMUNICATION), np.int32)), pa.array(KIND_NAMES)
-                ),
-                "category": pc.dictionary_encode(pa.array(["step_trace_raw"] * n, pa.string())),
-                "name": pc.dictionary_encode(names),
-                "is_device": np.ones(n, bool),
-                "pid": np.full(n, device, np.int64),
-                "tid": tid,
-                "track": track,
-                "start_ns": start,
-                "dur_ns": dur,
-                "depth": assemble.nesting_depth(track, start, dur),
-                "correlation": np.full(n, NO_ID, np.int64),
-                "external_id": np.full(n, NO_ID, np.int64),
-                "step": streams.column("step") if n else np.zeros(0, np.int32),
-            }
-        ),
-        SLICE_SCHEMA,
+    slices = assemble.slice_table(
+        rank,
+        np.full(n, kind_code(SliceKind.COMMUNICATION), np.int32),
+        pa.array(["step_trace_raw"] * n, pa.string()),
+        names,
+        np.ones(n, bool),
+        np.full(n, device, np.int64),
+        tid,
+        track,
+        start,
+        dur,
+        streams.column("step") if n else np.zeros(0, np.int32),
     )
     if not n:
         tracks = TRACK_SCHEMA.empty_table()
