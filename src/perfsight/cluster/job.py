@@ -29,8 +29,8 @@ PER_RANK_OUTPUTS_LIMIT = 128
 
 Why: a thousand ranks' ``trace_view.json``, CSVs and Parquet caches cost about twice the cluster
 analysis itself (docs/BENCHMARKS.md) and are looked at one rank at a time; one rank's outputs come
-from ``perfsight analyse`` on that rank's input, or from the UI when the rank is opened.  Below the
-limit every rank's outputs are written, as a single-rank analysis would."""
+from ``perfsight analyse`` on that rank's input alone.  Below the limit every rank's outputs are
+written, as a single-rank analysis would."""
 
 
 class JobInputError(ValueError):
