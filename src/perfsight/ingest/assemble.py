@@ -274,9 +274,14 @@ def slice_table(
     dur: np.ndarray,
     step: np.ndarray,
     correlation: np.ndarray | None = None,
+    *,
+    external_id: np.ndarray | None = None,
+    depth: np.ndarray | None = None,
+    args: dict[str, pa.ChunkedArray] | None = None,
 ) -> pa.Table:
-    """The slice table of a reader whose input has no Kineto external ids (Ascend, MindSpore,
-    MindInsight): ``kind`` as ``kind_code`` values; depth follows from the tracks and times."""
+    """The slice table every reader builds: ``kind`` as ``kind_code`` values; ids default to
+    NO_ID (inputs without Kineto's ids), ``depth`` to the nesting of the tracks and times; ``args``
+    fills the optional argument columns (shapes, grid, bytes, ...)."""
     n = len(start)
     return conform(
         pa.table(
@@ -291,10 +296,11 @@ def slice_table(
                 "track": track,
                 "start_ns": start,
                 "dur_ns": dur,
-                "depth": nesting_depth(track, start, dur),
+                "depth": nesting_depth(track, start, dur) if depth is None else depth,
                 "correlation": np.full(n, NO_ID, np.int64) if correlation is None else correlation,
-                "external_id": np.full(n, NO_ID, np.int64),
+                "external_id": np.full(n, NO_ID, np.int64) if external_id is None else external_id,
                 "step": np.asarray(step, np.int32),
+                **(args or {}),
             }
         ),
         SLICE_SCHEMA,

@@ -31,10 +31,8 @@ from perfsight.ingest.heap import prefer_returning_pool, return_freed_memory
 from perfsight.ingest.jsonstream import NotATraceError
 from perfsight.model import (
     COMM_SCHEMA,
-    KIND_NAMES,
     MEMORY_SCHEMA,
     NO_ID,
-    SLICE_SCHEMA,
     DeviceInfo,
     RunMetadata,
     SliceKind,
@@ -316,7 +314,6 @@ def _build(parts: _Parts, meta: RunMetadata, truncated: bool) -> Trace:
         complete.column("cat"), _bools(pc.is_in(cat_values, pa.array(_DEVICE_CATEGORIES)))
     )
     kind = _kinds(complete.column("cat"), cat_values, complete.column("name"), is_device)
-    n = complete.num_rows
     start = complete.column("start_ns").to_numpy()
     dur = complete.column("dur_ns").to_numpy()
     pid = _ints(complete.column("pid"))
@@ -350,33 +347,19 @@ def _build(parts: _Parts, meta: RunMetadata, truncated: bool) -> Trace:
             steps.schema.get_field_index("complete"), "complete", pa.array(complete_flags)
         )
 
-    slices = conform(
-        pa.table(
-            {
-                "rank": np.full(n, rank, np.int32),
-                "kind": pa.DictionaryArray.from_arrays(pa.array(kind, pa.int32()), pa.array(KIND_NAMES)),
-                "category": complete.column("cat"),
-                "name": names,
-                "is_device": is_device,
-                "pid": pid,
-                "tid": tid,
-                "track": track,
-                "start_ns": start,
-                "dur_ns": dur,
-                "depth": depth,
-                "correlation": correlation,
-                "external_id": external,
-                "step": step,
-                "input_dims": complete.column("Input Dims"),
-                "input_types": complete.column("Input type"),
-                "grid": complete.column("grid"),
-                "block": complete.column("block"),
-                "occupancy_pct": complete.column("est. achieved occupancy %"),
-                "bytes": complete.column("bytes"),
-            }
-        ),
-        SLICE_SCHEMA,
-    )
+    slices = assemble.slice_table(
+        rank, kind, complete.column("cat"), names, is_device, pid, tid, track, start, dur, step, correlation,
+        external_id=external,
+        depth=depth,
+        args={
+            "input_dims": complete.column("Input Dims"),
+            "input_types": complete.column("Input type"),
+            "grid": complete.column("grid"),
+            "block": complete.column("block"),
+            "occupancy_pct": complete.column("est. achieved occupancy %"),
+            "bytes": complete.column("bytes"),
+        },
+    )  # fmt: skip
     flows = assemble.flows_table(rank, src, dst, "launch")
     comm = _comm(slices, _concat(parts.comm_args), kind, is_device, start, dur, step, rank)
     return Trace(slices=slices, tracks=tracks, memory=memory, flows=flows, steps=steps, comm=comm, meta=meta)
