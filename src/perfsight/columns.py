@@ -30,6 +30,13 @@ def combined(values: ArrayOrChunked) -> pa.Array:
     return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
 
 
+def valid(values: ArrayOrChunked) -> NDArray[np.bool_]:
+    """Which rows hold a value (not null)."""
+    if values.null_count == 0:
+        return np.ones(len(values), bool)
+    return numpy(pc.is_valid(values))
+
+
 def _dtype(arrow_type: pa.DataType) -> np.dtype:
     if pa.types.is_integer(arrow_type):
         signed = pa.types.is_signed_integer(arrow_type)

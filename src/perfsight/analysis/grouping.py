@@ -20,7 +20,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from perfsight import columns
@@ -56,10 +55,17 @@ def _reduced(
     return out, has
 
 
-def aggregate(table: pa.Table, keys: Sequence[str], aggregations: Sequence[tuple[str, str]]) -> pa.Table:
+def aggregate(
+    table: pa.Table,
+    keys: Sequence[str],
+    aggregations: Sequence[tuple[str, str]],
+    codes: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None,
+) -> pa.Table:
     """``table.group_by(keys, use_threads=False).aggregate(aggregations)`` without Acero (see the
-    module docstring); the keys come first, then the aggregates, as Arrow orders them."""
-    codes, first = group_codes(table, keys)
+    module docstring); the keys come first, then the aggregates, as Arrow orders them.  ``codes``:
+    :func:`group_codes` of the same table and keys, when the caller already has them (row ``i`` of
+    the result is group code ``i``)."""
+    codes, first = group_codes(table, keys) if codes is None else codes
     k = first.size
     take = pa.array(first, pa.int64())
     arrays: dict[str, pa.Array | pa.ChunkedArray] = {key: table.column(key).take(take) for key in keys}
@@ -70,7 +76,7 @@ def aggregate(table: pa.Table, keys: Sequence[str], aggregations: Sequence[tuple
         numeric = pa.types.is_integer(source.type) or pa.types.is_floating(source.type)
         if pa.types.is_dictionary(source.type) or not numeric:
             raise TypeError(f"cannot aggregate column {column!r} of type {source.type}")
-        valid = columns.numpy(pc.is_valid(source)) if source.null_count else np.ones(len(source), bool)
+        valid = columns.valid(source)
         values = columns.numpy(source, null=0)
         out_type = source.type
         if function == "count":

@@ -116,13 +116,6 @@ def memory_curve(trace: Trace) -> pa.Table:
     )
 
 
-def _valid(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Which rows hold a value (not null)."""
-    if values.null_count == 0:
-        return np.ones(len(values), bool)
-    return columns.numpy(pc.is_valid(values))
-
-
 def memory_peaks(trace: Trace, curve: pa.Table | None = None) -> pa.Table:
     """Highest allocated and reserved totals per (rank, device), and when allocated peaked.
 
@@ -132,37 +125,32 @@ def memory_peaks(trace: Trace, curve: pa.Table | None = None) -> pa.Table:
     if curve.num_rows == 0:
         return MEMORY_PEAKS_SCHEMA.empty_table()
     keys = ["rank", "device_type", "device_index"]
-    grouped = grouping.aggregate(curve, keys, [("allocated_bytes", "max"), ("reserved_bytes", "max")])
+    codes = grouping.group_codes(curve, keys)
+    grouped = grouping.aggregate(curve, keys, [("allocated_bytes", "max"), ("reserved_bytes", "max")], codes)
     # first instant each group reaches its allocated maximum (NumPy: Arrow's join needs Acero)
-    codes, _ = grouping.group_codes(curve, keys)
-    allocated = curve.column("allocated_bytes")
-    peak_column = grouped.column("allocated_bytes_max")
-    reached = (
-        _valid(allocated)
-        & _valid(peak_column)[codes]
-        & (columns.numpy(allocated, null=0) == columns.numpy(peak_column, null=0)[codes])
+    code = codes[0]
+    allocated, peak, ts = (
+        curve.column("allocated_bytes"),
+        grouped.column("allocated_bytes_max"),
+        curve.column("ts_ns"),
     )
-    at_peak = pa.table(
-        {
-            "code": pa.array(codes[reached], pa.int64()),
-            "ts_ns": curve.column("ts_ns").filter(pa.array(reached)),
-        }
+    reached = np.flatnonzero(
+        columns.valid(allocated)
+        & columns.valid(peak)[code]
+        & columns.valid(ts)
+        & (columns.numpy(allocated, null=0) == columns.numpy(peak, null=0)[code])
     )
-    first = grouping.aggregate(at_peak, ["code"], [("ts_ns", "min")])
-    peak_ts = np.zeros(grouped.num_rows, np.int64)
-    has_ts = np.zeros(grouped.num_rows, bool)
-    first_code = columns.int64(first.column("code"))
-    peak_ts[first_code] = columns.numpy(first.column("ts_ns_min"), null=0)
-    has_ts[first_code] = _valid(first.column("ts_ns_min"))
-    table = grouped.append_column("ts_ns_min", pa.array(peak_ts, pa.int64(), mask=~has_ts))
+    peak_ts = np.full(grouped.num_rows, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(peak_ts, code[reached], columns.int64(ts, null=0)[reached])
+    has_ts = np.bincount(code[reached], minlength=grouped.num_rows) > 0
     table = pa.table(
         {
-            "rank": table.column("rank"),
-            "device_type": table.column("device_type"),
-            "device_index": table.column("device_index"),
-            "peak_allocated_bytes": table.column("allocated_bytes_max"),
-            "peak_reserved_bytes": table.column("reserved_bytes_max"),
-            "peak_ts_ns": table.column("ts_ns_min"),
+            "rank": grouped.column("rank"),
+            "device_type": grouped.column("device_type"),
+            "device_index": grouped.column("device_index"),
+            "peak_allocated_bytes": grouped.column("allocated_bytes_max"),
+            "peak_reserved_bytes": grouped.column("reserved_bytes_max"),
+            "peak_ts_ns": pa.array(np.where(has_ts, peak_ts, 0), pa.int64(), mask=~has_ts),
         },
         schema=MEMORY_PEAKS_SCHEMA,
     )
