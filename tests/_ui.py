@@ -96,10 +96,9 @@ def _train_mlp(out: Path) -> None:
 def _write_hostile(folder: Path) -> None:
     """The hostile-names trace as a folder `perfsight analyse` would have written."""
     from _hostile import hostile_trace
-    from perfsight.pipeline import Options, analyse_trace, write_outputs
+    from perfsight.pipeline import Options, analyse_and_write
 
-    options = Options()
-    write_outputs(analyse_trace(hostile_trace(), options), folder / "rank0", options)
+    analyse_and_write(hostile_trace(), folder / "rank0", Options())
 
 
 def make_base_dir(base: Path, training_run: Path) -> Path:

@@ -123,6 +123,20 @@ def test_an_unknown_executor_is_a_one_line_error(synthetic_job: Path, tmp_path: 
     assert result.stderr.strip().count("\n") == 0 and "unknown executor 'carrier-pigeon'" in result.stderr
 
 
+@pytest.mark.parametrize("job", [False, True], ids=["one trace", "a job"])
+def test_an_output_folder_that_cannot_be_made_is_a_one_line_error(
+    job: bool, synthetic_job: Path, tmp_path: Path
+) -> None:
+    source = synthetic_job if job else need_file(KINETO / "nccl_parser_config" / "nccl_data.json.gz")
+    in_the_way = tmp_path / "a_file"
+    in_the_way.write_text("not a folder")
+    result = _cli(str(source), "--out", str(in_the_way / "out"))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0
+    assert "cannot write the outputs under" in result.stderr and str(in_the_way / "out") in result.stderr
+    assert "Not a directory" in result.stderr
+
+
 def test_per_rank_outputs_can_be_left_out_and_the_cluster_results_stay_the_same(
     synthetic_job: Path, tmp_path: Path
 ) -> None:

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from _hostile import HOSTILE_NAMES, hostile_trace
 from _server_helpers import copy_into, wait_ready
 from conftest import kineto_file
-from perfsight.pipeline import Options, analyse_trace, write_outputs
+from perfsight.pipeline import Options, analyse_and_write
 from perfsight.server import create_app
 
 CPU = "cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
@@ -35,8 +35,7 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     os.symlink(outside / "secret", base / "linked_dir")  # a folder symlink out of the base
     os.symlink(secret, base / "cpu" / "linked.pt.trace.json.gz")  # a file symlink out of the base
     os.symlink(outside / "secret.txt", base / "cpu" / "secret.txt")
-    result = analyse_trace(hostile_trace(), Options())
-    write_outputs(result, base / "hostile_perfsight" / "rank0", Options())
+    analyse_and_write(hostile_trace(), base / "hostile_perfsight" / "rank0", Options())
     static = root / "static"
     static.mkdir()
     (static / "index.html").write_text("<!doctype html><title>ui</title>")

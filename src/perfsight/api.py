@@ -19,7 +19,7 @@ import pyarrow as pa
 from perfsight.ingest import TraceReadError, find_traces, read_trace, run_folder
 from perfsight.ingest.lazy_pandas import pandas_deferred
 from perfsight.model import Trace
-from perfsight.pipeline import Options, RankResult, analyse_trace, write_outputs
+from perfsight.pipeline import Options, OutputError, RankResult, analyse_and_write, analyse_trace
 
 log = logging.getLogger(__name__)
 
@@ -92,19 +92,19 @@ def default_output_root(path: Path) -> Path:
     return path / "perfsight_output"
 
 
-def _rank_dirs(results: Iterable[tuple[Path, RankResult]], root: Path) -> list[tuple[RankResult, Path]]:
-    results = list(results)
-    if len(results) == 1 and run_folder.is_run_folder(root):
-        return [(results[0][1], root)]
+def _rank_dirs(traces: Iterable[tuple[Path, Trace]], root: Path) -> list[tuple[Trace, Path]]:
+    traces = list(traces)
+    if len(traces) == 1 and run_folder.is_run_folder(root):
+        return [(traces[0][1], root)]
     seen: dict[int, int] = {}
     placed = []
-    for source, result in results:
-        rank = result.trace.rank
+    for source, trace in traces:
+        rank = trace.rank
         seen[rank] = seen.get(rank, 0) + 1
         # several windows of one rank: each run folder's name is unique, its trace file's is not
         label = source.parent.name if run_folder.is_run_folder(source.parent) else source.name
         name = f"rank{rank}" if seen[rank] == 1 else f"rank{rank}_{_TRACE_SUFFIX.sub('', label)}"
-        placed.append((result, root / name))
+        placed.append((trace, root / name))
     return placed
 
 
@@ -154,18 +154,12 @@ def analyse(
     if unknown:
         raise InputError(f"unknown export type(s) {sorted(unknown)}; choose from text, db")
     root = Path(out) if out is not None else default_output_root(path)
-    results = []
     ranks: dict[int, RankResult] = {}
     with pandas_deferred():  # reading, analyses and writers never need pandas: keep its 32 MB out
-        for source, trace in read_all(path, options, progress):
-            results.append((source, analyse_trace(trace, options)))
-            if progress is not None:
-                progress.update(1)
-        for result, rank_dir in _rank_dirs(results, root):
-            write_outputs(result, rank_dir, options)
+        for trace, rank_dir in _rank_dirs(read_all(path, options, progress), root):
+            with OutputError.naming(rank_dir):
+                result = analyse_and_write(trace, rank_dir, options, progress)
             ranks.setdefault(result.trace.rank, result)
-            if progress is not None:
-                progress.update(1)
     return Analysis(ranks=ranks, output_root=root)
 
 

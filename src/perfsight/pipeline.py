@@ -8,11 +8,14 @@ Python API both call it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import os
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -43,6 +46,22 @@ class Options:
             if value is not None:
                 setattr(base, key, value)
         return base
+
+
+class OutputError(OSError):
+    """The outputs cannot be written where they were asked for (a file in the way, no space, no
+    permission): the message names the folder and the system's reason, for a one-line error."""
+
+    @classmethod
+    @contextlib.contextmanager
+    def naming(cls, folder: str | Path) -> Iterator[None]:
+        """Turn an ``OSError`` raised inside into an ``OutputError`` that names ``folder``."""
+        try:
+            yield
+        except cls:
+            raise
+        except OSError as exc:
+            raise cls(f"cannot write the outputs under {folder}: {exc}") from None
 
 
 @dataclasses.dataclass
@@ -123,12 +142,46 @@ def analyse_trace(trace: Trace, options: Options) -> RankResult:
     return RankResult(trace=trace, tables=tables)
 
 
-def write_outputs(result: RankResult, rank_dir: Path, options: Options) -> Path:
-    """Write PROFILER_OUTPUT/ (seed-named files), the optional SQLite db, and the Parquet cache.
+def analyse_and_write(trace: Trace, rank_dir: Path, options: Options, progress: Any = None) -> RankResult:
+    """Analyse ``trace`` and write every output of the rank into ``rank_dir``.
 
-    The cache, then ``trace_view.json``, are written on a second thread while the other exports
-    are written on this one: Parquet encoding and Arrow's takes release the GIL, so on more than
-    one core the two threads overlap.
+    Why both in one call: the cached trace depends on the trace alone,
+    so it is written on a second thread while the analyses run on this one (Parquet encoding
+    releases the GIL), instead of after them.  (The timeline index could go there too, but its
+    level building beside the analyses' transients would raise the peak memory.)
+    ``progress`` (tqdm-like, optional) gets ``update(1)`` once analysed and once written.
+    """
+    with _background() as background:
+        trace_cached = background.submit(_save_trace_cache, trace, rank_dir / "cache")
+        result = analyse_trace(trace, options)
+        if progress is not None:
+            progress.update(1)
+        _write_tables(result, rank_dir, options, background, trace_cached)
+    if progress is not None:
+        progress.update(1)
+    return result
+
+
+def _background() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="perfsight-writer")
+
+
+def _save_trace_cache(trace: Trace, folder: Path) -> None:
+    from perfsight.store import cache
+
+    cache.save_trace(trace, folder)
+
+
+def _write_tables(
+    result: RankResult, rank_dir: Path, options: Options, background: ThreadPoolExecutor, trace_cached: Future
+) -> Path:
+    """Every other output, once ``trace_cached`` (the cached trace) is under way on ``background``.
+
+    ``trace_view.json`` (mostly Arrow takes, which release the GIL) goes to the background
+    thread, after the cached trace; the Python-heavier CSVs, communication.json and the cached
+    analysis tables are written on this one.  The timeline index `perfsight serve` reads is
+    queued behind the trace view and taken back by this thread if it is done first, so the two
+    threads finish at about the same time whichever writer is slower on this trace.
     """
     from perfsight.export import mindspore_csv, sqlite_db, trace_view
     from perfsight.export.communication_json import write_communication_json
@@ -137,33 +190,27 @@ def write_outputs(result: RankResult, rank_dir: Path, options: Options) -> Path:
     out = rank_dir / "PROFILER_OUTPUT"
     out.mkdir(parents=True, exist_ok=True)
     tables = result.tables
-
-    def save_cache() -> None:
-        cache.save_trace(result.trace, rank_dir / "cache")
-        cache.save_tables(rank_dir / "cache", tables)
-        timeline_index.write_timeline_index(result.trace, rank_dir / "cache")  # what `perfsight serve` reads
-
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="perfsight-cache") as background:
-        cached = background.submit(save_cache)
-        drawn = None
-        if "text" in options.export_types:
-            # the trace view is mostly Arrow takes (GIL released): beside the cache it balances the
-            # two threads, the CSVs and communication.json (Python-heavy) staying on this one
-            drawn = background.submit(
-                trace_view.write_trace_view,
-                out / "trace_view.json",
-                result.trace,
-                tables["overlap_intervals"],
-            )
-            mindspore_csv.write_all(out, tables)
-            if result.trace.comm.num_rows:
-                write_communication_json(out / "communication.json", result.trace)
-        if "db" in options.export_types:
-            sqlite_db.write_db(
-                out / f"perfsight_{result.trace.rank}.db", {**tables, "slices": result.trace.slices}
-            )
-        cached.result()  # raises what the cache writer raised
-        if drawn is not None:
-            drawn.result()
+    waiting = [trace_cached]
+    if "text" in options.export_types:
+        overlap = tables["overlap_intervals"]
+        waiting.append(
+            background.submit(trace_view.write_trace_view, out / "trace_view.json", result.trace, overlap)
+        )
+    write_index = functools.partial(timeline_index.write_timeline_index, result.trace, rank_dir / "cache")
+    indexed = background.submit(write_index)
+    if "text" in options.export_types:
+        mindspore_csv.write_all(out, tables)
+        if result.trace.comm.num_rows:
+            write_communication_json(out / "communication.json", result.trace)
+    if "db" in options.export_types:
+        db_tables = {**tables, "slices": result.trace.slices}
+        sqlite_db.write_db(out / f"perfsight_{result.trace.rank}.db", db_tables)
+    cache.save_tables(rank_dir / "cache", tables)
+    if indexed.cancel():  # the background thread is still busy: write the index here
+        write_index()
+    else:
+        waiting.append(indexed)
+    for future in waiting:
+        future.result()  # raises what the background writer raised
     result.output_dir = out
     return out

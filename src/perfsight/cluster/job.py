@@ -20,7 +20,7 @@ import pandas as pd
 from perfsight.cluster import alignment, discovery, matching, matrix, op_time, parallel, slow, step_trace
 from perfsight.cluster.rank import RankTask, run_rank
 from perfsight.engine import Executor, make_executor
-from perfsight.pipeline import Options
+from perfsight.pipeline import Options, OutputError
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,9 @@ def analyse_job(
         raise JobInputError(f"{location}: no trace files (*.json, *.json.gz) or run folders found")
     if per_rank_outputs is None:
         per_rank_outputs = len(inputs) <= PER_RANK_OUTPUTS_LIMIT
+    if out is not None:  # a folder that cannot be made: say so now, not after reading every rank
+        with OutputError.naming(out):
+            Path(out).mkdir(parents=True, exist_ok=True)
     task = RankTask(
         out_root=str(out) if (out is not None and per_rank_outputs) else None, options=options or Options()
     )
@@ -153,14 +156,15 @@ def write_cluster_outputs(result: ClusterResult, out: str | Path) -> Path:
     from perfsight.export import cluster_csv
     from perfsight.export.communication_matrix_json import write_communication_matrix
 
-    folder = Path(out) / discovery.CLUSTER_OUTPUT_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    cluster_csv.write_step_trace(folder / "cluster_step_trace_time.csv", result)
-    cluster_csv.write_table(folder / "cluster_communication_ops.csv", cluster_csv.ops_table(result))
-    cluster_csv.write_table(folder / "clock_alignment.csv", result.alignment.table())
-    cluster_csv.write_table(folder / "slow_rank.csv", result.slow_ranks.table)
-    cluster_csv.write_table(folder / "slow_link.csv", result.slow_links)
-    cluster_csv.write_table(folder / "cluster_resources.csv", result.resources)
-    write_communication_matrix(folder / "communication_matrix.json", result.matrix)
-    summary.write_json(folder / "cluster_summary.json", summary.cluster_summary(result))
-    return folder
+    with OutputError.naming(out):
+        folder = Path(out) / discovery.CLUSTER_OUTPUT_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        cluster_csv.write_step_trace(folder / "cluster_step_trace_time.csv", result)
+        cluster_csv.write_table(folder / "cluster_communication_ops.csv", cluster_csv.ops_table(result))
+        cluster_csv.write_table(folder / "clock_alignment.csv", result.alignment.table())
+        cluster_csv.write_table(folder / "slow_rank.csv", result.slow_ranks.table)
+        cluster_csv.write_table(folder / "slow_link.csv", result.slow_links)
+        cluster_csv.write_table(folder / "cluster_resources.csv", result.resources)
+        write_communication_matrix(folder / "communication_matrix.json", result.matrix)
+        summary.write_json(folder / "cluster_summary.json", summary.cluster_summary(result))
+        return folder

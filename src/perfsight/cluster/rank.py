@@ -157,7 +157,7 @@ def run_rank(item: RankInput, task: RankTask) -> RankDigest | RankFailure:
     that names the input and what is wrong with it.
     """
     from perfsight.ingest import TraceReadError, read_trace
-    from perfsight.pipeline import ANALYSES, analyse_trace
+    from perfsight.pipeline import ANALYSES, analyse_and_write
 
     try:
         with _local_copy(item) as path:
@@ -170,10 +170,10 @@ def run_rank(item: RankInput, task: RankTask) -> RankDigest | RankFailure:
         summary = None
         output_dir = None
     else:
-        result = analyse_trace(trace, task.options)
         try:
             rank_dir = _claim_rank_dir(Path(task.out_root), trace.rank, item.label, task.token)
-            output_dir = str(_write(result, rank_dir, task.options))
+            result = analyse_and_write(trace, rank_dir, task.options)
+            output_dir = str(result.output_dir)
         except OSError as exc:  # disk full, no permission: this rank's files, not the job, are lost
             return RankFailure(item.trace, f"rank {trace.rank}: outputs not written ({exc})")
         tables = {name: result.tables[name] for name in CLUSTER_TABLES}
@@ -204,12 +204,6 @@ def _cluster_tables(trace: Trace, options: Options, analyses: dict) -> dict[str,
     finally:
         index.release(trace)
     return {name: done[name] for name in CLUSTER_TABLES}
-
-
-def _write(result: object, rank_dir: Path, options: Options) -> Path:
-    from perfsight.pipeline import write_outputs
-
-    return write_outputs(result, rank_dir, options)  # type: ignore[arg-type]
 
 
 def _claim_rank_dir(root: Path, rank: int, label: str, token: str) -> Path:

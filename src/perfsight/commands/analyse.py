@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from perfsight.api import InputError, analyse, trace_files
     from perfsight.cluster.cli import is_job
     from perfsight.ingest import TraceReadError
-    from perfsight.pipeline import Options
+    from perfsight.pipeline import Options, OutputError
     from perfsight.summary import format_text, rank_summary
 
     cluster_summaries: list[dict] = []
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
                     args.executor,
                     args.per_rank_outputs,
                 )
-            except (InputError, TraceReadError, JobInputError, ExecutorError) as exc:
+            except (InputError, OutputError, TraceReadError, JobInputError, ExecutorError) as exc:
                 print(f"perfsight: error: {exc}", file=sys.stderr)
                 return 2
             cluster_summaries.append(job)
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
                     rank=args.rank,
                     progress=bar,
                 )
-        except (InputError, TraceReadError) as exc:
+        except (InputError, OutputError, TraceReadError) as exc:
             print(f"perfsight: error: {exc}", file=sys.stderr)
             return 2
         summaries.extend(rank_summary(r) for _, r in sorted(result.ranks.items()))

@@ -60,7 +60,7 @@ def _analyse(spec: dict[str, Any]) -> None:
     indexed: set[Path] = set()
     if inputs:
         n = len(inputs)
-        stages = [f"reading {p.name}" for p in inputs] + ["analysing"] * n + ["writing outputs"] * n
+        stages = [f"reading {p.name}" for p in inputs] + ["analysing", "writing outputs"] * n
         progress = _FileProgress(progress_path, 3 * n + 1, stages + ["indexing the timeline"])
         _write_progress(progress_path, 0, progress.total, progress.stage())
         result = analyse(spec["path"], out=root, progress=progress)

@@ -177,7 +177,9 @@ def write_timeline_index(
     """Build and save the index of ``trace`` under ``cache_folder/timeline``; return that folder.
 
     Call it after the cache is saved (the stamp ties the index to that cache's sources).
-    ``level_min_events``: lanes with fewer events get no level-of-detail pyramid.
+    ``level_min_events``: lanes with fewer events get no level-of-detail pyramid.  Each array is
+    saved as soon as it is final and then dropped: the pipeline writes this beside other writers,
+    and holding every array to the end would add a dozen row-sized arrays to their peak.
     """
     cache_folder = Path(cache_folder)
     folder = cache_folder / FOLDER
@@ -185,20 +187,31 @@ def write_timeline_index(
     (folder / META).unlink(missing_ok=True)  # not current while being rewritten
     slices = trace.slices
     n = slices.num_rows
+    ids = np.int32 if n < 2**31 else np.int64  # row numbers: half the bytes on any real trace
+    track = columns.numpy(slices.column("track"))
+    depth = columns.numpy(slices.column("depth"))
     start = columns.int64(slices.column("start_ns"))
-    dur = np.maximum(columns.int64(slices.column("dur_ns")), 0)
-    track = columns.int64(slices.column("track"))
-    depth = columns.int64(slices.column("depth"))
     order = np.lexsort((start, depth, track)) if n else np.zeros(0, np.int64)
-    name_codes, names = _codes_and_values(slices.column("name")) if n else (np.zeros(0, np.int64), [])
-    kind_codes, kind_values = _codes_and_values(slices.column("kind")) if n else (np.zeros(0, np.int64), [])
-    kind_map = np.array(
-        [KIND_NAMES.index(k) if k in KIND_NAMES else len(KIND_NAMES) - 1 for k in kind_values]
-    )
-    s_start, s_dur = start[order], dur[order]
+    s_start = start[order]
+    del start
+    s_dur = np.maximum(columns.int64(slices.column("dur_ns")), 0)[order]
     s_end = s_start + s_dur
-    lane_key = track[order] * 65536 + depth[order]
+    kinds_sorted = _kinds_sorted(slices.column("kind"), order)
+    counts = np.bincount(kinds_sorted, minlength=len(KIND_NAMES))
+    totals = np.bincount(kinds_sorted, weights=s_dur, minlength=len(KIND_NAMES))
+    _save(folder, "start", s_start)
+    _save(folder, "dur", s_dur)
+    del s_dur
+    _save(folder, "kind", kinds_sorted)
+    name_codes, names = _codes_and_values(slices.column("name")) if n else (np.zeros(0, np.int64), [])
+    name_sorted = name_codes[order].astype(np.int32)
+    del name_codes
+    _save(folder, "name", name_sorted)
+    row = order.astype(ids)
+    _save(folder, "row", row)
+    lane_key = track[order].astype(np.int64) * 65536 + depth[order]
     bounds = np.flatnonzero(np.diff(lane_key)) + 1 if n else np.zeros(0, np.int64)
+    del lane_key
     offsets = np.concatenate([[0], bounds, [n]]).astype(np.int64) if n else np.zeros(1, np.int64)
     end_max = np.empty_like(s_end)
     lanes = []
@@ -223,44 +236,19 @@ def write_timeline_index(
                 "levels": levels,
             }
         )
-    pos = np.empty(n, np.int64)
-    pos[order] = np.arange(n, dtype=np.int64)
-    flows = trace.flows
-    f_src = pos[columns.int64(flows.column("src"))] if flows.num_rows else np.zeros(0, np.int64)
-    f_dst = pos[columns.int64(flows.column("dst"))] if flows.num_rows else np.zeros(0, np.int64)
-    if flows.num_rows:
-        f_kind, flow_kinds = _codes_and_values(flows.column("kind"))
-        by_start = np.argsort(s_start[f_src], kind="stable")
-        f_src, f_dst, f_kind = f_src[by_start], f_dst[by_start], f_kind[by_start]
-    else:
-        f_kind, flow_kinds = np.zeros(0, np.int64), []
-    kinds_sorted = kind_map[kind_codes[order]] if n else np.zeros(0, np.int64)
-    counts = np.bincount(kinds_sorted, minlength=len(KIND_NAMES))
-    totals = np.bincount(kinds_sorted, weights=s_dur, minlength=len(KIND_NAMES))
-    ids = np.int32 if n < 2**31 else np.int64  # row numbers: half the bytes on any real trace
-    lod = _concat_levels(lod_parts)
-    row, name_sorted = order.astype(ids), name_codes[order].astype(np.int32)
-    arrays = {
-        "start": s_start,
-        "dur": s_dur,
-        "end_max": end_max,
-        "row": row,
-        "name": name_sorted,
-        "kind": kinds_sorted.astype(np.int8),
-        "pos": pos.astype(ids),
-        "flow_src": f_src.astype(ids),
-        "flow_dst": f_dst.astype(ids),
-        "flow_kind": f_kind.astype(np.int8),
-        "lod_start": lod["start"],
-        "lod_end": lod["end"],
-        "lod_end_max": lod["end_max"],
-        "lod_count": lod["count"],
-        "lod_name": name_sorted[lod["first"]],
-        "lod_kind": kinds_sorted.astype(np.int8)[lod["first"]],
-        "lod_row": row[lod["first"]],
-    }
-    for name, array in arrays.items():
-        _save(folder, name, array)
+    _save(folder, "end_max", end_max)
+    del end_max
+    first = _save_levels(folder, lod_parts)
+    del lod_parts
+    _save(folder, "lod_name", name_sorted[first])
+    _save(folder, "lod_kind", kinds_sorted[first])
+    _save(folder, "lod_row", row[first])
+    del name_sorted, kinds_sorted, row, first
+    pos = np.empty(n, ids)
+    pos[order] = np.arange(n, dtype=ids)
+    del order
+    _save(folder, "pos", pos)
+    flow_kinds = _save_flows(folder, trace.flows, pos, s_start)
     tmp = folder / (NAMES + ".tmp")
     tmp.write_text(json.dumps(names, ensure_ascii=False), encoding="utf-8")
     tmp.replace(folder / NAMES)
@@ -285,14 +273,47 @@ def write_timeline_index(
     return folder
 
 
-def _concat_levels(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """All levels of all lanes as flat arrays, with each level's running maximum of ends."""
+def _kinds_sorted(kind: pa.ChunkedArray, order: np.ndarray) -> np.ndarray:
+    """Each slice's index into ``KIND_NAMES``, in lane order (int8)."""
+    if not len(order):
+        return np.zeros(0, np.int8)
+    kind_codes, kind_values = _codes_and_values(kind)
+    kind_map = np.array(
+        [KIND_NAMES.index(k) if k in KIND_NAMES else len(KIND_NAMES) - 1 for k in kind_values], np.int8
+    )
+    return kind_map[kind_codes[order]]
+
+
+def _save_flows(folder: Path, flows: pa.Table, pos: np.ndarray, s_start: np.ndarray) -> list[Any]:
+    """flow_src/flow_dst (positions of each flow's ends, by source start) and flow_kind; returns
+    the distinct flow kinds ``flow_kind`` indexes."""
+    if flows.num_rows:
+        f_src = pos[columns.int64(flows.column("src"))]
+        f_dst = pos[columns.int64(flows.column("dst"))]
+        f_kind, flow_kinds = _codes_and_values(flows.column("kind"))
+        by_start = np.argsort(s_start[f_src], kind="stable")
+        f_src, f_dst, f_kind = f_src[by_start], f_dst[by_start], f_kind[by_start]
+    else:
+        f_src = f_dst = f_kind = np.zeros(0, np.int64)
+        flow_kinds = []
+    _save(folder, "flow_src", f_src.astype(pos.dtype))
+    _save(folder, "flow_dst", f_dst.astype(pos.dtype))
+    _save(folder, "flow_kind", f_kind.astype(np.int8))
+    return flow_kinds
+
+
+def _save_levels(folder: Path, parts: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """Save all levels of all lanes as flat ``lod_*`` arrays, one at a time, with each level's
+    running maximum of ends; return each entry's first event (lane position) for the rest."""
     if not parts:
         empty = np.zeros(0, np.int64)
-        return {"start": empty, "end": empty, "end_max": empty, "count": empty, "first": empty}
-    out = {key: np.concatenate([p[key] for p in parts]) for key in ("start", "end", "count", "first")}
-    out["end_max"] = np.concatenate([np.maximum.accumulate(p["end"]) for p in parts])
-    return out
+        for key in ("start", "end", "end_max", "count"):
+            _save(folder, f"lod_{key}", empty)
+        return empty
+    for key in ("start", "end", "count"):
+        _save(folder, f"lod_{key}", np.concatenate([p[key] for p in parts]))
+    _save(folder, "lod_end_max", np.concatenate([np.maximum.accumulate(p["end"]) for p in parts]))
+    return np.concatenate([p["first"] for p in parts])
 
 
 class TimelineArrays:
