@@ -7,16 +7,18 @@ from the raw JSON.
 
 from __future__ import annotations
 
-import logging
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
-import pytest
-
 from _trace_builder import KINETO_DATA, make_trace
+from conftest import need_file
 from conftest import ns_exact as _ns
 from conftest import raw_events_exact as _raw_events
 from conftest import read_real as _read
-from perfsight.analysis.step_trace import STEP_TRACE_SCHEMA, step_trace
+from perfsight.analysis.step_trace import STEP_TRACE_SCHEMA, named_point_warnings, step_trace
 from perfsight.model import Trace
 
 NCCL = KINETO_DATA / "nccl_parser_config" / "nccl_data.json.gz"
@@ -135,13 +137,27 @@ def test_points_that_cut_the_step_backwards_count_as_failed_detection() -> None:
     assert _phases(row) == (0, 100, 0)
 
 
-def test_an_absent_fp_point_falls_back_to_automatic_detection_with_a_warning(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    with caplog.at_level(logging.WARNING, logger="perfsight.analysis.step_trace"):
-        row = _row(step_trace(_one_step(), fp_point="no_such_op"))
+def test_an_absent_fp_point_falls_back_to_automatic_detection_with_a_warning() -> None:
+    table = step_trace(_one_step(), fp_point="no_such_op")
+    row = _row(table)
     assert (row["fp_op"], row["fp_start_ns"]) == ("aten::linear", 20)
-    assert "no_such_op" in caplog.text and "1 of 1 steps" in caplog.text
+    (line,) = named_point_warnings(table, "no_such_op", None)
+    assert "FP point 'no_such_op'" in line and "1 of 1 steps" in line
+    assert named_point_warnings(step_trace(_one_step(), bp_point="aten::add_"), None, "aten::add_") == []
+
+
+def test_a_misspelt_fp_point_is_in_the_summary_of_perfsight_analyse(tmp_path: Path) -> None:
+    trace = need_file(NCCL)
+    result = subprocess.run(
+        [sys.executable, "-m", "perfsight.cli", "analyse", str(trace), "--out", str(tmp_path), "--json",
+         "--fp-point", "aten::no_such_op"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    (summary,) = json.loads(result.stdout)  # one summary per rank analysed
+    steps = len(summary["steps"])
+    assert any(
+        "FP point 'aten::no_such_op'" in w and f"{steps} of {steps} steps" in w for w in summary["warnings"]
+    )
 
 
 def test_a_step_without_backward_is_reported_whole_as_forward_and_backward() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -24,6 +25,8 @@ from perfsight.ingest import heap
 from perfsight.model import Trace
 
 EXPORT_TYPES = ("text", "db")
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -71,6 +74,9 @@ class RankResult:
     trace: Trace
     tables: dict[str, pa.Table]
     output_dir: Path | None = None
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    """What the analyses found wrong with the options (a named FP/BP point missing from steps);
+    the reader's warnings stay in ``trace.meta.warnings``, which the cache saves."""
 
 
 Analysis = Callable[[Trace, Options, dict[str, pa.Table]], pa.Table]
@@ -139,7 +145,10 @@ def analyse_trace(trace: Trace, options: Options) -> RankResult:
     finally:
         index.release(trace)  # what the analyses shared is not needed by the writers
         heap.return_freed_memory()  # the writers reuse the analyses' freed transients
-    return RankResult(trace=trace, tables=tables)
+    warnings = step_trace.named_point_warnings(tables["step_trace"], options.fp_point, options.bp_point)
+    for line in warnings:
+        log.warning("%s", line)
+    return RankResult(trace=trace, tables=tables, warnings=warnings)
 
 
 def analyse_and_write(trace: Trace, rank_dir: Path, options: Options, progress: Any = None) -> RankResult:

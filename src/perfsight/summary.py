@@ -74,7 +74,7 @@ def rank_summary(result: RankResult) -> dict[str, Any]:
         "memory_peaks": peaks,
         "flops": flops_rows,
         "output_dir": str(result.output_dir) if result.output_dir else None,
-        "warnings": list(meta.warnings),
+        "warnings": [*meta.warnings, *result.warnings],
     }
 
 

@@ -55,7 +55,8 @@ start is the start of the step's first slice with that name, BP end the end of
 its last one (latest end); on the device timeline they are mapped to device
 work as above, with "launched by a backward op" meaning "launched by that
 slice".  A step where the named slice is absent falls back to automatic
-detection for that point; one warning per call says how many steps did.
+detection for that point; :func:`named_point_warnings` says in how many steps
+(the pipeline adds it to the run's warnings, which the summary prints).
 
 Failed detection
 ----------------
@@ -70,8 +71,6 @@ and must not loop over events in Python: loops are over steps and tracks.
 """
 
 from __future__ import annotations
-
-import logging
 
 import numpy as np
 import pyarrow as pa
@@ -90,8 +89,6 @@ from perfsight.analysis.timeline import (
     step_windows,
 )
 from perfsight.model import DEVICE_KINDS, NO_ID, SliceKind, Trace
-
-log = logging.getLogger(__name__)
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function"
 """Name prefix of the autograd engine's per-node backward slices."""
@@ -291,15 +288,12 @@ def step_trace(trace: Trace, fp_point: str | None = None, bp_point: str | None =
     bp_ns = w_end.copy()
     fp_row = np.full(n, -1, dtype=np.int64)
     bp_row = np.full(n, -1, dtype=np.int64)
-    fp_fallbacks = bp_fallbacks = 0
     for i in range(n):  # a loop over steps; each step looks at its own slice ranges only
         hs, he, ws, we = int(h_start[i]), int(h_end[i]), int(w_start[i]), int(w_end[i])
         f = _first_at_or_after(fp_named, hs, he) if fp_point else -1
         if f < 0:
-            fp_fallbacks += bool(fp_point)
             dl = loading.in_window(hs, he)
             f = _first_at_or_after(first_ops, max(hs, int(end[dl].max())) if dl.size else hs, he)
-        bp_fallbacks += bool(bp_point) and bp_named.in_window(hs, he).size == 0
         b, launched_by = -1, None
         for rows, flags in zip(bp_sources, launched, strict=True):
             b_rows = rows.in_window(hs, he)
@@ -320,17 +314,6 @@ def step_trace(trace: Trace, fp_point: str | None = None, bp_point: str | None =
             continue
         fp_ns[i], bp_ns[i], fp_row[i], bp_row[i] = fp_i, bp_i, f, b
 
-    if fp_fallbacks or bp_fallbacks:
-        log.warning(
-            "step trace of rank %d: fp_point %r absent in %d of %d steps, bp_point %r absent in %d; "
-            "automatic detection used there",
-            trace.rank,
-            fp_point,
-            fp_fallbacks if fp_point else 0,
-            n,
-            bp_point,
-            bp_fallbacks if bp_point else 0,
-        )
     return pa.Table.from_arrays(
         [
             windows.column("rank"),
@@ -349,3 +332,22 @@ def step_trace(trace: Trace, fp_point: str | None = None, bp_point: str | None =
         ],
         schema=STEP_TRACE_SCHEMA,
     )
+
+
+def named_point_warnings(table: pa.Table, fp_point: str | None, bp_point: str | None) -> list[str]:
+    """One line per user-named point that some steps of ``table`` (a :func:`step_trace` result)
+    could not use: there the step's ``fp_op``/``bp_op`` is another op (automatic detection) or
+    empty (not found).  Why: a misspelt ``--fp-point`` must not pass unnoticed as a silent fallback.
+    """
+    lines = []
+    for point, column, label in ((fp_point, "fp_op", "FP point"), (bp_point, "bp_op", "BP point")):
+        if not point or not table.num_rows:
+            continue
+        missed = int(pc.sum(pc.not_equal(table.column(column), point)).as_py() or 0)
+        if missed:
+            rank = table.column("rank")[0].as_py()
+            lines.append(
+                f"rank {rank}: {label} {point!r} not found in {missed} of {table.num_rows} steps; "
+                "automatic detection used there"
+            )
+    return lines

@@ -17,7 +17,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     analyse.add_argument("--out", help="output folder (default: next to the input)")
     analyse.add_argument("--json", action="store_true", help="print the summary as JSON")
-    analyse.add_argument("--rank", type=int, help="rank to assume for traces that do not record one")
+    analyse.add_argument(
+        "--rank",
+        type=_rank,
+        help="rank of the trace, overriding the one it records (default: the trace's, else its file name's)",
+    )
     analyse.add_argument(
         "--fp-point", help="op name where forward starts (default: detected; env PERFSIGHT_FP_POINT)"
     )
@@ -117,3 +121,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(format_text(summaries))
     return 0
+
+
+def _rank(text: str) -> int:
+    """A rank is a whole number from 0 (argparse turns the error into a one-line usage error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a rank is a whole number, not {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a rank is 0 or more, not {value}")
+    return value

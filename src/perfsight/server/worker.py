@@ -65,7 +65,7 @@ def _analyse(spec: dict[str, Any]) -> None:
         _write_progress(progress_path, 0, progress.total, progress.stage())
         result = analyse(spec["path"], out=root, progress=progress)
         for rank_result in result.ranks.values():
-            warnings.extend(rank_result.trace.meta.warnings)
+            warnings.extend([*rank_result.trace.meta.warnings, *rank_result.warnings])
             if rank_result.output_dir is not None:  # the pipeline writes the index; older ones did not
                 folder = rank_result.output_dir.parent / "cache"
                 if not timeline_index.is_current(folder):
