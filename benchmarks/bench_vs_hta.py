@@ -139,8 +139,17 @@ class Runs:
         return statistics.median(self.peak_rss_mb)
 
 
-def measure_once(tool: str, trace: Path, work_dir: Path, timeout_s: float, runs: Runs) -> None:
-    """Copy ``trace`` into a fresh directory and measure ``tool`` on it in a fresh process."""
+def measure_once(
+    tool: str,
+    trace: Path,
+    work_dir: Path | None,
+    timeout_s: float,
+    runs: Runs,
+    env: dict[str, str] | None = None,
+) -> None:
+    """Copy ``trace`` into a fresh directory and measure ``tool`` on it in a fresh process
+    (with ``env`` as its environment when given: ``bench_before_after.py`` points PYTHONPATH at
+    another version of perfsight)."""
     with tempfile.TemporaryDirectory(prefix=f"bench-{tool}-", dir=work_dir) as tmp:
         input_dir = Path(tmp) / "input"
         input_dir.mkdir()
@@ -155,7 +164,9 @@ def measure_once(tool: str, trace: Path, work_dir: Path, timeout_s: float, runs:
             str(Path(tmp) / "out"),
         ]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=timeout_s, check=False, env=env
+            )
         except subprocess.TimeoutExpired:
             runs.errors.append(f"timed out after {timeout_s:.0f} s")
             return
