@@ -97,3 +97,15 @@ def test_analysis_tables_round_trip(tmp_path: Path) -> None:
     assert load_tables(tmp_path / "nothing") == {}
     with pytest.raises(ValueError):
         save_tables(tmp_path, {"../escape": tables["empty"]})
+
+
+def test_loading_an_analysed_folder_whose_cache_lost_its_metadata_names_the_missing_file(
+    tmp_path: Path,
+) -> None:
+    import perfsight
+
+    perfsight.analyse(_require(NCCL), out=tmp_path)
+    (tmp_path / "rank0" / "cache" / "meta.json").unlink()
+    # not a fall-back that reads the cache's own JSON files as traces
+    with pytest.raises(CacheError, match=r"rank0/cache/meta\.json"):
+        perfsight.load(tmp_path)

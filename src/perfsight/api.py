@@ -168,7 +168,9 @@ def load(path: str | Path, *, rank: int | None = None) -> Analysis:
     from perfsight.store import cache
 
     path = Path(path)
-    cached = sorted(p.parent for p in path.glob("**/cache/meta.json")) if path.is_dir() else []
+    # a cache that lost meta.json still has its tables: loading it says what is missing
+    marked = ("**/cache/meta.json", "**/cache/slices.parquet")
+    cached = sorted({p.parent for pattern in marked for p in path.glob(pattern)}) if path.is_dir() else []
     if cached:
         ranks = {}
         for folder in cached:

@@ -66,10 +66,15 @@ def find_traces(folder: str | Path) -> list[Path]:
     ]
 
 
+_CACHE_MARKERS = ("meta.json", "source.json", "slices.parquet")
+"""Files of a ``cache/`` folder perfsight wrote (``perfsight.store.cache``); any one of them marks
+it, so a damaged cache (its meta.json lost) is not mistaken for a folder of traces."""
+
+
 def _in_our_cache(path: Path, root: Path) -> bool:
-    """Whether ``path`` lies in a ``cache/`` folder perfsight wrote (it holds ``meta.json``)."""
+    """Whether ``path`` lies in a ``cache/`` folder perfsight wrote."""
     for parent in path.relative_to(root).parents:
-        if parent.name == "cache" and (root / parent / "meta.json").is_file():
+        if parent.name == "cache" and any((root / parent / name).is_file() for name in _CACHE_MARKERS):
             return True
     return False
 
