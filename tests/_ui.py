@@ -250,13 +250,27 @@ def ui_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     return _shared["server"]
 
 
-@pytest.fixture(scope="session")
-def ui_browser(request: pytest.FixtureRequest, ui_server: Server) -> Any:
+def _process_browser(request: pytest.FixtureRequest) -> Any:
+    """The one browser of this test process.  Why one: Playwright's sync API keeps its event loop
+    running while a session is open, and a second session in the same process fails ("Sync API
+    inside the asyncio loop"), so every module's browser tests share this one."""
     if "browser" not in _shared:
+        need_browser()
         session = browser_session()
         _shared["browser"] = session.__enter__()
         request.session.addfinalizer(lambda: session.__exit__(None, None, None))
     return _shared["browser"]
+
+
+@pytest.fixture(scope="session")
+def ui_browser(request: pytest.FixtureRequest, ui_server: Server) -> Any:
+    return _process_browser(request)
+
+
+@pytest.fixture(scope="session")
+def own_server_browser(request: pytest.FixtureRequest) -> Any:
+    """The process's browser for tests that start their own server (no training-run fixture)."""
+    return _process_browser(request)
 
 
 @pytest.fixture

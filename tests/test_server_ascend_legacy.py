@@ -8,10 +8,16 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from _ui import Server, Watched, browser_session, fmt_percent, need_browser
+from _ui import (
+    Server,
+    Watched,
+    fmt_percent,
+    own_server_browser,  # noqa: F401 - fixture
+)
 from conftest import DATA
 
 LEGACY = Path(__file__).parent / "fixtures" / "mindinsight_legacy"
@@ -59,16 +65,21 @@ def test_ascend_jobs_and_legacy_runs_are_listed_as_runs_and_open(server: Server)
     assert [s["fp_bp_ns"] for s in rank3] == [10_500_000] * 3  # the slow device of host 2
 
 
-def test_the_overview_page_shows_a_legacy_run_and_an_ascend_rank(server: Server) -> None:
-    need_browser()
-    with browser_session() as browser:
-        page = browser.new_page()
-        watched = Watched(page)
+def test_the_overview_page_shows_a_legacy_run_and_an_ascend_rank(
+    server: Server,
+    own_server_browser: Any,  # noqa: F811 - the fixture imported above
+) -> None:
+    context = own_server_browser.new_context()
+    try:
+        watched = Watched(context.new_page())
         for run, rank in ((LEGACY_RUN, 0), (ASCEND_RUN, 1)):
             server.wait_ready(run)
             data = server.get("run/overview", run=run, rank=rank)
-            page.goto(server.page_url("overview", run, rank=rank))
-            page.wait_for_selector('[data-testid="stat-steps"]')
-            assert page.text_content('[data-testid="stat-steps"]') == str(len(data["steps"]))
-            assert page.text_content('[data-share="Computing"]') == fmt_percent(data["shares"]["computing"])
+            watched.page.goto(server.page_url("overview", run, rank=rank))
+            watched.page.wait_for_selector('[data-testid="stat-steps"]')
+            assert watched.page.text_content('[data-testid="stat-steps"]') == str(len(data["steps"]))
+            shown = watched.page.text_content('[data-share="Computing"]')
+            assert shown == fmt_percent(data["shares"]["computing"])
         assert not watched.errors and not watched.dialogs
+    finally:
+        context.close()

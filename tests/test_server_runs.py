@@ -84,12 +84,17 @@ def test_bad_files_fail_with_a_reason_and_truncated_ones_are_served_with_a_warni
         failed = wait_ready(client, "bad/notes.json")
         assert failed["status"] == "failed"
         assert "notes.json" in failed["error"] and "Traceback" not in failed["error"]
+        # the file is named from the base folder's name on, never by where it lies on the server
+        assert "base/bad/notes.json" in failed["error"] and str(tmp_path) not in failed["error"]
         blocked = client.get("/api/run/overview", params={"run": "bad/notes.json"})
         assert blocked.status_code == 409 and blocked.json()["status"]["status"] == "failed"
         cut = wait_ready(client, "cut/cut.json")
         assert cut["status"] == "ready"
-        assert any("cut.json" in w for w in cut["warnings"]), cut
-        assert client.get("/api/run/overview", params={"run": "cut/cut.json"}).status_code == 200
+        assert any("base/cut/cut.json" in w for w in cut["warnings"]), cut
+        overview = client.get("/api/run/overview", params={"run": "cut/cut.json"})
+        assert overview.status_code == 200
+        assert any("base/cut/cut.json" in w for w in overview.json()["warnings"])
+        assert str(tmp_path) not in json.dumps([cut, overview.json()])
 
 
 @pytest.mark.parametrize("name", ["profiler_metadata.json", ".hidden.json"])

@@ -29,7 +29,7 @@ MEMO_ENTRIES = 64
 OVERVIEW_FILE = "overview.idx"
 """The saved overview (first line: its key; then the body), in the rank cache's timeline folder;
 not named ``*.json``, which trace discovery would take for a trace."""
-OVERVIEW_FORMAT = 1
+OVERVIEW_FORMAT = 2  # 2: warnings left out of the saved body
 _memo: dict[tuple[str, str], Any] = {}
 _memo_lock = threading.Lock()
 
@@ -118,8 +118,14 @@ def _share(part: int, total: int) -> float:
 
 
 def overview_json(opened: OpenedRun, data: RankData) -> bytes:
-    """The ``/overview`` response: :func:`overview_body` with the run's id as its first member."""
-    return b'{"run":' + orjson.dumps(opened.run.id) + b"," + overview_body(opened, data)[1:]
+    """The ``/overview`` response: :func:`overview_body` with the run's id as its first member and
+    the rank's warnings as its last.  The warnings are not in the saved body: the server states
+    them without its own paths (``Registry.opened``), which the analysis that saved it still had."""
+    body = overview_body(opened, data)
+    return (
+        b'{"run":' + orjson.dumps(opened.run.id) + b"," + body[1:-1]
+        + b',"warnings":' + orjson.dumps(list(data.meta.warnings)) + b"}"
+    )  # fmt: skip
 
 
 def _overview_key(opened: OpenedRun, data: RankData) -> bytes:
@@ -164,7 +170,7 @@ def _saved_overview(opened: OpenedRun, data: RankData, key: bytes) -> bytes:
 
 
 def overview(opened: OpenedRun, data: RankData) -> dict[str, Any]:
-    """The overview of one rank, without the run's id (see :func:`overview_json`)."""
+    """The overview of one rank, without the run's id and the warnings (see :func:`overview_json`)."""
     table = step_table(data, opened.origin_ns)
     waits = data_wait(data)
     per_step = waits["per_step"]
@@ -264,7 +270,6 @@ def overview(opened: OpenedRun, data: RankData) -> dict[str, Any]:
         },
         "memory_peaks": peaks,
         "flops": flops,
-        "warnings": list(data.meta.warnings),
     }
 
 

@@ -22,7 +22,7 @@ from perfsight.model import RunMetadata
 from perfsight.server import models
 from perfsight.server.jobs import JobManager, missing_work
 from perfsight.server.runs import Discovery, Run, iso_date, step_count
-from perfsight.server.security import safe_relative
+from perfsight.server.security import safe_relative, without_roots
 from perfsight.store import cache, timeline_index
 
 DISCOVERY_TTL_S = 2.0
@@ -104,6 +104,9 @@ def open_ranks(dirs: dict[int, Path]) -> tuple[dict[int, RankData], int, int]:
 class Registry:
     def __init__(self, base: Path, cache_dir: Path) -> None:
         self.discovery = Discovery(base, cache_dir)
+        # what errors and warnings say instead of the server's own paths (see without_roots)
+        found = self.discovery
+        self._labels = {found.base: found.base.name, found.cache_dir: "<server cache>"}
         self.jobs = JobManager()
         self._runs: dict[str, Run] = {}
         self._when = 0.0
@@ -153,9 +156,9 @@ class Registry:
             status=status,  # type: ignore[arg-type]
             progress=progress,
             stage=stage,
-            error=error,
+            error=None if error is None else without_roots(error, self._labels),
             ranks=ranks or run.ranks,
-            warnings=warnings,
+            warnings=[without_roots(w, self._labels) for w in warnings],
         )
 
     def run_info(self, run: Run) -> models.RunInfo:
@@ -195,6 +198,8 @@ class Registry:
         ranks, origin, end = open_ranks(dirs)
         if not ranks:
             raise NotReady(self._status(run, "stale", 0.0, "timeline index missing", None, []))
+        for data in ranks.values():
+            data.meta.warnings = [without_roots(w, self._labels) for w in data.meta.warnings]
         opened = OpenedRun(run=run, ranks=ranks, origin_ns=origin, end_ns=end)
         with self._lock:
             self._opened[run.id] = (stamps, opened)

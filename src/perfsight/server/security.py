@@ -21,7 +21,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from starlette.datastructures import MutableHeaders
@@ -82,6 +82,18 @@ def inside(path: str | Path, roots: Iterable[Path]) -> Path | None:
         if resolved == root or resolved.is_relative_to(root):
             return resolved
     return None
+
+
+def without_roots(text: str, labels: Mapping[Path, str]) -> str:
+    """``text`` (an error or a warning) with each absolute root path replaced by its label.
+
+    Why: readers and writers name the files they complain about by absolute path, which is right
+    in a terminal; a web client is told the base folder's name only (``/api/info``), never where
+    on the server's disk it lies.
+    """
+    for root in sorted(labels, key=lambda r: len(str(r)), reverse=True):  # a nested root first
+        text = text.replace(str(root), labels[root])
+    return text
 
 
 def relative_id(path: Path, base: Path) -> str:
