@@ -115,7 +115,11 @@ class JobAssessment:
         for rank, sources in sorted(self.duplicates.items()):
             kept = self.ranks[rank].source
             lines.append(f"rank {rank} appears more than once: using {kept}, ignoring {', '.join(sources)}")
-        lines.extend(f"unreadable input {f.source}: {f.message}" for f in self.failures)
+        lines.extend(  # a reader's message usually names the file already
+            f"unreadable input {f.message}" if f.message.startswith(str(f.source)) else
+            f"unreadable input {f.source}: {f.message}"
+            for f in self.failures
+        )  # fmt: skip
         lines.extend(self.inconsistent)
         return lines
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from perfsight.cluster.discovery import rank_ranges
 from perfsight.export.units import bytes_text, ms_text
 
 if TYPE_CHECKING:
@@ -211,7 +212,8 @@ def _parallel_lines(layout: dict[str, Any]) -> list[str]:
     for mode in layout.get("modes", []):
         groups = layout["groups"].get(mode) or []
         why = (layout["evidence"].get(mode) or ["?"])[0]
-        shown = " ".join(str(g) for g in groups[:8]) + (" ..." if len(groups) > 8 else "")
+        # a group as rank ranges: a 1024-rank data-parallel group stays short
+        shown = " ".join(f"[{rank_ranges(g)}]" for g in groups[:8]) + (" ..." if len(groups) > 8 else "")
         lines.append(f"parallel: {mode} {shown} ({why})")
     lines += [f"  ! {p}" for p in layout.get("problems", [])]
     return lines
