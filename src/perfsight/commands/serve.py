@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import socket
 import sys
 from pathlib import Path
 
@@ -42,6 +44,14 @@ def run(args: argparse.Namespace) -> int:
     token = None if loopback or args.no_auth else new_token()
     allowed = frozenset({*LOOPBACK_NAMES, args.host.lower()}) if loopback else None
     app = create_app(base, token, cache_dir=args.cache_dir, allowed_hosts=allowed)
+    try:  # bound here, before saying where we serve: a taken port is one error line, not a log
+        sock = _bound_socket(args.host, args.port)
+    except OSError as error:
+        print(
+            f"perfsight: error: cannot listen on {args.host}:{args.port} ({error.strerror or error})",
+            file=sys.stderr,
+        )
+        return 2
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     shown = f"[{shown}]" if ":" in shown else shown
     url = f"http://{shown}:{args.port}/" + (f"?token={token}" if token else "")
@@ -53,12 +63,23 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-    try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
-    except OSError as error:  # port taken, address not available
-        print(
-            f"perfsight: error: cannot listen on {args.host}:{args.port} ({error.strerror or error})",
-            file=sys.stderr,
-        )
-        return 2
+    with sock, contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how one stops it: no traceback
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
     return 0
+
+
+def _bound_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` (IPv4 or IPv6, as the host resolves), for uvicorn
+    to listen on; raises OSError when the port is taken or the address is not this machine's."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restart at once
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
