@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import fsspec
@@ -152,3 +155,23 @@ def test_per_rank_outputs_can_be_left_out_and_the_cluster_results_stay_the_same(
     for name in ("cluster_step_trace_time.csv", "communication_matrix.json", "slow_rank.csv"):
         full_file = tmp_path / "full" / "cluster_analysis_output" / name
         assert full_file.read_bytes() == (tmp_path / "lean" / "cluster_analysis_output" / name).read_bytes()
+
+
+def test_ctrl_c_during_a_job_stops_it_with_one_line_and_exit_130(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    job = tmp_path_factory.mktemp("interrupted_job")
+    generate(job, ranks=24, size_mb=2, stragglers={}, seed=1, workers=2)
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "perfsight.cli", "analyse", str(job), "--out", str(out), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not any(out.glob("rank*")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # until the workers write their first rank: the job is under way
+    assert process.poll() is None, "the job ended before it could be interrupted"
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert err.strip() == "perfsight analyse: interrupted"

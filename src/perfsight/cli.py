@@ -1,7 +1,8 @@
 """The ``perfsight`` command: builds the parser from the subcommand modules and dispatches.
 
 Errors the user can fix (missing file, wrong format, bad option) are printed
-as one line on stderr with exit code 2 -- never a traceback.
+as one line on stderr with exit code 2 -- never a traceback; Ctrl-C is one line
+too, with exit code 130.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from perfsight import __version__
 
 COMMANDS = ("analyse", "serve", "run", "trigger", "collect")
 """Modules under :mod:`perfsight.commands`, in the order ``--help`` lists them."""
+
+INTERRUPTED = 130
+"""Exit status after Ctrl-C, as a shell reports a command killed by SIGINT (128 + 2)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.WARNING if getattr(args, "verbose", False) else logging.ERROR,
         format="perfsight: warning: %(message)s",
     )
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt:  # Ctrl-C: the user knows why it stopped; a traceback would only hide it
+        print(f"perfsight {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":
