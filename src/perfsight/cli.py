@@ -13,6 +13,7 @@ import logging
 import sys
 
 from perfsight import __version__
+from perfsight.terminal import printable_line
 
 COMMANDS = ("analyse", "serve", "run", "trigger", "collect")
 """Modules under :mod:`perfsight.commands`, in the order ``--help`` lists them."""
@@ -32,13 +33,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _PrintableFormatter(logging.Formatter):
+    """Warnings quote names from traces: printed as data, never as terminal controls."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        return printable_line(super().formatMessage(record))  # a traceback after it keeps its lines
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # reader warnings are listed in the summary printed at the end; as they happen they go to
     # stderr only with --verbose, so that each is shown once
+    handler = logging.StreamHandler()
+    handler.setFormatter(_PrintableFormatter("perfsight: warning: %(message)s"))
     logging.basicConfig(
-        level=logging.WARNING if getattr(args, "verbose", False) else logging.ERROR,
-        format="perfsight: warning: %(message)s",
+        level=logging.WARNING if getattr(args, "verbose", False) else logging.ERROR, handlers=[handler]
     )
     try:
         return args.handler(args)

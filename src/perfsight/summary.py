@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from perfsight.export import units
 from perfsight.pipeline import RankResult
+from perfsight.terminal import printable_line
 
 TOP_OPERATORS = 10
 
@@ -147,4 +148,4 @@ def format_text(summaries: list[dict[str, Any]]) -> str:
         if s["output_dir"]:
             lines.append(f"outputs: {s['output_dir']}")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(printable_line(line) for line in lines)  # names are data (perfsight.terminal)

@@ -15,6 +15,7 @@ import orjson
 
 from perfsight.cluster.discovery import rank_ranges
 from perfsight.export.units import bytes_text, ms_text
+from perfsight.terminal import printable_line
 
 if TYPE_CHECKING:
     from perfsight.cluster.job import ClusterResult
@@ -188,7 +189,7 @@ def format_text(summary: dict[str, Any]) -> str:
         lines.append(f"cluster outputs: {summary['outputs']}")
     if summary.get("per_rank_outputs"):
         lines.append(f"per-rank outputs: {summary['per_rank_outputs']}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(printable_line(line) for line in lines) + "\n"  # names are data (perfsight.terminal)
 
 
 def _per_rank_outputs(result: ClusterResult) -> str | None:

@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from perfsight.ingest import TraceReadError
     from perfsight.pipeline import Options, OutputError
     from perfsight.summary import format_text, rank_summary
+    from perfsight.terminal import printable_line
 
     cluster_summaries: list[dict] = []
 
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
                     args.per_rank_outputs,
                 )
             except (InputError, OutputError, TraceReadError, JobInputError, ExecutorError) as exc:
-                print(f"perfsight: error: {exc}", file=sys.stderr)
+                print(printable_line(f"perfsight: error: {exc}"), file=sys.stderr)
                 return 2
             cluster_summaries.append(job)
             continue
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
                     progress=bar,
                 )
         except (InputError, OutputError, TraceReadError) as exc:
-            print(f"perfsight: error: {exc}", file=sys.stderr)
+            print(printable_line(f"perfsight: error: {exc}"), file=sys.stderr)
             return 2
         summaries.extend(rank_summary(r) for _, r in sorted(result.ranks.items()))
     if cluster_summaries:  # a multi-rank job: the cluster summary (JSON: with each rank's summary)
