@@ -168,9 +168,9 @@ def load(path: str | Path, *, rank: int | None = None) -> Analysis:
     from perfsight.store import cache
 
     path = Path(path)
-    # a cache that lost meta.json still has its tables: loading it says what is missing
-    marked = ("**/cache/meta.json", "**/cache/slices.parquet")
-    cached = sorted({p.parent for pattern in marked for p in path.glob(pattern)}) if path.is_dir() else []
+    # a damaged cache too (cache.MARKERS): loading it says what is missing
+    found = (p.parent for name in cache.MARKERS for p in path.glob(f"**/cache/{name}"))
+    cached = sorted(set(found)) if path.is_dir() else []
     if cached:
         ranks = {}
         for folder in cached:

@@ -160,8 +160,10 @@ def analyse_and_write(trace: Trace, rank_dir: Path, options: Options, progress: 
     level building beside the analyses' transients would raise the peak memory.)
     ``progress`` (tqdm-like, optional) gets ``update(1)`` once analysed and once written.
     """
-    with _background() as background:
-        trace_cached = background.submit(_save_trace_cache, trace, rank_dir / "cache")
+    from perfsight.store import cache
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="perfsight-writer") as background:
+        trace_cached = background.submit(cache.save_trace, trace, rank_dir / "cache")
         result = analyse_trace(trace, options)
         if progress is not None:
             progress.update(1)
@@ -169,16 +171,6 @@ def analyse_and_write(trace: Trace, rank_dir: Path, options: Options, progress: 
     if progress is not None:
         progress.update(1)
     return result
-
-
-def _background() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="perfsight-writer")
-
-
-def _save_trace_cache(trace: Trace, folder: Path) -> None:
-    from perfsight.store import cache
-
-    cache.save_trace(trace, folder)
 
 
 def _write_tables(

@@ -66,15 +66,12 @@ def find_traces(folder: str | Path) -> list[Path]:
     ]
 
 
-_CACHE_MARKERS = ("meta.json", "source.json", "slices.parquet")
-"""Files of a ``cache/`` folder perfsight wrote (``perfsight.store.cache``); any one of them marks
-it, so a damaged cache (its meta.json lost) is not mistaken for a folder of traces."""
-
-
 def _in_our_cache(path: Path, root: Path) -> bool:
-    """Whether ``path`` lies in a ``cache/`` folder perfsight wrote."""
+    """Whether ``path`` lies in a ``cache/`` folder perfsight wrote (``perfsight.store.cache.MARKERS``)."""
+    from perfsight.store.cache import MARKERS  # here: perfsight.store imports this package
+
     for parent in path.relative_to(root).parents:
-        if parent.name == "cache" and any((root / parent / name).is_file() for name in _CACHE_MARKERS):
+        if parent.name == "cache" and any((root / parent / name).is_file() for name in MARKERS):
             return True
     return False
 

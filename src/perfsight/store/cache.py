@@ -43,6 +43,9 @@ CACHE_FORMAT = 1
 
 META_FILE = "meta.json"
 SOURCE_FILE = "source.json"
+MARKERS = (META_FILE, SOURCE_FILE, "slices.parquet")
+"""Files of which any one marks a folder as a perfsight cache, even a damaged one (meta.json lost):
+trace discovery must not take its JSON files for traces, and loading it must say what is missing."""
 ANALYSIS_DIR = "analysis"
 COMPRESSION = "zstd"
 
