@@ -7,7 +7,6 @@ rows' ``track`` values.  Not for production code: readers build Traces.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -25,9 +24,6 @@ from perfsight.model import (
     conform,
     empty_table,
 )
-
-KINETO_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "kineto"
-"""The shared folder of real Kineto traces (absent on machines without the shared data)."""
 
 _SLICE_DEFAULTS: dict[str, Any] = {
     "rank": 0,

@@ -1,4 +1,6 @@
-"""Shared test fixtures: where the real traces live, and a raw-JSON oracle independent of our reader."""
+"""Shared test fixtures: the real traces (``shared_data``), a raw-JSON oracle independent of our
+reader, and the count of data-backed tests that every run prints (and fails on, when the data is
+present and such a test was skipped)."""
 
 from __future__ import annotations
 
@@ -10,16 +12,14 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data"
-KINETO = DATA / "kineto"
+import shared_data
+from shared_data import DATA, KINETO, REPO
+
+__all__ = ["DATA", "KINETO", "REPO"]
 
 
 def kineto_file(relative: str) -> Path:
-    path = KINETO / relative
-    if not path.exists():
-        pytest.skip(f"real trace {path} is not available (../shared/data is outside the repo)")
-    return path
+    return shared_data.require(KINETO / relative)
 
 
 def raw_events(path: Path) -> list[dict]:
@@ -41,9 +41,7 @@ def df_trace_path() -> Path:
 
 
 def need_file(path: Path) -> Path:
-    if not path.is_file():
-        pytest.skip(f"shared Kineto sample {path} is not on this machine")
-    return path
+    return shared_data.require(path)
 
 
 def read_real(path: Path) -> Any:
@@ -61,3 +59,64 @@ def raw_events_exact(path: Path) -> list[dict[str, Any]]:
 
 def ns_exact(micros: Any) -> int:
     return int(Decimal(micros) * 1000)
+
+
+# -- counting the tests that read shared data ------------------------------------------------
+
+_ran_with_data: set[str] = set()
+_skipped_for_data: set[str] = set()
+_data_fixtures: set[str] = set()
+"""Fixtures whose setup asked for shared data: a test using one is data-backed even when the
+fixture's value was cached by an earlier test (module or session scope)."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Any:
+    before = shared_data.take_usage()
+    yield
+    if shared_data.take_usage():
+        _data_fixtures.add(fixturedef.argname)
+    if before:  # the test's own earlier require() calls still count for it
+        shared_data.require_noted()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
+    """Mark the report of a test that asked ``shared_data.require`` for a file, itself or through
+    a fixture (runs where the test ran, so it works under xdist: reports carry user properties)."""
+    outcome = yield
+    report = outcome.get_result()
+    used = shared_data.take_usage() or not _data_fixtures.isdisjoint(getattr(item, "fixturenames", ()))
+    if used and ("shared_data", True) not in report.user_properties:
+        report.user_properties.append(("shared_data", True))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and ("shared_data", True) in report.user_properties:
+        _ran_with_data.add(report.nodeid)
+    skip_reason = str(report.longrepr[2]) if report.skipped and isinstance(report.longrepr, tuple) else ""
+    if shared_data.SKIP_PREFIX in skip_reason:
+        _skipped_for_data.add(report.nodeid)
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput")  # xdist workers report to the controller
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if not _is_controller(config):
+        return
+    where = "present" if shared_data.present() else "ABSENT"
+    terminalreporter.write_line(
+        f"shared data ({shared_data.DATA}, {where}): {len(_ran_with_data)} data-backed tests ran, "
+        f"{len(_skipped_for_data)} skipped for lack of it"
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The data is here but the tests built on it did not run: the run decided nothing, fail it."""
+    if not _is_controller(session.config) or not shared_data.present() or exitstatus not in (0, 5):
+        return
+    if _skipped_for_data:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

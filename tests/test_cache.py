@@ -10,21 +10,15 @@ import pyarrow as pa
 import pytest
 
 from _hostile import hostile_trace
-from _trace_builder import KINETO_DATA
 from perfsight.analysis.kernels import kernel_details
 from perfsight.analysis.overlap import overlap_breakdown
 from perfsight.ingest import read_trace
 from perfsight.model import TABLE_SCHEMAS, Trace
 from perfsight.store import CacheError, is_fresh, load_tables, load_trace, save_tables, save_trace
+from shared_data import KINETO, require
 
-DF_INDEX = KINETO_DATA / "df_index_resolver" / "df_index_resolver.json.gz"
-NCCL = KINETO_DATA / "nccl_parser_config" / "nccl_data.json.gz"
-
-
-def _require(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"real trace {path} is not available (../shared/data is outside the repo)")
-    return path
+DF_INDEX = KINETO / "df_index_resolver" / "df_index_resolver.json.gz"
+NCCL = KINETO / "nccl_parser_config" / "nccl_data.json.gz"
 
 
 def _assert_same(a: Trace, b: Trace) -> None:
@@ -36,7 +30,7 @@ def _assert_same(a: Trace, b: Trace) -> None:
 
 
 def test_real_trace_round_trips_losslessly(tmp_path: Path) -> None:
-    trace = read_trace(_require(DF_INDEX))
+    trace = read_trace(require(DF_INDEX))
     assert trace.memory.num_rows and trace.comm.num_rows  # every table is exercised
     save_trace(trace, tmp_path / "cache")
     _assert_same(trace, load_trace(tmp_path / "cache"))
@@ -56,7 +50,7 @@ def test_hostile_trace_round_trips_losslessly(tmp_path: Path) -> None:
 def test_cache_is_fresh_until_the_input_changes(tmp_path: Path) -> None:
     source = tmp_path / "input" / "nccl_data.json.gz"
     source.parent.mkdir()
-    shutil.copyfile(_require(NCCL), source)
+    shutil.copyfile(require(NCCL), source)
     trace = read_trace(source)
     cache = tmp_path / "cache"
     save_trace(trace, cache, sources=[source])
@@ -82,7 +76,7 @@ def test_an_interrupted_save_is_never_fresh(tmp_path: Path) -> None:
 
 
 def test_analysis_tables_round_trip(tmp_path: Path) -> None:
-    trace = read_trace(_require(NCCL))
+    trace = read_trace(require(NCCL))
     tables = {
         "kernel_details": kernel_details(trace),
         "overlap_breakdown": overlap_breakdown(trace),
@@ -104,7 +98,7 @@ def test_loading_an_analysed_folder_whose_cache_lost_its_metadata_names_the_miss
 ) -> None:
     import perfsight
 
-    perfsight.analyse(_require(NCCL), out=tmp_path)
+    perfsight.analyse(require(NCCL), out=tmp_path)
     (tmp_path / "rank0" / "cache" / "meta.json").unlink()
     # not a fall-back that reads the cache's own JSON files as traces
     with pytest.raises(CacheError, match=r"rank0/cache/meta\.json"):

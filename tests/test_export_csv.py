@@ -18,7 +18,6 @@ import pyarrow as pa
 import pytest
 
 from _hostile import HOSTILE_NAMES, hostile_trace
-from _trace_builder import KINETO_DATA
 from perfsight.analysis.kernels import kernel_details
 from perfsight.analysis.memory import memory_curve, operator_memory
 from perfsight.analysis.operators import operator_stats
@@ -27,21 +26,16 @@ from perfsight.export import mindspore_csv as ms
 from perfsight.export.units import ns_to_us
 from perfsight.ingest import read_trace
 from perfsight.model import NO_ID, Trace
+from shared_data import KINETO, require
 
-NCCL = KINETO_DATA / "nccl_parser_config" / "nccl_data.json.gz"
-DF_INDEX = KINETO_DATA / "df_index_resolver" / "df_index_resolver.json.gz"
-CPU_ONLY = KINETO_DATA / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
-ASCEND_OUTPUT = KINETO_DATA.parent / "ascend_pt" / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+NCCL = KINETO / "nccl_parser_config" / "nccl_data.json.gz"
+DF_INDEX = KINETO / "df_index_resolver" / "df_index_resolver.json.gz"
+CPU_ONLY = KINETO / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+ASCEND_OUTPUT = KINETO.parent / "ascend_pt" / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
 OUTPUTS_MD = Path(__file__).resolve().parents[1] / "docs" / "OUTPUTS.md"
 
 PERFSIGHT_ONLY_COLUMNS = {"kernel_details.csv": {"Block", "Occupancy(%)"}}
 """Columns we add that Ascend's files lack (documented as such in docs/OUTPUTS.md)."""
-
-
-def _require(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"real data {path} is not available (../shared/data is outside the repo)")
-    return path
 
 
 def _read(path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -63,7 +57,7 @@ def _analyses(trace: Trace) -> dict[str, pa.Table]:
 
 @pytest.fixture(scope="module")
 def nccl_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Trace, dict[str, pa.Table], Path]:
-    trace = read_trace(_require(NCCL))
+    trace = read_trace(require(NCCL))
     tables = _analyses(trace)
     folder = tmp_path_factory.mktemp("nccl_csv")
     ms.write_all(folder, tables)
@@ -72,7 +66,7 @@ def nccl_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Trace, dict[st
 
 @pytest.fixture(scope="module")
 def df_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Trace, dict[str, pa.Table], Path]:
-    trace = read_trace(_require(DF_INDEX))
+    trace = read_trace(require(DF_INDEX))
     tables = {"memory_curve": memory_curve(trace), "operator_memory": operator_memory(trace)}
     folder = tmp_path_factory.mktemp("df_csv")
     ms.write_all(folder, tables)
@@ -85,7 +79,7 @@ def df_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Trace, dict[str,
 
 @pytest.mark.parametrize("file_name", sorted(ms.FILES))
 def test_headers_are_ascends_own_where_the_concept_exists(file_name: str) -> None:
-    ascend = _require(ASCEND_OUTPUT / file_name)
+    ascend = require(ASCEND_OUTPUT / file_name)
     with ascend.open(newline="", encoding="utf-8") as handle:
         ascend_header = next(csv.reader(handle))
     ours = list(ms.FILES[file_name])
@@ -258,7 +252,7 @@ def test_operator_memory_sizes_and_lifetimes_match_the_analysis(df_files) -> Non
 
 
 def test_cpu_only_trace_reports_host_operators(tmp_path: Path) -> None:
-    trace = read_trace(_require(CPU_ONLY))
+    trace = read_trace(require(CPU_ONLY))
     tables = _analyses(trace)
     assert tables["kernel_details"].num_rows == 0
     ms.write_all(tmp_path, tables)

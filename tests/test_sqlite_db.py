@@ -10,23 +10,17 @@ import pyarrow as pa
 import pytest
 
 from _hostile import HOSTILE_NAMES, hostile_trace
-from _trace_builder import KINETO_DATA
 from perfsight.analysis.kernels import kernel_details
 from perfsight.analysis.overlap import overlap_breakdown
 from perfsight.export.sqlite_db import write_db
 from perfsight.ingest import read_trace
+from shared_data import KINETO, require
 
-NCCL = KINETO_DATA / "nccl_parser_config" / "nccl_data.json.gz"
-
-
-def _require(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"real trace {path} is not available (../shared/data is outside the repo)")
-    return path
+NCCL = KINETO / "nccl_parser_config" / "nccl_data.json.gz"
 
 
 def test_real_trace_slices_and_analyses_are_queryable(tmp_path: Path) -> None:
-    trace = read_trace(_require(NCCL))
+    trace = read_trace(require(NCCL))
     tables = {
         "slices": trace.slices,
         "steps": trace.steps,

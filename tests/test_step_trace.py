@@ -13,17 +13,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _trace_builder import KINETO_DATA, make_trace
+from _trace_builder import make_trace
 from conftest import need_file
 from conftest import ns_exact as _ns
 from conftest import raw_events_exact as _raw_events
 from conftest import read_real as _read
 from perfsight.analysis.step_trace import STEP_TRACE_SCHEMA, named_point_warnings, step_trace
 from perfsight.model import Trace
+from shared_data import KINETO
 
-NCCL = KINETO_DATA / "nccl_parser_config" / "nccl_data.json.gz"
-DF_INDEX = KINETO_DATA / "df_index_resolver" / "df_index_resolver.json.gz"
-CPU_ONLY = KINETO_DATA / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+NCCL = KINETO / "nccl_parser_config" / "nccl_data.json.gz"
+DF_INDEX = KINETO / "df_index_resolver" / "df_index_resolver.json.gz"
+CPU_ONLY = KINETO / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
 
 MAIN, AUTOGRAD, STREAM, NCCL_STREAM = 0, 1, 2, 3
 TRACK_NAMES = {

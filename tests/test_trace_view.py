@@ -17,21 +17,16 @@ from typing import Any
 import pytest
 
 from _hostile import BASE_NS, HOSTILE_NAMES, hostile_trace
-from _trace_builder import KINETO_DATA, make_trace
+from _trace_builder import make_trace
 from perfsight.analysis.overlap import overlap_intervals
 from perfsight.export.trace_view import OVERLAP_LANES, OVERLAP_PROCESS, time_offset_ns, write_trace_view
 from perfsight.ingest import read_trace
 from perfsight.model import Trace
+from shared_data import KINETO, require
 
-NCCL = KINETO_DATA / "nccl_parser_config" / "nccl_data.json.gz"
-DF_INDEX = KINETO_DATA / "df_index_resolver" / "df_index_resolver.json.gz"
-NS_RESOLUTION = KINETO_DATA / "ns_resolution_trace" / "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
-
-
-def _require(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"real trace {path} is not available (../shared/data is outside the repo)")
-    return path
+NCCL = KINETO / "nccl_parser_config" / "nccl_data.json.gz"
+DF_INDEX = KINETO / "df_index_resolver" / "df_index_resolver.json.gz"
+NS_RESOLUTION = KINETO / "ns_resolution_trace" / "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -62,7 +57,7 @@ def _threads(doc: dict[str, Any]) -> dict[tuple[int, int], str]:
 
 @pytest.fixture(scope="module")
 def nccl_view(tmp_path_factory: pytest.TempPathFactory) -> tuple[Trace, dict[str, Any]]:
-    trace = read_trace(_require(NCCL))
+    trace = read_trace(require(NCCL))
     path = write_trace_view(tmp_path_factory.mktemp("tv") / "trace_view.json", trace)
     return trace, _load(path)
 
@@ -178,7 +173,7 @@ def test_chunked_writing_gives_the_same_events(tmp_path: Path) -> None:
 
 
 def test_large_trace_streams_quickly_with_memory_counters(tmp_path: Path) -> None:
-    trace = read_trace(_require(DF_INDEX))
+    trace = read_trace(require(DF_INDEX))
     began = time.perf_counter()
     path = write_trace_view(tmp_path / "trace_view.json", trace)
     elapsed = time.perf_counter() - began
@@ -201,7 +196,7 @@ def test_an_empty_trace_gives_a_valid_file_with_the_overlap_lanes(tmp_path: Path
 
 
 def test_real_nanosecond_trace_is_rebased_without_losing_a_nanosecond(tmp_path: Path) -> None:
-    trace = read_trace(_require(NS_RESOLUTION))
+    trace = read_trace(require(NS_RESOLUTION))
     doc = _load(write_trace_view(tmp_path / "trace_view.json", trace))
     offset = doc["otherData"]["perfsight_time_offset_ns"]
     assert offset > 0 and offset % 10**9 == 0

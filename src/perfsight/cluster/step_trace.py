@@ -8,6 +8,10 @@ alone) -- no phase is recomputed here.  Stage rows average the ranks of each pip
 Stage membership comes from the job's point-to-point traffic and process groups: for each pair of
 ranks that exchange p2p ops, the direction of their first transfer is "forward" (micro-batch 0's
 activations go first); a rank's stage is the length of the longest forward chain that reaches it.
+"First" is read on each rank's own clock (is its first p2p op with that peer a send or a
+receive?), never by comparing start times across ranks, whose clocks differ by more than the gap
+between a send and the reply to it.  When the two ranks of a pair disagree (both send first, as
+in an exchange), the lower rank is taken as upstream.
 The ranks of a data- or tensor-parallel group share one stage (``perfsight.cluster.parallel``): a
 rank without p2p traffic takes the stage of its group's ranks that have some.  Other ranks without
 p2p traffic are stage 0 (no pipeline).
@@ -51,14 +55,12 @@ PHASES = [
 def stages(matched: Matched, ranks: list[int], same_stage: Sequence[Sequence[int]] = ()) -> dict[int, int]:
     """Pipeline stage of every rank from p2p traffic and the groups whose ranks share a stage
     (see the module docstring)."""
-    sends = matched.ops.loc[(matched.ops["collective"] == "send") & matched.ops["peer"].notna()]
+    ops = matched.ops
+    p2p = ops.loc[ops["collective"].isin(("send", "recv")) & ops["peer"].notna()]
     stage = dict.fromkeys(ranks, 0)
-    if sends.empty:
+    if p2p.empty:
         return stage
-    first = sends.groupby(["src", "dst"])["start_ns"].min().reset_index()
-    reverse = first.rename(columns={"src": "dst", "dst": "src", "start_ns": "reverse_ns"})
-    both = first.merge(reverse, on=["src", "dst"], how="left")
-    forward = both.loc[both["reverse_ns"].isna() | (both["start_ns"] < both["reverse_ns"])]
+    forward = _forward_pairs(p2p)
     src = forward["src"].astype("int64").to_numpy()
     dst = forward["dst"].astype("int64").to_numpy()
     index = {r: i for i, r in enumerate(ranks)}
@@ -78,6 +80,22 @@ def stages(matched: Matched, ranks: list[int], same_stage: Sequence[Sequence[int
         if len(known) == 1:
             stage.update({r: known[0] for r in group if r in stage and r not in in_pipeline})
     return stage
+
+
+def _forward_pairs(p2p: pd.DataFrame) -> pd.DataFrame:
+    """``src -> dst`` for every pair of ranks that exchange p2p ops: each rank's first op with a
+    peer, on its own clock, votes (a send says "I am upstream"); a pair whose two votes disagree
+    takes the lower rank as upstream."""
+    first = p2p.sort_values(["rank", "start_ns"], kind="stable").groupby(["rank", "peer"], sort=False).head(1)
+    me = first["rank"].astype("int64").to_numpy()
+    peer = first["peer"].astype("int64").to_numpy()
+    sends = (first["collective"] == "send").to_numpy()
+    votes = pd.DataFrame({"src": np.where(sends, me, peer), "dst": np.where(sends, peer, me)})
+    votes = votes.drop_duplicates()
+    src, dst = votes["src"].to_numpy(), votes["dst"].to_numpy()
+    pair = pd.Series(np.minimum(src, dst) * (int(max(src.max(), dst.max())) + 1) + np.maximum(src, dst))
+    disputed = pair.duplicated(keep=False).to_numpy()
+    return votes.loc[~disputed | (src < dst)]
 
 
 def rank_steps(digests: Mapping[int, RankDigest], stage_of: Mapping[int, int]) -> pd.DataFrame:
