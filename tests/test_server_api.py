@@ -23,12 +23,17 @@ JOB = "job"
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient, Path]]:
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Iterator[tuple[TestClient, Path]]:
     base = tmp_path_factory.mktemp("base")
     copy_into(base, kineto_file(NCCL), RUN)
     for name in TWO_RANKS:
         copy_into(base, kineto_file(name), f"{JOB}/{Path(name).name}")
-    app = create_app(base, cache_dir=tmp_path_factory.mktemp("cache"))
+    app = create_app(base, cache_dir=cache_dir)
     with TestClient(app) as client:
         yield client, base
 
@@ -104,25 +109,25 @@ def test_overview_steps_and_shares_match_the_raw_trace(ready: TestClient, raw: l
 
 
 def test_a_fresh_server_serves_the_overview_the_analysis_saved_and_only_while_it_matches(
-    served: tuple[TestClient, Path], ready: TestClient, tmp_path: Path
+    served: tuple[TestClient, Path], ready: TestClient, cache_dir: Path
 ) -> None:
     _, base = served
     first = get(ready, "/api/run/overview")
-    saved = list((base / RUN).parent.rglob(pages.OVERVIEW_FILE))
-    assert len(saved) == 1  # written by the background analysis, in the run's cache
+    saved = list(cache_dir.rglob("overview_rank*.idx"))
+    assert len(saved) == 1  # written by the background analysis, in the server's cache
     key, _, body = saved[0].read_bytes().partition(b"\n")
     pages.clear_memo()
-    with TestClient(create_app(base, cache_dir=tmp_path)) as fresh:
+    with TestClient(create_app(base, cache_dir=cache_dir)) as fresh:
         assert get(fresh, "/api/run/overview") == first
     saved[0].write_bytes(key + b"\n" + body.replace(b'"rank":0', b'"rank":7'))
     pages.clear_memo()
-    with TestClient(create_app(base, cache_dir=tmp_path)) as fresh:  # it is read, not recomputed
+    with TestClient(create_app(base, cache_dir=cache_dir)) as fresh:  # it is read, not recomputed
         assert get(fresh, "/api/run/overview")["rank"] == 7
     # a saved body whose key no longer matches (another origin, other code) is not served
     stale = key.replace(b'"origin":', b'"origin":1') + b"\n" + body.replace(b'"rank":0', b'"rank":7')
     saved[0].write_bytes(stale)
     pages.clear_memo()
-    with TestClient(create_app(base, cache_dir=tmp_path)) as fresh:
+    with TestClient(create_app(base, cache_dir=cache_dir)) as fresh:
         assert get(fresh, "/api/run/overview") == first
     assert saved[0].read_bytes().partition(b"\n")[0] == key  # and it was saved again
 
