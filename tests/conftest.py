@@ -61,3 +61,18 @@ def raw_events_exact(path: Path) -> list[dict[str, Any]]:
 
 def ns_exact(micros: Any) -> int:
     return int(Decimal(micros) * 1000)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def server_cache_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Every ``perfsight serve`` a test starts (in process or as a subprocess, which inherits the
+    environment) keeps its analyses in a temporary folder, never in the real ``~/.cache``."""
+    import os
+
+    before = os.environ.get("PERFSIGHT_CACHE_DIR")
+    os.environ["PERFSIGHT_CACHE_DIR"] = str(tmp_path_factory.mktemp("perfsight-serve-cache"))
+    yield
+    if before is None:
+        os.environ.pop("PERFSIGHT_CACHE_DIR", None)
+    else:
+        os.environ["PERFSIGHT_CACHE_DIR"] = before

@@ -91,10 +91,18 @@ def warm_up() -> None:
     queries.database()
 
 
+CACHE_DIR_ENV = "PERFSIGHT_CACHE_DIR"
+
+
 def default_cache_dir() -> Path:
-    """Where analyses of runs in read-only folders go (XDG cache)."""
+    """Where the server keeps the analyses it makes: ``$PERFSIGHT_CACHE_DIR``, else the XDG cache
+    (``$XDG_CACHE_HOME/perfsight``, else ``~/.cache/perfsight``).  Never the served folders: the
+    server only reads them (``perfsight analyse --out`` is the way to write outputs beside the data)."""
+    chosen = os.environ.get(CACHE_DIR_ENV)
+    if chosen:
+        return Path(chosen).expanduser()
     root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(root) / "perfsight" / "serve"
+    return Path(root) / "perfsight"
 
 
 def create_app(
