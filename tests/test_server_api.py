@@ -69,7 +69,9 @@ def test_run_list_shows_single_trace_and_two_rank_job_before_analysis(
     assert all(r["date"].endswith("+00:00") for r in runs.values())
 
 
-def test_opening_a_run_analyses_it_in_the_background(served: tuple[TestClient, Path]) -> None:
+def test_opening_a_run_analyses_it_in_the_background(
+    served: tuple[TestClient, Path], cache_dir: Path
+) -> None:
     client, base = served
     early = client.get("/api/run/overview", params={"run": JOB})
     if early.status_code == 409:  # not analysed yet: the body says how far it is
@@ -77,8 +79,9 @@ def test_opening_a_run_analyses_it_in_the_background(served: tuple[TestClient, P
     status = wait_ready(client, JOB)
     assert status["status"] == "ready", status
     assert status["ranks"] == [0, 1] and status["progress"] == 1.0
-    # next to the input, as `perfsight analyse` would have written it
-    assert (base / JOB / "perfsight_output" / "rank1" / "PROFILER_OUTPUT" / "trace_view.json").is_file()
+    # the outputs `perfsight analyse` would write, in the server's cache: nothing beside the input
+    assert not (base / JOB / "perfsight_output").exists()
+    assert len(list(cache_dir.glob("*/job-*/rank1/PROFILER_OUTPUT/trace_view.json"))) == 1
     listed = {r["id"]: r for r in client.get("/api/runs").json()["runs"]}[JOB]
     assert listed["status"] == "ready" and listed["steps"] == 2
     rank1 = client.get("/api/run/overview", params={"run": JOB, "rank": 1}).json()
@@ -113,7 +116,7 @@ def test_a_fresh_server_serves_the_overview_the_analysis_saved_and_only_while_it
 ) -> None:
     _, base = served
     first = get(ready, "/api/run/overview")
-    saved = list(cache_dir.rglob("overview_rank*.idx"))
+    saved = list(cache_dir.glob("*/nccl_data-*/saved/overview_rank*.idx"))
     assert len(saved) == 1  # written by the background analysis, in the server's cache
     key, _, body = saved[0].read_bytes().partition(b"\n")
     pages.clear_memo()
