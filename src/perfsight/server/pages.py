@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from perfsight import __version__, columns
 from perfsight.model import KIND_NAMES, SliceKind
-from perfsight.server import queries
+from perfsight.server import models, queries
 from perfsight.server.registry import OpenedRun, RankData
 
 TOP_OPERATOR_TYPES = 20
@@ -275,27 +275,15 @@ def overview(opened: OpenedRun, data: RankData) -> dict[str, Any]:
     }
 
 
-AVERAGED = (
-    "duration_ns",
-    "iteration_interval_ns",
-    "fp_bp_ns",
-    "tail_ns",
-    "computing_ns",
-    "communication_ns",
-    "communication_not_overlapped_ns",
-    "free_ns",
-)
+AVERAGED = tuple(models.StepAverage.model_fields)
+"""The stages ``/step-trace`` averages over steps: the fields of its response's ``average``."""
 
 
 def step_trace(opened: OpenedRun, data: RankData, step: int | None) -> dict[str, Any]:
     table = step_table(data, opened.origin_ns)
     if table.num_rows:
         table = table.filter(pc.is_valid(table.column("start_ns")))
-    keep = [
-        "step", "start_ns", "end_ns", "duration_ns", "fp_start_ns", "bp_end_ns", "iteration_interval_ns",
-        "fp_bp_ns", "tail_ns", "fp_op", "bp_op", "timeline", "computing_ns", "communication_ns",
-        "communication_not_overlapped_ns", "free_ns",
-    ]  # fmt: skip
+    keep = list(models.StepRow.model_fields)  # the response row declares the columns, once
     steps = (
         queries.json_list(f"SELECT {', '.join(keep)} FROM t", {"t": table}, "x.step")
         if table.num_rows
