@@ -8,10 +8,12 @@ index, and reports progress by rewriting a small JSON file the server reads on e
 request.  One worker thread runs the queue, so two analyses never compete for the machine and a
 run is never analysed twice at once.
 
-A run is *ready* when every rank folder's cache is fresh for its input (``store.cache.is_fresh``)
-and its timeline index is current; a changed input makes it *stale*, and opening it again
-re-analyses.  Runs that are only an analysed folder (their traces are gone) are ready as they are;
-if their timeline index is missing, it is built from the cache.
+A run is *ready* when one of its analyses -- the outputs ``perfsight analyse`` wrote in the base
+dir, else the server's own in its cache folder -- has every rank's cache fresh for its input
+(``store.cache.is_fresh``) and a current timeline index (:func:`plan`); a changed input makes it
+*stale*, and opening it again re-analyses into the server's cache.  Runs that are only an analysed
+folder (their traces are gone) are ready as they are; if their timeline index is missing, they are
+copied into the server's cache and indexed there: the base dir is never written.
 """
 
 from __future__ import annotations
