@@ -185,6 +185,8 @@ def test_opening_every_run_leaves_the_base_folder_byte_for_byte_unchanged(
     for name in TWO_RANKS:
         copy_into(base, kineto_file(name), f"job/{Path(name).name}")
     shutil.copytree(analysed["cpu"], base / "cli_output")  # `perfsight analyse --out`, trace elsewhere
+    shutil.copytree(analysed["cpu"], base / "no_index")  # one made before analyses had a timeline index
+    shutil.rmtree(only_rank(base / "no_index") / "cache" / "timeline")
     beside = copy_into(base, kineto_file(AMD), "beside/amd.pt.trace.json.gz")
     analyse(beside, out=base / "beside" / "analysis")  # analysed beside its trace, inputs unchanged
     before = snapshot(base)
@@ -194,6 +196,7 @@ def test_opening_every_run_leaves_the_base_folder_byte_for_byte_unchanged(
             "single/cpu.pt.trace.json.gz",
             "job",
             "cli_output",
+            "no_index",
             "beside/amd.pt.trace.json.gz",
         }
         for run in runs:
@@ -201,6 +204,8 @@ def test_opening_every_run_leaves_the_base_folder_byte_for_byte_unchanged(
             assert status["status"] == "ready", status
             if run["id"] in ("cli_output", "beside/amd.pt.trace.json.gz"):
                 assert status["seen"] == ["ready"]  # the CLI's outputs are read, not analysed again
+            if run["id"] == "no_index":
+                assert status["seen"][0] != "ready"  # indexed first: a copy, in the server's cache
             for endpoint in run_endpoints(client):
                 response = client.get(endpoint, params={"run": run["id"], **PARAMS})
                 assert response.status_code in (200, 404), (run["id"], endpoint, response.text[:200])
