@@ -173,7 +173,10 @@ def test_a_damaged_analysis_without_its_trace_fails_with_a_message_and_is_not_wr
         assert str(tmp_path) not in status["error"]  # named from the base folder's name on
         listed = {r["id"]: r for r in client.get("/api/runs").json()["runs"]}["only_outputs"]
         assert listed["status"] == "failed"
-    assert snapshot(base) == before
+        assert snapshot(base) == before
+        analyse(analysed["cpu_trace"], out=base / "only_outputs")  # the user analyses it again
+        assert client.get("/api/run/status", params={"run": "only_outputs"}).json()["status"] == "ready"
+        assert client.get("/api/run/operator-types", params={"run": "only_outputs"}).json()["total"] > 0
 
 
 # ---------------------------------------------------------------------------------------------- read only

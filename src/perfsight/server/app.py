@@ -16,14 +16,13 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse, JSONResponse, Response
-from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from perfsight import __version__
 from perfsight.server import models, pages, queries, timeline
 from perfsight.server.registry import (
-    DAMAGE_ERRORS,
+    READ_ERRORS,
     DamagedAnalysis,
     NotReady,
     OpenedRun,
@@ -142,16 +141,14 @@ def create_app(
         analysis is set aside and the run analysed again (409 with the new status, which the UI
         polls), or, with no trace to analyse, the run is failed with a message naming the file."""
         run = request.query_params.get("run")
-        if not request.url.path.startswith("/api/run/") or not run or isinstance(error, ValidationError):
+        if not request.url.path.startswith("/api/run/") or not run:
             raise error  # not a run's files: a fault of the server itself (500)
         status = await run_in_threadpool(registry.damaged, run, error)
         detail = f"run {run!r}: its analysis could not be read; it is now {status.status}"
         return JSONResponse({"detail": detail, "status": status.model_dump()}, status_code=409)
 
-    for damage in DAMAGE_ERRORS:
-        if damage not in (KeyError, TypeError):  # those are bugs of ours, not damaged files
-            app.add_exception_handler(damage, _damaged)
-    app.add_exception_handler(DamagedAnalysis, _damaged)
+    for damage in (*READ_ERRORS, DamagedAnalysis):
+        app.add_exception_handler(damage, _damaged)
 
     def opened(run: str, rank: int | None = None) -> OpenedRun:
         """The analysed run; with ``rank``, once that is known to be one of its ranks (else 404)."""

@@ -83,9 +83,13 @@ class OpenedRun:
         return self.ranks[rank]
 
 
-DAMAGE_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, TypeError, duckdb.Error)
-"""What reading a damaged cache raises: Arrow's errors are ValueErrors (``ArrowInvalid``) or
-OSErrors, a truncated memory-mapped array a ValueError, DuckDB its own ``duckdb.Error``."""
+OPEN_ERRORS: tuple[type[Exception], ...] = (OSError, ValueError, KeyError, TypeError, duckdb.Error)
+"""What opening a damaged rank cache raises: unreadable or malformed ``meta.json`` (ValueError,
+KeyError, TypeError), a truncated memory-mapped array (ValueError), Arrow's and DuckDB's errors."""
+READ_ERRORS: tuple[type[Exception], ...] = (OSError, pa.ArrowException, duckdb.Error)
+"""What reading a damaged table of an opened run raises (Arrow's ``ArrowInvalid`` is one of
+``pa.ArrowException``).  Narrower than :data:`OPEN_ERRORS`: a plain ValueError while answering a
+request is a fault of the server's code, not of a file."""
 
 
 class DamagedAnalysis(RuntimeError):
@@ -113,12 +117,24 @@ def open_ranks(dirs: dict[int, Path], saved_in: Path | None = None) -> tuple[dic
                 tracks=pq.ParquetFile(folder / "tracks.parquet").read(),  # read_table imports datasets: 3 s
                 overview_file=None if saved_in is None else saved_in / f"overview_rank{rank}.idx",
             )
-        except DAMAGE_ERRORS as error:
+        except OPEN_ERRORS as error:
             raise DamagedAnalysis(f"{folder}: {error}") from error
     firsts = [r.timeline.meta["first_ns"] for r in ranks.values() if r.timeline.meta["events"]]
     lasts = [r.timeline.meta["last_ns"] for r in ranks.values() if r.timeline.meta["events"]]
     origin = min(firsts) if firsts else 0
     return ranks, origin, (max(lasts) - origin) if lasts else 0
+
+
+def _written(root: Path) -> tuple[int, ...]:
+    """When the rank caches under ``root`` were last written (their ``meta.json``, which every
+    analysis rewrites): a damaged analysis written again since is considered again."""
+    stamps = []
+    for meta in sorted(root.glob(f"*/cache/{cache.META_FILE}")) + [root / "cache" / cache.META_FILE]:
+        try:
+            stamps.append(meta.stat().st_mtime_ns)
+        except OSError:
+            stamps.append(0)
+    return tuple(stamps)
 
 
 class Registry:
@@ -133,7 +149,9 @@ class Registry:
         self._lock = threading.Lock()
         self._opened: dict[str, tuple[tuple[str, ...], OpenedRun]] = {}
         self._checked: dict[str, float] = {}  # run id -> when it was last found ready and opened
-        self._damaged: set[Path] = set()  # analyses a file of which could not be read: not served
+        # analyses a file of which could not be read, with their stamps then: not served until
+        # rewritten (another `perfsight analyse` changes the stamp)
+        self._damaged: dict[Path, tuple[int, ...]] = {}
         self._damage_errors: dict[str, str] = {}  # run id -> what was damaged (for a failed status)
 
     # ------------------------------------------------------------------ discovery
@@ -156,8 +174,8 @@ class Registry:
     def plan(self, run: Run) -> Plan:
         """Where ``run`` is read from now, or what work it needs (:func:`jobs.plan`)."""
         with self._lock:
-            damaged = set(self._damaged)
-        return plan(run, damaged)
+            damaged = dict(self._damaged)
+        return plan(run, {root for root, stamp in damaged.items() if _written(root) == stamp})
 
     def status(self, run: Run, start: bool = False) -> models.RunStatus:
         """The run's status; with ``start``, queue its analysis when it is new or stale."""
@@ -172,9 +190,9 @@ class Registry:
             error = self._damage_errors.get(run.id, "its analysis cannot be read")
             return self._status(run, "failed", 0.0, "", error, [])
         if start:
-            state = self.jobs.submit(run, work, clear=run.output_root in self._damaged)
-            with self._lock:
-                self._damaged.discard(run.output_root)  # emptied before the new analysis
+            with self._lock:  # the server's own damaged analysis is emptied before the new one
+                clear = self._damaged.pop(run.output_root, None) is not None
+            state = self.jobs.submit(run, work, clear=clear)
             return self._status(run, state.status, state.progress, state.stage, state.error, [])
         analysed_before = any(run.rank_dirs(r) for r in (run.found_root, run.output_root) if r is not None)
         return self._status(run, "stale" if analysed_before else "new", 0.0, "", None, [])
@@ -229,7 +247,7 @@ class Registry:
         root = hit[1].root if hit is not None else self.plan(run).root
         if root is not None:
             with self._lock:
-                self._damaged.add(root)
+                self._damaged[root] = _written(root)
                 self._damage_errors[run.id] = f"the analysis in {root} is damaged ({error})"
         self.jobs.forget(run)
         return self.status(run, start=True)
