@@ -10,10 +10,15 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -229,3 +234,51 @@ def test_two_base_folders_sharing_a_cache_keep_their_analyses_apart(tmp_path: Pa
             ).json()
     assert kernels["one"]["total"] == 0 and kernels["two"]["total"] > 0
     assert len(list(cache_dir.rglob("slices.parquet"))) == 2
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def _serve_until_ready(base: Path, run: str, *extra: str, env: dict[str, str] | None = None) -> None:
+    """``perfsight serve`` in a subprocess, as a user starts it; opens ``run`` and waits until ready."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [
+        sys.executable,
+        "-m",
+        "perfsight.cli",
+        "serve",
+        "--summary-base-dir",
+        str(base),
+        "--port",
+        str(port),
+    ]
+    process = subprocess.Popen([*command, *extra], stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                status = httpx.get(
+                    f"http://127.0.0.1:{port}/api/run/status", params={"run": run}, timeout=5
+                ).json()
+            except httpx.TransportError:
+                status = {}
+            if status.get("status") == "ready":
+                return
+            assert status.get("status") != "failed", status
+            time.sleep(0.3)
+        raise AssertionError(f"{run} not ready: {status}")
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_serve_keeps_its_analyses_in_the_cache_dir_option_else_the_environments(tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    copy_into(base, kineto_file(CPU), "cpu.pt.trace.json.gz")
+    before = snapshot(base)
+    _serve_until_ready(base, "cpu.pt.trace.json.gz", "--cache-dir", str(tmp_path / "chosen"))
+    assert len(list((tmp_path / "chosen").rglob("slices.parquet"))) == 1
+    env = {**os.environ, "PERFSIGHT_CACHE_DIR": str(tmp_path / "from_env")}
+    _serve_until_ready(base, "cpu.pt.trace.json.gz", env=env)
+    assert len(list((tmp_path / "from_env").rglob("slices.parquet"))) == 1
+    assert snapshot(base) == before
