@@ -120,3 +120,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if _skipped_for_data:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session", autouse=True)
+def server_cache_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Every ``perfsight serve`` a test starts (in process or as a subprocess, which inherits the
+    environment) keeps its analyses in a temporary folder, never in the real ``~/.cache``."""
+    import os
+
+    before = os.environ.get("PERFSIGHT_CACHE_DIR")
+    os.environ["PERFSIGHT_CACHE_DIR"] = str(tmp_path_factory.mktemp("perfsight-serve-cache"))
+    yield
+    if before is None:
+        os.environ.pop("PERFSIGHT_CACHE_DIR", None)
+    else:
+        os.environ["PERFSIGHT_CACHE_DIR"] = before

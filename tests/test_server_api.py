@@ -23,12 +23,17 @@ JOB = "job"
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient, Path]]:
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Iterator[tuple[TestClient, Path]]:
     base = tmp_path_factory.mktemp("base")
     copy_into(base, kineto_file(NCCL), RUN)
     for name in TWO_RANKS:
         copy_into(base, kineto_file(name), f"{JOB}/{Path(name).name}")
-    app = create_app(base, cache_dir=tmp_path_factory.mktemp("cache"))
+    app = create_app(base, cache_dir=cache_dir)
     with TestClient(app) as client:
         yield client, base
 
@@ -64,7 +69,9 @@ def test_run_list_shows_single_trace_and_two_rank_job_before_analysis(
     assert all(r["date"].endswith("+00:00") for r in runs.values())
 
 
-def test_opening_a_run_analyses_it_in_the_background(served: tuple[TestClient, Path]) -> None:
+def test_opening_a_run_analyses_it_in_the_background(
+    served: tuple[TestClient, Path], cache_dir: Path
+) -> None:
     client, base = served
     early = client.get("/api/run/overview", params={"run": JOB})
     if early.status_code == 409:  # not analysed yet: the body says how far it is
@@ -72,8 +79,9 @@ def test_opening_a_run_analyses_it_in_the_background(served: tuple[TestClient, P
     status = wait_ready(client, JOB)
     assert status["status"] == "ready", status
     assert status["ranks"] == [0, 1] and status["progress"] == 1.0
-    # next to the input, as `perfsight analyse` would have written it
-    assert (base / JOB / "perfsight_output" / "rank1" / "PROFILER_OUTPUT" / "trace_view.json").is_file()
+    # the outputs `perfsight analyse` would write, in the server's cache: nothing beside the input
+    assert not (base / JOB / "perfsight_output").exists()
+    assert len(list(cache_dir.glob("*/job-*/rank1/PROFILER_OUTPUT/trace_view.json"))) == 1
     listed = {r["id"]: r for r in client.get("/api/runs").json()["runs"]}[JOB]
     assert listed["status"] == "ready" and listed["steps"] == 2
     rank1 = client.get("/api/run/overview", params={"run": JOB, "rank": 1}).json()
@@ -104,25 +112,25 @@ def test_overview_steps_and_shares_match_the_raw_trace(ready: TestClient, raw: l
 
 
 def test_a_fresh_server_serves_the_overview_the_analysis_saved_and_only_while_it_matches(
-    served: tuple[TestClient, Path], ready: TestClient, tmp_path: Path
+    served: tuple[TestClient, Path], ready: TestClient, cache_dir: Path
 ) -> None:
     _, base = served
     first = get(ready, "/api/run/overview")
-    saved = list((base / RUN).parent.rglob(pages.OVERVIEW_FILE))
-    assert len(saved) == 1  # written by the background analysis, in the run's cache
+    saved = list(cache_dir.glob("*/nccl_data-*/saved/overview_rank*.idx"))
+    assert len(saved) == 1  # written by the background analysis, in the server's cache
     key, _, body = saved[0].read_bytes().partition(b"\n")
     pages.clear_memo()
-    with TestClient(create_app(base, cache_dir=tmp_path)) as fresh:
+    with TestClient(create_app(base, cache_dir=cache_dir)) as fresh:
         assert get(fresh, "/api/run/overview") == first
     saved[0].write_bytes(key + b"\n" + body.replace(b'"rank":0', b'"rank":7'))
     pages.clear_memo()
-    with TestClient(create_app(base, cache_dir=tmp_path)) as fresh:  # it is read, not recomputed
+    with TestClient(create_app(base, cache_dir=cache_dir)) as fresh:  # it is read, not recomputed
         assert get(fresh, "/api/run/overview")["rank"] == 7
     # a saved body whose key no longer matches (another origin, other code) is not served
     stale = key.replace(b'"origin":', b'"origin":1') + b"\n" + body.replace(b'"rank":0', b'"rank":7')
     saved[0].write_bytes(stale)
     pages.clear_memo()
-    with TestClient(create_app(base, cache_dir=tmp_path)) as fresh:
+    with TestClient(create_app(base, cache_dir=cache_dir)) as fresh:
         assert get(fresh, "/api/run/overview") == first
     assert saved[0].read_bytes().partition(b"\n")[0] == key  # and it was saved again
 

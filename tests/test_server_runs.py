@@ -22,7 +22,7 @@ def _runs(client: TestClient) -> dict[str, dict]:
     return {r["id"]: r for r in client.get("/api/runs").json()["runs"]}
 
 
-def test_perfsight_run_folders_are_runs_analysed_in_place(tmp_path: Path) -> None:
+def test_perfsight_run_folders_are_runs_analysed_into_the_server_cache(tmp_path: Path) -> None:
     base = tmp_path / "base"
     for rank in (0, 1):
         folder = base / f"host_{rank}_20260101000000000000_perfsight"
@@ -41,7 +41,9 @@ def test_perfsight_run_folders_are_runs_analysed_in_place(tmp_path: Path) -> Non
         run = "host_1_20260101000000000000_perfsight"
         status = wait_ready(client, run)
         assert status["status"] == "ready" and status["ranks"] == [1]  # the rank profiler_info records
-        assert (base / run / "PROFILER_OUTPUT" / "trace_view.json").is_file()  # the collector's layout
+        assert not (base / run / "PROFILER_OUTPUT").exists()  # nothing written beside the data
+        assert len(list((tmp_path / "cache").rglob("trace_view.json"))) == 1
+        assert client.get("/api/run/trace-view", params={"run": run}).status_code == 200
         overview = client.get("/api/run/overview", params={"run": run}).json()
         assert overview["rank"] == 1 and overview["steps"]
         assert _runs(client)[run]["status"] == "ready"
@@ -68,7 +70,8 @@ def test_a_folder_analysed_by_the_cli_is_reused_and_refreshed_when_its_input_cha
         finally:
             registry.DISCOVERY_TTL_S = 2.0
         after = (base / "analysis" / "rank34" / "cache" / "slices.parquet").stat().st_mtime_ns
-        assert after != before  # re-analysed into the same folder
+        assert after == before  # re-analysed into the server's cache: the user's analysis is untouched
+        assert list((tmp_path / "cache").rglob("slices.parquet"))
         assert client.get("/api/run/timeline/tracks", params={"run": "run/trace.json.gz"}).status_code == 200
 
 

@@ -91,6 +91,9 @@ def test_run_ids_that_leave_the_base_dir_are_refused(
         "/leak.txt",
         "//etc/passwd",
         "/static/../../outside/secret.txt",
+        "/%00",
+        "/index.html%00.js",
+        "/assets/%00/x",
     ],
 )
 def test_static_paths_that_leave_the_ui_folder_are_refused(layout: dict[str, Path], path: str) -> None:
@@ -154,9 +157,23 @@ def test_a_token_is_required_when_one_is_set(layout: dict[str, Path]) -> None:
         assert anonymous.get("/api/runs").status_code == 401
         assert anonymous.get("/api/runs", params={"token": "wrong"}).status_code == 401
         assert anonymous.get("/api/runs", headers={"Authorization": "token s3cret"}).status_code == 200
-        first = anonymous.get("/", params={"token": "s3cret"})
-        assert first.status_code == 200 and "httponly" in first.headers["set-cookie"].lower()
-        assert anonymous.get("/api/runs").status_code == 200  # the cookie now carries it
+        first = anonymous.get("/", params={"token": "s3cret"}, follow_redirects=False)
+        assert "httponly" in first.headers["set-cookie"].lower()
+        # the token leaves the address bar and the history: the same page again, without it
+        assert first.status_code == 303 and first.headers["location"] == "/"
+        assert anonymous.get(first.headers["location"]).status_code == 200  # the cookie now carries it
+        assert anonymous.get("/api/runs").status_code == 200
+    with TestClient(app) as browser:
+        landed = browser.get("/index.html?token=s3cret&x=1")
+        assert landed.status_code == 200 and str(landed.url).endswith("/index.html?x=1")
+        assert [r.status_code for r in landed.history] == [303]
+        # a script calling the API with ?token= gets its answer, not a redirect
+        assert browser.get("/api/runs", params={"token": "s3cret"}, follow_redirects=False).status_code == 200
+    with TestClient(app) as attacker:  # "//host" must not become a redirect to another site
+        request = attacker.build_request("GET", "http://testserver/")
+        request.url = request.url.copy_with(raw_path=b"//evil.example/x?token=s3cret")
+        moved = attacker.send(request, follow_redirects=False)
+        assert moved.status_code == 303 and moved.headers["location"] == "/evil.example/x"
 
 
 def test_a_loopback_server_refuses_other_host_names(layout: dict[str, Path]) -> None:

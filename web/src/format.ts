@@ -26,6 +26,26 @@ export function ms(ns: number | null | undefined, digits = 3): string {
   return (ns / 1e6).toFixed(digits);
 }
 
+/** The unit of chart axes that show times: values for them come from {@link nsToMs}. */
+export const MS = "ms";
+
+/** Nanoseconds as a number of milliseconds, for a chart whose axis is in {@link MS} (null stays null). */
+export function nsToMs(ns: number | null | undefined): number | null {
+  return ns === null || ns === undefined || !Number.isFinite(ns) ? null : ns / 1e6;
+}
+
+/** A chart value already in milliseconds (from {@link nsToMs}) as "12.345 ms". */
+export function msValue(valueMs: unknown, digits = 3): string {
+  if (valueMs === null || valueMs === undefined || valueMs === "") return "–";
+  const value = Number(valueMs);
+  return Number.isFinite(value) ? `${value.toFixed(digits)} ${MS}` : "–";
+}
+
+/** An axis tick in milliseconds, without trailing zeros ("0.25", "12"). */
+export function msTick(valueMs: number, digits = 3): string {
+  return String(Number(valueMs.toFixed(digits)));
+}
+
 const BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
 
 export function bytes(n: number | null | undefined): string {

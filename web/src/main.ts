@@ -8,6 +8,7 @@ import { ApiError, get, type RunStatus } from "./api";
 import { errorBox } from "./components/card";
 import type { PageContext } from "./context";
 import { h, replace } from "./dom";
+import * as fmt from "./format";
 import { t } from "./i18n";
 import { memoryPage } from "./pages/memory";
 import { operatorsPage } from "./pages/operators";
@@ -67,8 +68,8 @@ async function waitUntilReady(run: string, main: HTMLElement, mine: number): Pro
       );
       shown = true;
     }
-    bar.style.width = `${Math.round(status.progress * 100)}%`;
-    label.textContent = `${Math.round(status.progress * 100)}% · ${status.stage}`;
+    bar.style.width = fmt.percent(status.progress, 0);
+    label.textContent = `${fmt.percent(status.progress, 0)} · ${status.stage}`;
     await new Promise((resolve) => setTimeout(resolve, 400));
   }
 }

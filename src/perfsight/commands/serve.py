@@ -21,7 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--no-auth", action="store_true", help="serve a non-loopback --host without a token (not advised)"
     )
     serve.add_argument(
-        "--cache-dir", help="where analyses of read-only folders go (default: ~/.cache/perfsight/serve)"
+        "--cache-dir",
+        help="where the server keeps the analyses it makes; the served folders are only read "
+        "(default: $PERFSIGHT_CACHE_DIR, else $XDG_CACHE_HOME/perfsight, else ~/.cache/perfsight)",
     )
     serve.set_defaults(handler=run)
 

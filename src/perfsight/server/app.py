@@ -16,11 +16,19 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse, JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from perfsight import __version__
 from perfsight.server import models, pages, queries, timeline
-from perfsight.server.registry import NotReady, OpenedRun, Registry, UnknownRun
+from perfsight.server.registry import (
+    READ_ERRORS,
+    DamagedAnalysis,
+    NotReady,
+    OpenedRun,
+    Registry,
+    UnknownRun,
+)
 from perfsight.server.security import SecurityMiddleware, inside
 from perfsight.server.static import STATIC_DIR, static_response
 
@@ -32,18 +40,6 @@ Order = Annotated[Literal["asc", "desc"], Query()]
 Fuzzy = Annotated[str | None, Query(max_length=200, description="fuzzy filter on names")]
 TimeNs = Annotated[int, Query(ge=-(2**62), le=2**62, description="ns relative to the run's origin_ns")]
 StepParam = Annotated[int | None, Query(ge=-1, le=2**31 - 1)]
-
-OPERATOR_TYPE_SORTS = Literal[
-    "name", "count", "host_total_ns", "host_self_ns", "host_avg_ns", "host_min_ns", "host_max_ns",
-    "device_total_ns", "host_ratio", "flops",
-]  # fmt: skip
-OPERATOR_SORTS = Literal[
-    "id", "step", "name", "thread", "start_ns", "dur_ns", "self_ns", "device_ns", "flops"
-]
-KERNEL_TYPE_SORTS = Literal["name", "kind", "count", "total_ns", "avg_ns", "min_ns", "max_ns", "ratio"]
-KERNEL_SORTS = Literal[
-    "step", "name", "kind", "op", "stream", "start_ns", "dur_ns", "wait_ns", "occupancy_pct"
-]
 
 ERRORS = {
     400: {"model": models.ErrorBody, "description": "parameters that contradict each other"},
@@ -82,10 +78,18 @@ def warm_up() -> None:
     queries.database()
 
 
+CACHE_DIR_ENV = "PERFSIGHT_CACHE_DIR"
+
+
 def default_cache_dir() -> Path:
-    """Where analyses of runs in read-only folders go (XDG cache)."""
+    """Where the server keeps the analyses it makes: ``$PERFSIGHT_CACHE_DIR``, else the XDG cache
+    (``$XDG_CACHE_HOME/perfsight``, else ``~/.cache/perfsight``).  Never the served folders: the
+    server only reads them (``perfsight analyse --out`` is the way to write outputs beside the data)."""
+    chosen = os.environ.get(CACHE_DIR_ENV)
+    if chosen:
+        return Path(chosen).expanduser()
     root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(root) / "perfsight" / "serve"
+    return Path(root) / "perfsight"
 
 
 def create_app(
@@ -132,12 +136,45 @@ def create_app(
     async def _not_ready(_: Request, error: NotReady) -> JSONResponse:
         return JSONResponse({"detail": str(error), "status": error.status.model_dump()}, status_code=409)
 
+    async def _damaged(request: Request, error: Exception) -> JSONResponse:
+        """A file of a run's analysis that cannot be read (a corrupt or truncated table): that
+        analysis is set aside and the run analysed again (409 with the new status, which the UI
+        polls), or, with no trace to analyse, the run is failed with a message naming the file."""
+        run = request.query_params.get("run")
+        if not request.url.path.startswith("/api/run/") or not run:
+            raise error  # not a run's files: a fault of the server itself (500)
+        status = await run_in_threadpool(registry.damaged, run, error)
+        detail = f"run {run!r}: its analysis could not be read; it is now {status.status}"
+        return JSONResponse({"detail": detail, "status": status.model_dump()}, status_code=409)
+
+    for damage in (*READ_ERRORS, DamagedAnalysis):
+        app.add_exception_handler(damage, _damaged)
+
     def opened(run: str, rank: int | None = None) -> OpenedRun:
         """The analysed run; with ``rank``, once that is known to be one of its ranks (else 404)."""
         data = registry.opened(run)
         if rank is not None:
             data.rank(rank)
         return data
+
+    def table_page(
+        view: queries.TableView,
+        run: str,
+        rank: int | None,
+        q: str | None,
+        name: str | None,
+        step: int | None,
+        sort: str,
+        order: str,
+        offset: int,
+        limit: int,
+    ) -> dict:
+        """One page of a table endpoint: the four share this, and differ only in their view."""
+        data = opened(run)
+        return queries.view_page(
+            view, data.rank(rank).table_path(view.table), origin_ns=data.origin_ns, q=q, name=name, step=step,
+            sort=sort, order=order, offset=offset, limit=limit,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ runs
     @app.get("/api/info", response_model=models.Info)
@@ -169,24 +206,12 @@ def create_app(
         run: RunParam,
         rank: RankParam = None,
         q: Fuzzy = None,
-        sort: OPERATOR_TYPE_SORTS = "host_self_ns",
+        sort: queries.OperatorTypeSort = "host_self_ns",
         order: Order = "desc",
         offset: Offset = 0,
         limit: Limit = 50,
     ) -> dict:
-        data = opened(run).rank(rank)
-        select = [
-            "name", "count", "coalesce(host_total_ns, 0) AS host_total_ns",
-            "coalesce(host_self_ns, 0) AS host_self_ns",
-            "coalesce(host_avg_ns, 0) AS host_avg_ns", "coalesce(host_min_ns, 0) AS host_min_ns",
-            "coalesce(host_max_ns, 0) AS host_max_ns", "coalesce(device_total_ns, 0) AS device_total_ns",
-            "host_ratio", "flops",
-        ]  # fmt: skip
-        return queries.page(
-            data.table_path("operator_stats"), select, sortable=OPERATOR_TYPE_SORTS.__args__, sort=sort,
-            order=order, offset=offset, limit=limit, where=[queries.fuzzy_clause(q, ["name"])],
-            tiebreak="name",
-        )  # fmt: skip
+        return table_page(queries.OPERATOR_TYPES, run, rank, q, None, None, sort, order, offset, limit)
 
     @app.get("/api/run/operators", response_model=models.OperatorPage, responses=ERRORS)
     def operators(
@@ -195,43 +220,24 @@ def create_app(
         q: Fuzzy = None,
         name: Annotated[str | None, Query(max_length=10_000, description="exact operator type")] = None,
         step: StepParam = None,
-        sort: OPERATOR_SORTS = "dur_ns",
+        sort: queries.OperatorSort = "dur_ns",
         order: Order = "desc",
         offset: Offset = 0,
         limit: Limit = 50,
     ) -> dict:
-        op = opened(run)
-        data = op.rank(rank)
-        origin = int(op.origin_ns)
-        select = [
-            "slice AS id", "step", "name", "thread", f"start_ns - {origin} AS start_ns", "dur_ns",
-            "coalesce(self_ns, 0) AS self_ns", "coalesce(device_ns, 0) AS device_ns", "input_dims",
-            "input_types", "flops",
-        ]  # fmt: skip
-        sort_column = "slice" if sort == "id" else sort
-        return queries.page(
-            data.table_path("operator_instances"), select, sortable=[*OPERATOR_SORTS.__args__, "slice"],
-            sort=sort_column, order=order, offset=offset, limit=limit,
-            where=queries.instance_filters(q, ["name"], name, step), tiebreak="slice",
-        )  # fmt: skip
+        return table_page(queries.OPERATORS, run, rank, q, name, step, sort, order, offset, limit)
 
     @app.get("/api/run/kernel-types", response_model=models.KernelTypePage, responses=ERRORS)
     def kernel_types(
         run: RunParam,
         rank: RankParam = None,
         q: Fuzzy = None,
-        sort: KERNEL_TYPE_SORTS = "total_ns",
+        sort: queries.KernelTypeSort = "total_ns",
         order: Order = "desc",
         offset: Offset = 0,
         limit: Limit = 50,
     ) -> dict:
-        data = opened(run).rank(rank)
-        select = ["name", "kind", "count", "total_ns", "avg_ns", "min_ns", "max_ns", "ratio"]
-        return queries.page(
-            data.table_path("kernel_stats"), select, sortable=KERNEL_TYPE_SORTS.__args__, sort=sort,
-            order=order, offset=offset, limit=limit, where=[queries.fuzzy_clause(q, ["name"])],
-            tiebreak="name, kind",
-        )  # fmt: skip
+        return table_page(queries.KERNEL_TYPES, run, rank, q, None, None, sort, order, offset, limit)
 
     @app.get("/api/run/kernels", response_model=models.KernelPage, responses=ERRORS)
     def kernels(
@@ -240,23 +246,12 @@ def create_app(
         q: Fuzzy = None,
         name: Annotated[str | None, Query(max_length=10_000, description="exact kernel name")] = None,
         step: StepParam = None,
-        sort: KERNEL_SORTS = "dur_ns",
+        sort: queries.KernelSort = "dur_ns",
         order: Order = "desc",
         offset: Offset = 0,
         limit: Limit = 50,
     ) -> dict:
-        op = opened(run)
-        data = op.rank(rank)
-        origin = int(op.origin_ns)
-        select = [
-            "step", "name", "kind", "op", "stream", f"start_ns - {origin} AS start_ns", "dur_ns", "wait_ns",
-            "grid", "block", "occupancy_pct", "input_dims", "input_types",
-        ]  # fmt: skip
-        return queries.page(
-            data.table_path("kernel_details"), select, sortable=KERNEL_SORTS.__args__, sort=sort, order=order,
-            offset=offset, limit=limit, where=queries.instance_filters(q, ["name", "op"], name, step),
-            tiebreak="start_ns",
-        )  # fmt: skip
+        return table_page(queries.KERNELS, run, rank, q, name, step, sort, order, offset, limit)
 
     @app.get("/api/run/memory", **documented(models.Memory))
     def memory(

@@ -8,10 +8,12 @@ index, and reports progress by rewriting a small JSON file the server reads on e
 request.  One worker thread runs the queue, so two analyses never compete for the machine and a
 run is never analysed twice at once.
 
-A run is *ready* when every rank folder's cache is fresh for its input (``store.cache.is_fresh``)
-and its timeline index is current; a changed input makes it *stale*, and opening it again
-re-analyses.  Runs that are only an analysed folder (their traces are gone) are ready as they are;
-if their timeline index is missing, it is built from the cache.
+A run is *ready* when one of its analyses -- the outputs ``perfsight analyse`` wrote in the base
+dir, else the server's own in its cache folder -- has every rank's cache fresh for its input
+(``store.cache.is_fresh``) and a current timeline index (:func:`plan`); a changed input makes it
+*stale*, and opening it again re-analyses into the server's cache.  Runs that are only an analysed
+folder (their traces are gone) are ready as they are; if their timeline index is missing, they are
+copied into the server's cache and indexed there: the base dir is never written.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import dataclasses
 import json
 import logging
 import queue
+import shutil
 import subprocess
 import sys
 import threading
@@ -27,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfsight.server.runs import Run, cache_sources, rank_dirs
+from perfsight.server.runs import Run, cache_sources
 from perfsight.store import cache, timeline_index
 
 log = logging.getLogger(__name__)
@@ -50,12 +53,12 @@ def _inputs_fingerprint(run: Run) -> Any:
     return cache.fingerprint(run.inputs) if run.inputs else None
 
 
-def missing_work(run: Run) -> tuple[list[Path], list[Path]]:
-    """(inputs whose cache is missing or stale, rank cache folders whose timeline index is stale)."""
-    dirs = list(rank_dirs(run.output_root).values())
+def missing_work(run: Run, dirs: dict[int, Path]) -> tuple[list[Path], list[Path]]:
+    """(inputs whose cache in ``dirs`` is missing or stale, rank cache folders whose timeline index
+    is stale)."""
     fresh_sources: set[Path] = set()
     stale_index = []
-    for rank_dir in dirs:
+    for rank_dir in dirs.values():
         folder = rank_dir / "cache"
         sources = cache_sources(rank_dir)
         if run.inputs and not cache.is_fresh(folder, sources):
@@ -67,12 +70,56 @@ def missing_work(run: Run) -> tuple[list[Path], list[Path]]:
     return todo, stale_index
 
 
+@dataclasses.dataclass
+class Plan:
+    """What serving a run needs now: read ``root`` (ready), or analyse, or index (see :func:`plan`)."""
+
+    root: Path | None = None  # a complete, current analysis to read
+    todo: list[Path] = dataclasses.field(default_factory=list)  # inputs to analyse into output_root
+    seed: Path | None = None  # an analysis to copy into output_root, there to build its timeline index
+    index: bool = False  # output_root holds a current analysis whose timeline index is missing
+
+    @property
+    def ready(self) -> bool:
+        return self.root is not None
+
+    @property
+    def possible(self) -> bool:
+        return self.ready or bool(self.todo) or self.seed is not None or self.index
+
+
+def plan(run: Run, damaged: set[Path] = frozenset()) -> Plan:  # type: ignore[assignment]
+    """Where to read ``run`` from, or the work that makes it readable.
+
+    The outputs ``perfsight analyse`` wrote in the base dir (``found_root``) are read first while
+    they match their inputs, then the server's own analysis (``output_root``); an analysis found
+    damaged (``damaged``) is never chosen.  The base dir is never written: an analysis there that
+    lacks a timeline index is copied into the server's cache and indexed there."""
+    candidates = [r for r in (run.found_root, run.output_root) if r is not None and r not in damaged]
+    usable = []
+    for root in candidates:
+        dirs = run.rank_dirs(root)
+        if not dirs:
+            continue
+        todo, stale_index = missing_work(run, dirs)
+        if todo:
+            continue
+        if not stale_index:
+            return Plan(root=root)
+        usable.append(root)
+    if run.output_root in usable:
+        return Plan(index=True)
+    if usable:
+        return Plan(seed=usable[0])
+    return Plan(todo=list(run.inputs))
+
+
 class JobManager:
     """Queues analyses of runs and runs them one at a time in a child process."""
 
     def __init__(self) -> None:
         self._states: dict[str, JobState] = {}
-        self._queue: queue.Queue[tuple[Run, list[Path], list[Path]]] = queue.Queue()
+        self._queue: queue.Queue[tuple[Run, Plan, bool]] = queue.Queue()
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -95,8 +142,9 @@ class JobManager:
             return None  # the inputs changed since: the old outcome no longer applies
         return state
 
-    def submit(self, run: Run, todo: list[Path], index_only: list[Path]) -> JobState:
-        """Queue ``run`` unless it is already queued or running; returns its state."""
+    def submit(self, run: Run, work: Plan, clear: bool = False) -> JobState:
+        """Queue ``work`` for ``run`` unless it is already queued or running; returns its state.
+        ``clear`` empties the run's output root first (the server's own analysis, found damaged)."""
         with self._lock:
             state = self._states.get(run.id)
             if state is not None and state.status in ("queued", "analysing"):
@@ -104,7 +152,7 @@ class JobManager:
             state = JobState(status="queued", stage="waiting for another analysis")
             state.fingerprint = _inputs_fingerprint(run)
             self._states[run.id] = state
-            self._queue.put((run, todo, index_only))
+            self._queue.put((run, work, clear))
             if self._worker is None or not self._worker.is_alive():
                 self._worker = threading.Thread(target=self._work, name="perfsight-jobs", daemon=True)
                 self._worker.start()
@@ -113,17 +161,26 @@ class JobManager:
     def _work(self) -> None:
         while not self._stopping.is_set():
             try:
-                run, todo, index_only = self._queue.get(timeout=0.5)
+                run, work, clear = self._queue.get(timeout=0.5)
             except queue.Empty:
                 continue
             state = self._states[run.id]
             try:
-                self._run_one(run, todo, index_only, state)
+                self._run_one(run, work, clear, state)
             except Exception as error:  # the server must survive any analysis failure
                 log.warning("analysis of %s failed: %s", run.id, error)
                 state.status, state.error = "failed", str(error)
 
-    def _run_one(self, run: Run, todo: list[Path], index_only: list[Path], state: JobState) -> None:
+    def forget(self, run: Run) -> None:
+        """Drop the outcome of ``run``'s last job (its analysis was found damaged since)."""
+        with self._lock:
+            state = self._states.get(run.id)
+            if state is not None and state.status in ("ready", "failed"):
+                del self._states[run.id]
+
+    def _run_one(self, run: Run, work: Plan, clear: bool, state: JobState) -> None:
+        if clear and run.output_root.is_dir():
+            shutil.rmtree(run.output_root)  # the server's own folder in its cache, never the base dir
         run.output_root.mkdir(parents=True, exist_ok=True)
         progress = run.output_root / PROGRESS_FILE
         progress.write_text(json.dumps({"done": 0, "total": 1, "stage": "starting"}), encoding="utf-8")
@@ -131,7 +188,8 @@ class JobManager:
         state.stage = "starting"
         spec = {
             "path": str(run.path),
-            "inputs": [str(p) for p in todo] and [str(p) for p in run.inputs],  # the whole run, if any
+            "inputs": [str(p) for p in work.todo] and [str(p) for p in run.inputs],  # the whole run, if any
+            "seed": None if work.seed is None else str(work.seed),
             "output_root": str(run.output_root),
             "progress": str(progress),
         }

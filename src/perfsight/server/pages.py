@@ -19,16 +19,15 @@ import pyarrow.parquet as pq
 
 from perfsight import __version__, columns
 from perfsight.model import KIND_NAMES, SliceKind
-from perfsight.server import queries
+from perfsight.server import models, queries
 from perfsight.server.registry import OpenedRun, RankData
-from perfsight.store import timeline_index
 
 TOP_OPERATOR_TYPES = 20
 DATALOADER_TABLE = "dataloader"
 MEMO_ENTRIES = 64
-OVERVIEW_FILE = "overview.idx"
-"""The saved overview (first line: its key; then the body), in the rank cache's timeline folder;
-not named ``*.json``, which trace discovery would take for a trace."""
+OVERVIEW_SUFFIX = ".idx"
+"""The saved overview (first line: its key; then the body), in the server's cache folder of the run
+(``RankData.overview_file``); not named ``*.json``, which trace discovery would take for a trace."""
 OVERVIEW_FORMAT = 2  # 2: warnings left out of the saved body
 _memo: dict[tuple[str, str], Any] = {}
 _memo_lock = threading.Lock()
@@ -152,7 +151,9 @@ def overview_body(opened: OpenedRun, data: RankData) -> bytes:
 
 
 def _saved_overview(opened: OpenedRun, data: RankData, key: bytes) -> bytes:
-    path = data.cache_folder / timeline_index.FOLDER / OVERVIEW_FILE
+    path = data.overview_file
+    if path is None:  # no folder of the server's own to keep it in
+        return orjson.dumps(overview(opened, data), option=orjson.OPT_SERIALIZE_NUMPY)
     try:
         with open(path, "rb") as handle:
             if handle.readline().rstrip(b"\n") == key:
@@ -160,8 +161,9 @@ def _saved_overview(opened: OpenedRun, data: RankData, key: bytes) -> bytes:
     except OSError:
         pass
     body = orjson.dumps(overview(opened, data), option=orjson.OPT_SERIALIZE_NUMPY)
-    tmp = path.with_name(OVERVIEW_FILE + ".tmp")
+    tmp = path.with_name(path.name + ".tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_bytes(key + b"\n" + body)
         tmp.replace(path)
     except OSError:  # a read-only cache: the next server computes it again
@@ -273,27 +275,15 @@ def overview(opened: OpenedRun, data: RankData) -> dict[str, Any]:
     }
 
 
-AVERAGED = (
-    "duration_ns",
-    "iteration_interval_ns",
-    "fp_bp_ns",
-    "tail_ns",
-    "computing_ns",
-    "communication_ns",
-    "communication_not_overlapped_ns",
-    "free_ns",
-)
+AVERAGED = tuple(models.StepAverage.model_fields)
+"""The stages ``/step-trace`` averages over steps: the fields of its response's ``average``."""
 
 
 def step_trace(opened: OpenedRun, data: RankData, step: int | None) -> dict[str, Any]:
     table = step_table(data, opened.origin_ns)
     if table.num_rows:
         table = table.filter(pc.is_valid(table.column("start_ns")))
-    keep = [
-        "step", "start_ns", "end_ns", "duration_ns", "fp_start_ns", "bp_end_ns", "iteration_interval_ns",
-        "fp_bp_ns", "tail_ns", "fp_op", "bp_op", "timeline", "computing_ns", "communication_ns",
-        "communication_not_overlapped_ns", "free_ns",
-    ]  # fmt: skip
+    keep = list(models.StepRow.model_fields)  # the response row declares the columns, once
     steps = (
         queries.json_list(f"SELECT {', '.join(keep)} FROM t", {"t": table}, "x.step")
         if table.num_rows

@@ -14,14 +14,18 @@ subsequence, so it filtered nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import duckdb
 import orjson
 import pyarrow as pa
+from pydantic import BaseModel
+
+from perfsight.server import models
 
 MAX_LIMIT = 1000
 _db: duckdb.DuckDBPyConnection | None = None
@@ -119,6 +123,105 @@ def page(
     sql = f"SELECT {', '.join(select)} {source} ORDER BY {order_by} LIMIT ? OFFSET ?"
     table = arrow(sql, [*params, int(limit), int(offset)])
     return {"total": int(total), "offset": offset, "limit": limit, "rows": records(table)}
+
+
+@dataclasses.dataclass(frozen=True)
+class TableView:
+    """One paged table of the API, declared once: the analysis table it reads, the response row it
+    returns (its fields are the selected columns, in order), and how it sorts and filters.
+
+    ``expressions`` gives the SQL of a field that is not the column of that name (a null total read
+    as 0, a timestamp made relative to the run's origin: ``{origin}``); every other field is
+    selected as is.  ``instances`` views (one row per call) also filter by exact ``name`` and
+    ``step``."""
+
+    table: str
+    row: type[BaseModel]
+    sortable: tuple[str, ...]
+    tiebreak: str
+    fuzzy: tuple[str, ...] = ("name",)
+    expressions: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    instances: bool = False
+    sort_columns: Mapping[str, str] = dataclasses.field(default_factory=dict)  # API name -> column
+
+    def select(self, origin_ns: int) -> list[str]:
+        """The SELECT list: each field of the row, by its expression or as its own column."""
+        out = []
+        for field in self.row.model_fields:
+            expression = self.expressions.get(field)
+            if expression is not None:
+                field = f"{expression.format(origin=int(origin_ns))} AS {field}"
+            out.append(field)
+        return out
+
+
+def view_page(
+    view: TableView,
+    path: Path,
+    *,
+    origin_ns: int = 0,
+    q: str | None = None,
+    name: str | None = None,
+    step: int | None = None,
+    sort: str,
+    order: str,
+    offset: int,
+    limit: int,
+) -> dict[str, Any]:
+    """One page of ``view`` over the Parquet file at ``path`` (see :func:`page`)."""
+    if view.instances:
+        where = instance_filters(q, view.fuzzy, name, step)
+    else:
+        where = [fuzzy_clause(q, view.fuzzy)]
+    column = view.sort_columns.get(sort, sort)
+    return page(
+        path, view.select(origin_ns), sortable=[*view.sortable, *view.sort_columns.values()], sort=column,
+        order=order, offset=offset, limit=limit, where=where, tiebreak=view.tiebreak,
+    )  # fmt: skip
+
+
+def _zero_if_null(*names: str) -> dict[str, str]:
+    return {name: f"coalesce({name}, 0)" for name in names}
+
+
+OperatorTypeSort = Literal[
+    "name", "count", "host_total_ns", "host_self_ns", "host_avg_ns", "host_min_ns", "host_max_ns",
+    "device_total_ns", "host_ratio", "flops",
+]  # fmt: skip
+OperatorSort = Literal["id", "step", "name", "thread", "start_ns", "dur_ns", "self_ns", "device_ns", "flops"]
+KernelTypeSort = Literal["name", "kind", "count", "total_ns", "avg_ns", "min_ns", "max_ns", "ratio"]
+KernelSort = Literal["step", "name", "kind", "op", "stream", "start_ns", "dur_ns", "wait_ns", "occupancy_pct"]
+
+OPERATOR_TYPES = TableView(
+    table="operator_stats",
+    row=models.OperatorTypeRow,
+    sortable=OperatorTypeSort.__args__,
+    tiebreak="name",
+    expressions=_zero_if_null(
+        "host_total_ns", "host_self_ns", "host_avg_ns", "host_min_ns", "host_max_ns", "device_total_ns"
+    ),
+)
+OPERATORS = TableView(
+    table="operator_instances",
+    row=models.OperatorRow,
+    sortable=OperatorSort.__args__,
+    tiebreak="slice",
+    expressions={"id": "slice", "start_ns": "start_ns - {origin}", **_zero_if_null("self_ns", "device_ns")},
+    instances=True,
+    sort_columns={"id": "slice"},
+)
+KERNEL_TYPES = TableView(
+    table="kernel_stats", row=models.KernelTypeRow, sortable=KernelTypeSort.__args__, tiebreak="name, kind"
+)
+KERNELS = TableView(
+    table="kernel_details",
+    row=models.KernelRow,
+    sortable=KernelSort.__args__,
+    tiebreak="start_ns",
+    fuzzy=("name", "op"),
+    expressions={"start_ns": "start_ns - {origin}"},
+    instances=True,
+)
 
 
 def json_list(select: str, tables: dict[str, pa.Table], order_by: str) -> orjson.Fragment:

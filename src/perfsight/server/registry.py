@@ -15,12 +15,13 @@ import threading
 import time
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from perfsight.model import RunMetadata
 from perfsight.server import models
-from perfsight.server.jobs import JobManager, missing_work
+from perfsight.server.jobs import JobManager, Plan, plan
 from perfsight.server.runs import Discovery, Run, iso_date, step_count
 from perfsight.server.security import safe_relative, without_roots
 from perfsight.store import cache, timeline_index
@@ -31,6 +32,8 @@ READY_TTL_S = 1.0
 check reads and hashes several files per rank (a millisecond or more), which would otherwise be
 paid by every timeline window of a user panning; an input changed on disk shows within a second."""
 MAX_OPEN_RUNS = 4
+SAVED_FOLDER = "saved"
+"""The subfolder of a run's output root (in the server's cache) with the overviews it saved."""
 
 
 class UnknownRun(LookupError):
@@ -55,6 +58,7 @@ class RankData:
     meta: RunMetadata
     timeline: timeline_index.TimelineArrays
     tracks: pa.Table
+    overview_file: Path | None = None  # where the server may save this rank's overview (its cache)
 
     def table_path(self, name: str) -> Path:
         return self.cache_folder / cache.ANALYSIS_DIR / f"{name}.parquet"
@@ -69,6 +73,7 @@ class OpenedRun:
     ranks: dict[int, RankData]
     origin_ns: int
     end_ns: int
+    root: Path | None = None  # the analysis folder it was read from
 
     def rank(self, rank: int | None) -> RankData:
         if rank is None:
@@ -78,27 +83,58 @@ class OpenedRun:
         return self.ranks[rank]
 
 
-def open_ranks(dirs: dict[int, Path]) -> tuple[dict[int, RankData], int, int]:
+OPEN_ERRORS: tuple[type[Exception], ...] = (OSError, ValueError, KeyError, TypeError, duckdb.Error)
+"""What opening a damaged rank cache raises: unreadable or malformed ``meta.json`` (ValueError,
+KeyError, TypeError), a truncated memory-mapped array (ValueError), Arrow's and DuckDB's errors."""
+READ_ERRORS: tuple[type[Exception], ...] = (OSError, pa.ArrowException, duckdb.Error)
+"""What reading a damaged table of an opened run raises (Arrow's ``ArrowInvalid`` is one of
+``pa.ArrowException``).  Narrower than :data:`OPEN_ERRORS`: a plain ValueError while answering a
+request is a fault of the server's code, not of a file."""
+
+
+class DamagedAnalysis(RuntimeError):
+    """A file of an analysis could not be read; names the file (when known) and what is wrong."""
+
+
+def open_ranks(dirs: dict[int, Path], saved_in: Path | None = None) -> tuple[dict[int, RankData], int, int]:
     """The ranks of ``dirs`` (rank folders) whose timeline index is current, opened, with the run's
-    origin (earliest event of any rank) and its end relative to that origin."""
+    origin (earliest event of any rank) and its end relative to that origin.  ``saved_in`` is the
+    server's folder for the overviews it saves (never the served folders).  Raises
+    :class:`DamagedAnalysis` when a rank's metadata, tracks or index cannot be read."""
     ranks: dict[int, RankData] = {}
     for rank, rank_dir in dirs.items():
         folder = rank_dir / "cache"
         if not timeline_index.is_current(folder):
             continue
-        meta_data = json.loads((folder / cache.META_FILE).read_text(encoding="utf-8"))
-        ranks[rank] = RankData(
-            rank=rank,
-            cache_folder=folder,
-            output_dir=rank_dir / "PROFILER_OUTPUT",
-            meta=RunMetadata.from_dict(meta_data),
-            timeline=timeline_index.TimelineArrays(folder),
-            tracks=pq.ParquetFile(folder / "tracks.parquet").read(),  # read_table imports datasets: 3 s
-        )
+        try:
+            meta_data = json.loads((folder / cache.META_FILE).read_text(encoding="utf-8"))
+            ranks[rank] = RankData(
+                rank=rank,
+                cache_folder=folder,
+                output_dir=rank_dir / "PROFILER_OUTPUT",
+                meta=RunMetadata.from_dict(meta_data),
+                timeline=timeline_index.TimelineArrays(folder),
+                tracks=pq.ParquetFile(folder / "tracks.parquet").read(),  # read_table imports datasets: 3 s
+                overview_file=None if saved_in is None else saved_in / f"overview_rank{rank}.idx",
+            )
+        except OPEN_ERRORS as error:
+            raise DamagedAnalysis(f"{folder}: {error}") from error
     firsts = [r.timeline.meta["first_ns"] for r in ranks.values() if r.timeline.meta["events"]]
     lasts = [r.timeline.meta["last_ns"] for r in ranks.values() if r.timeline.meta["events"]]
     origin = min(firsts) if firsts else 0
     return ranks, origin, (max(lasts) - origin) if lasts else 0
+
+
+def _written(root: Path) -> tuple[int, ...]:
+    """When the rank caches under ``root`` were last written (their ``meta.json``, which every
+    analysis rewrites): a damaged analysis written again since is considered again."""
+    stamps = []
+    for meta in sorted(root.glob(f"*/cache/{cache.META_FILE}")) + [root / "cache" / cache.META_FILE]:
+        try:
+            stamps.append(meta.stat().st_mtime_ns)
+        except OSError:
+            stamps.append(0)
+    return tuple(stamps)
 
 
 class Registry:
@@ -113,6 +149,10 @@ class Registry:
         self._lock = threading.Lock()
         self._opened: dict[str, tuple[tuple[str, ...], OpenedRun]] = {}
         self._checked: dict[str, float] = {}  # run id -> when it was last found ready and opened
+        # analyses a file of which could not be read, with their stamps then: not served until
+        # rewritten (another `perfsight analyse` changes the stamp)
+        self._damaged: dict[Path, tuple[int, ...]] = {}
+        self._damage_errors: dict[str, str] = {}  # run id -> what was damaged (for a failed status)
 
     # ------------------------------------------------------------------ discovery
     def runs(self) -> dict[str, Run]:
@@ -131,26 +171,43 @@ class Registry:
         return found
 
     # ------------------------------------------------------------------ status
+    def plan(self, run: Run) -> Plan:
+        """Where ``run`` is read from now, or what work it needs (:func:`jobs.plan`)."""
+        with self._lock:
+            damaged = dict(self._damaged)
+        return plan(run, {root for root, stamp in damaged.items() if _written(root) == stamp})
+
     def status(self, run: Run, start: bool = False) -> models.RunStatus:
         """The run's status; with ``start``, queue its analysis when it is new or stale."""
         state = self.jobs.state(run)
         if state is not None and state.status in ("queued", "analysing", "failed"):
             return self._status(run, state.status, state.progress, state.stage, state.error, state.warnings)
-        todo, index_only = missing_work(run)
-        ready_by_job = state is not None and state.status == "ready"
-        if not todo and not index_only and run.rank_dirs() or ready_by_job and not index_only:
+        work = self.plan(run)
+        if work.ready:
             warnings = state.warnings if state is not None else []
-            return self._status(run, "ready", 1.0, "done", None, warnings)
+            return self._status(run, "ready", 1.0, "done", None, warnings, work.root)
+        if not work.possible:  # only an analysis, found damaged, and no trace to analyse again
+            error = self._damage_errors.get(run.id, "its analysis cannot be read")
+            return self._status(run, "failed", 0.0, "", error, [])
         if start:
-            state = self.jobs.submit(run, todo, index_only)
+            with self._lock:  # the server's own damaged analysis is emptied before the new one
+                clear = self._damaged.pop(run.output_root, None) is not None
+            state = self.jobs.submit(run, work, clear=clear)
             return self._status(run, state.status, state.progress, state.stage, state.error, [])
-        analysed_before = bool(run.rank_dirs())
+        analysed_before = any(run.rank_dirs(r) for r in (run.found_root, run.output_root) if r is not None)
         return self._status(run, "stale" if analysed_before else "new", 0.0, "", None, [])
 
     def _status(
-        self, run: Run, status: str, progress: float, stage: str, error: str | None, warnings: list[str]
+        self,
+        run: Run,
+        status: str,
+        progress: float,
+        stage: str,
+        error: str | None,
+        warnings: list[str],
+        root: Path | None = None,
     ) -> models.RunStatus:
-        ranks = sorted(run.rank_dirs()) if status == "ready" else run.ranks
+        ranks = sorted(run.rank_dirs(root)) if root is not None else run.ranks
         return models.RunStatus(
             id=run.id,
             status=status,  # type: ignore[arg-type]
@@ -163,8 +220,9 @@ class Registry:
 
     def run_info(self, run: Run) -> models.RunInfo:
         status = self.status(run)
-        dirs = run.rank_dirs()
-        steps = step_count(dirs[min(dirs)]) if dirs and status.status == "ready" else None
+        root = self.plan(run).root if status.status == "ready" else None
+        dirs = run.rank_dirs(root) if root is not None else {}
+        steps = step_count(dirs[min(dirs)]) if dirs else None
         return models.RunInfo(
             id=run.id,
             name=run.name,
@@ -177,6 +235,23 @@ class Registry:
             error=status.error,
         )
 
+    # ------------------------------------------------------------------ damaged analyses
+    def damaged(self, run_id: str, error: BaseException) -> models.RunStatus:
+        """Set aside the analysis ``run_id`` was read from (a file of it could not be read) and
+        start another: a new analysis of the run's traces into the server's cache, or, for an
+        analysis without its traces, a failed status saying what is damaged."""
+        run = self.run(run_id)
+        with self._lock:
+            hit = self._opened.pop(run.id, None)
+            self._checked.pop(run.id, None)
+        root = hit[1].root if hit is not None else self.plan(run).root
+        if root is not None:
+            with self._lock:
+                self._damaged[root] = _written(root)
+                self._damage_errors[run.id] = f"the analysis in {root} is damaged ({error})"
+        self.jobs.forget(run)
+        return self.status(run, start=True)
+
     # ------------------------------------------------------------------ opened data
     def opened(self, run_id: str) -> OpenedRun:
         """The ready run's data; raises :class:`NotReady` (and starts the analysis) otherwise."""
@@ -188,19 +263,23 @@ class Registry:
         status = self.status(run, start=True)
         if status.status != "ready":
             raise NotReady(status)
-        dirs = run.rank_dirs()
+        root = self.plan(run).root
+        dirs = run.rank_dirs(root) if root is not None else {}
         stamps = tuple(timeline_index.stamp_of(d / "cache") for d in dirs.values())
         with self._lock:
             hit = self._opened.get(run.id)
             if hit is not None and hit[0] == stamps:
                 self._checked[run.id] = time.monotonic()
                 return hit[1]
-        ranks, origin, end = open_ranks(dirs)
+        try:
+            ranks, origin, end = open_ranks(dirs, run.output_root / SAVED_FOLDER)
+        except DamagedAnalysis as error:
+            raise NotReady(self.damaged(run.id, error)) from None
         if not ranks:
             raise NotReady(self._status(run, "stale", 0.0, "timeline index missing", None, []))
         for data in ranks.values():
             data.meta.warnings = [without_roots(w, self._labels) for w in data.meta.warnings]
-        opened = OpenedRun(run=run, ranks=ranks, origin_ns=origin, end_ns=end)
+        opened = OpenedRun(run=run, ranks=ranks, origin_ns=origin, end_ns=end, root=root)
         with self._lock:
             self._opened[run.id] = (stamps, opened)
             self._checked[run.id] = time.monotonic()

@@ -7,8 +7,13 @@ An analysed folder whose inputs are also under the base dir is shown once, as th
 analysed.  Discovery never parses a trace: ranks come from the first bytes of a file (its
 ``distributedInfo``) or its name, steps from the cache once analysed.
 
-Nothing outside the base dir is listed: symlinked folders are not followed and symlinked files
-must resolve inside the base dir.
+Nothing outside the base dir is listed or read: symlinked folders are not followed, symlinked files
+must resolve inside the base dir, and an analysed rank folder counts only when every path in it
+resolves inside the base dir or the server's cache (:func:`contained`).
+
+Nothing is written into the base dir either: the server keeps the analyses it makes in its own
+cache folder (``Run.output_root``), and reads the outputs ``perfsight analyse`` already wrote beside
+the data (``Run.found_root``) as they are.
 """
 
 from __future__ import annotations
@@ -52,20 +57,63 @@ class Run:
     ranks: list[int]
     date: float
     size_bytes: int
-    output_root: Path  # the folder holding rank<N>/cache (may not exist yet)
+    output_root: Path  # where the server writes its analysis: in its cache folder (may not exist yet)
+    roots: tuple[Path, ...] = ()  # the folders everything read must resolve into (base dir, cache)
+    found_root: Path | None = None  # outputs `perfsight analyse` wrote in the base dir: read, never written
 
-    def rank_dirs(self) -> dict[int, Path]:
-        """Analysed ``rank<N>`` folders under the output root, by rank (first of duplicates)."""
-        return rank_dirs(self.output_root)
+    def rank_dirs(self, root: Path) -> dict[int, Path]:
+        """Analysed ``rank<N>`` folders under ``root`` (one of this run's), by rank; only those whose
+        every path resolves inside the run's roots."""
+        return rank_dirs(root, self.roots)
 
 
-def rank_dirs(root: Path) -> dict[int, Path]:
+def contained(folder: Path, roots: tuple[Path, ...]) -> bool:
+    """True when ``folder`` and everything under it resolve inside ``roots``: a symlinked rank folder,
+    cache folder or table that leads out of the base dir makes the whole rank folder unreadable.
+    Symlinked folders are followed (once each) so that a link inside the roots cannot hide one out.
+    Only links are resolved (``os.scandir`` tells them apart without a system call per file), so a
+    rank's cache of a few dozen files is checked in a fraction of a millisecond."""
+    start = inside(folder, roots)
+    if start is None:
+        return False
+    pending, seen = [start], {start}
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue  # unreadable: nothing in it can be served either
+        for entry in entries:
+            if entry.is_symlink():
+                target = inside(entry.path, roots)
+                if target is None:
+                    return False
+                if target.is_dir() and target not in seen:
+                    seen.add(target)
+                    pending.append(target)
+            elif entry.is_dir(follow_symlinks=False):
+                pending.append(Path(entry.path))
+    return True
+
+
+def rank_dirs(root: Path, roots: tuple[Path, ...] | None = None) -> dict[int, Path]:
     """Analysed rank folders under ``root``, by rank: ``rank<N>/`` children, or ``root`` itself when it
-    holds a ``cache/`` (a perfsight run folder analysed in place)."""
+    holds a ``cache/`` (a perfsight run folder analysed in place).  With ``roots``, a rank folder
+    whose ``cache/`` or ``PROFILER_OUTPUT/`` holds a path resolving outside them is left out."""
+
+    def readable(rank_dir: Path) -> bool:
+        if not (rank_dir / "cache" / cache.META_FILE).is_file():
+            return False
+        if roots is None:
+            return True
+        parts = [rank_dir / "cache", rank_dir / "PROFILER_OUTPUT"]
+        return inside(rank_dir, roots) is not None and all(
+            contained(p, roots) for p in parts if p.exists() or p.is_symlink()
+        )
+
     found: dict[int, Path] = {}
     if not root.is_dir():
         return found
-    if (root / "cache" / cache.META_FILE).is_file():
+    if readable(root):
         try:
             meta = json.loads((root / "cache" / cache.META_FILE).read_text(encoding="utf-8"))
             found[int(meta.get("rank", 0))] = root
@@ -73,8 +121,8 @@ def rank_dirs(root: Path) -> dict[int, Path]:
             pass
     for child in sorted(root.iterdir()):
         match = _RANK_DIR.match(child.name)
-        if match and (child / "cache" / cache.META_FILE).is_file():
-            found.setdefault(int(match.group(1)), child)
+        if match and int(match.group(1)) not in found and readable(child):
+            found[int(match.group(1))] = child
     return found
 
 
@@ -144,22 +192,30 @@ def iso_date(timestamp: float) -> str:
     return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC).isoformat(timespec="seconds")
 
 
+def _digest(path: Path) -> str:
+    return hashlib.sha256(str(path).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
 class Discovery:
-    """Lists the runs under ``base``; analyses of read-only inputs go under ``cache_dir``."""
+    """Lists the runs under ``base``; the analyses the server makes go under ``cache_dir``."""
 
     def __init__(self, base: Path, cache_dir: Path) -> None:
         self.base = base.resolve()
         self.cache_dir = cache_dir.resolve()
+        # one folder per base dir: two servers of two base dirs sharing a cache never collide
+        self.cache_root = self.cache_dir / f"{self.base.name[:40] or 'root'}-{_digest(self.base)}"
+        self.roots = (self.base, self.cache_dir)
 
     # ------------------------------------------------------------------ where outputs go
-    def output_root_for(self, path: Path, kind: str) -> Path:
-        """``perfsight analyse``'s default output folder when writable, else one under cache_dir."""
-        default = default_output_root(path)
-        writable = os.access(default, os.W_OK) if default.exists() else os.access(default.parent, os.W_OK)
-        if writable:
-            return default
-        digest = hashlib.sha256(str(path).encode()).hexdigest()[:16]
-        return self.cache_dir / f"{_TRACE_SUFFIX.sub('', path.name)[:40]}-{digest}"
+    def output_root_for(self, path: Path) -> Path:
+        """The folder of the server's own analysis of the run at ``path``: in its cache, never beside
+        the data (``perfsight analyse --out`` is the way to write outputs there)."""
+        return self.cache_root / f"{_TRACE_SUFFIX.sub('', path.name)[:40]}-{_digest(path)}"
+
+    def _run(self, **fields: object) -> Run:
+        path = fields["path"]
+        assert isinstance(path, Path)
+        return Run(**fields, output_root=self.output_root_for(path), roots=self.roots)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ walking
     def _resolved_file(self, path: Path) -> Path | None:
@@ -184,7 +240,7 @@ class Discovery:
                 raw.append(self._perfsight_run(here, infos))
                 dirnames[:] = []  # its analysis (in place, or under rank<N>/) belongs to it
                 continue
-            if rank_dirs(here):
+            if rank_dirs(here, self.roots):
                 analysed.append(here)
                 dirnames[:] = []
                 continue
@@ -209,7 +265,7 @@ class Discovery:
         ]  # never our own outputs: re-analysing would change the inputs again
         ranks = sorted({int(_PROFILER_INFO.match(name).group(1)) for name in infos})  # type: ignore[union-attr]
         mtime, size = _stat_sum(inputs)
-        return Run(
+        return self._run(
             id=relative_id(folder, self.base),
             name=folder.name,
             kind="perfsight_run",
@@ -218,7 +274,6 @@ class Discovery:
             ranks=ranks,
             date=mtime,
             size_bytes=size,
-            output_root=self.output_root_for(folder, "perfsight_run"),
         )
 
     def _folder_job(self, folder: Path, dirnames: list[str], filenames: list[str]) -> Run | None:
@@ -255,7 +310,7 @@ class Discovery:
             table = read_rank_table(folder, FileProblems()).column("rank").to_pylist()
             ranks = table if len(set(table)) >= len(inputs) else list(range(len(inputs)))
         mtime, size = _stat_sum(inputs)
-        return Run(
+        return self._run(
             id=relative_id(folder, self.base),
             name=folder.name if folder != self.base else self.base.name,
             kind="job",
@@ -264,7 +319,6 @@ class Discovery:
             ranks=sorted(set(ranks)),
             date=mtime,
             size_bytes=size,
-            output_root=self.output_root_for(folder, "job"),
         )
 
     def _trace_runs(self, folder: Path, traces: list[Path]) -> list[Run]:
@@ -276,7 +330,7 @@ class Discovery:
         if len(traces) > 1 and len(known) == len(traces) and len(set(known)) == len(known):
             mtime, size = _stat_sum(traces)
             return [
-                Run(
+                self._run(
                     id=relative_id(folder, self.base),
                     name=folder.name if folder != self.base else self.base.name,
                     kind="job",
@@ -285,14 +339,13 @@ class Discovery:
                     ranks=sorted(known),
                     date=mtime,
                     size_bytes=size,
-                    output_root=self.output_root_for(folder, "job"),
                 )
             ]
         runs = []
         for trace, rank in zip(traces, ranks, strict=True):
             mtime, size = _stat_sum([trace])
             runs.append(
-                Run(
+                self._run(
                     id=relative_id(trace, self.base),
                     name=trace.name,
                     kind="trace",
@@ -301,28 +354,32 @@ class Discovery:
                     ranks=[rank if rank is not None else 0],
                     date=mtime,
                     size_bytes=size,
-                    output_root=self.output_root_for(trace, "trace"),
                 )
             )
         return runs
 
     def _merge(self, raw: list[Run], analysed: list[Path]) -> list[Run]:
-        """Attach analysed folders to the raw run they were made from; list the others alone."""
+        """Attach analysed folders to the raw run they were made from (``found_root``, read as they
+        are while their inputs are unchanged); list the others alone."""
         by_inputs = {frozenset(p.resolve() for p in run.inputs): run for run in raw if run.inputs}
+        defaults = {default_output_root(run.path): run for run in raw}
+        for default, run in defaults.items():  # `perfsight analyse PATH` without --out wrote here
+            if rank_dirs(default, self.roots):
+                run.found_root = default
         runs = list(raw)
         for root in analysed:
-            dirs = rank_dirs(root)
+            dirs = rank_dirs(root, self.roots)
             sources = frozenset(p.resolve() for d in dirs.values() for p in cache_sources(d))
             owner = by_inputs.get(sources)
             if owner is not None:
-                if not owner.rank_dirs():
-                    owner.output_root = root
+                if owner.found_root is None:
+                    owner.found_root = root
                 continue
-            if any(run.output_root == root for run in raw):
+            if root in defaults:
                 continue  # the default output of a raw run whose inputs changed: shown as that run
             mtime, size = _stat_sum([d / "cache" / cache.META_FILE for d in dirs.values()])
             runs.append(
-                Run(
+                self._run(
                     id=relative_id(root, self.base),
                     name=root.name,
                     kind="analysed",
@@ -331,7 +388,7 @@ class Discovery:
                     ranks=sorted(dirs),
                     date=mtime,
                     size_bytes=size,
-                    output_root=root,
+                    found_root=root,
                 )
             )
         runs.sort(key=lambda r: r.id)

@@ -5,7 +5,9 @@ Why each rule exists:
 * **Loopback by default, token otherwise.**  A profiler trace shows model code, shapes and host
   names; a server on a public interface must not hand that to anyone who finds the port.  As
   Jupyter does, a non-loopback ``--host`` needs a random token that is printed once; the browser
-  gets it from ``?token=`` and keeps it in an HttpOnly cookie.  ``--no-auth`` is an explicit opt-out.
+  gets it from ``?token=`` and keeps it in an HttpOnly cookie, and a page opened with ``?token=`` is
+  redirected to the same address without it, so the token leaves the address bar and the history.
+  ``--no-auth`` is an explicit opt-out.
 * **Nothing outside the base directory.**  Every path that reaches the file system goes through
   :func:`inside`, which resolves symlinks and ``..`` and refuses anything that lands outside the
   allowed roots (the base dir, and the server's own cache dir for analyses of read-only data).
@@ -23,6 +25,7 @@ import ipaddress
 import secrets
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from urllib.parse import quote, urlencode
 
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
@@ -69,6 +72,8 @@ def inside(path: str | Path, roots: Iterable[Path]) -> Path | None:
     A relative ``path`` is taken relative to the first root.  Roots must be resolved already.
     """
     roots = list(roots)
+    if "\x00" in str(path):  # no file name holds a NUL; resolve() would raise ValueError on it
+        return None
     candidate = Path(path)
     if not candidate.is_absolute():
         if not roots:
@@ -76,7 +81,7 @@ def inside(path: str | Path, roots: Iterable[Path]) -> Path | None:
         candidate = roots[0] / candidate
     try:
         resolved = candidate.resolve(strict=False)
-    except (OSError, RuntimeError):  # symlink loops
+    except (OSError, RuntimeError, ValueError):  # symlink loops
         return None
     for root in roots:
         if resolved == root or resolved.is_relative_to(root):
@@ -107,6 +112,17 @@ def safe_relative(text: str) -> bool:
     if not text or "\x00" in text or "\\" in text or text.startswith("/"):
         return False
     return all(part not in ("..",) for part in text.split("/"))
+
+
+def _without_token(request: Request) -> Response:
+    """A redirect from a UI page opened with ``?token=`` to the same page without it (the cookie set
+    with this response carries the token from now on), so the token is not left in the address bar,
+    the history or a bookmark.  API calls with ``?token=`` (scripts) are answered, not redirected."""
+    kept = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+    # one leading slash: "//host" or "/\\host" would send the browser to another site
+    path = "/" + quote(request.url.path.lstrip("/\\"), safe="/")
+    location = path + (f"?{urlencode(kept)}" if kept else "")
+    return Response(status_code=303, headers={"Location": location, "Cache-Control": "no-store"})
 
 
 class SecurityMiddleware:
@@ -177,6 +193,8 @@ class SecurityMiddleware:
             await send(message)
 
         refusal = self._refusal(request, authorised)
+        if refusal is None and set_cookie and not request.url.path.startswith("/api/"):
+            refusal = _without_token(request)
         if refusal is not None:
             await refusal(scope, receive, send_with_headers)
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,9 @@ def _analyse(spec: dict[str, Any]) -> None:
                 if not timeline_index.is_current(folder):
                     timeline_index.write_timeline_index(rank_result.trace, folder)
                 indexed.add(folder)
+    if spec.get("seed"):
+        _write_progress(progress_path, 0, 1, "copying the analysis into the server's cache")
+        _copy_analysis(Path(spec["seed"]), root)
     stale = [d / "cache" for d in rank_dirs(root).values() if not timeline_index.is_current(d / "cache")]
     for i, folder in enumerate(f for f in stale if f not in indexed):
         _write_progress(progress_path, i, len(stale), f"indexing {folder.parent.name}", warnings=warnings)
@@ -79,16 +83,29 @@ def _analyse(spec: dict[str, Any]) -> None:
     _write_progress(progress_path, 1, 1, "done", warnings=sorted(set(warnings)))
 
 
+def _copy_analysis(seed: Path, root: Path) -> None:
+    """Copy the rank folders of an analysis found in the base dir (``cache/`` and ``PROFILER_OUTPUT/``
+    of each) into ``root``, the server's own folder, where its timeline index can be written: the
+    server never writes into the folders it serves."""
+    for rank, rank_dir in rank_dirs(seed).items():
+        target = root / f"rank{rank}"
+        if target.exists():
+            shutil.rmtree(target)
+        for part in ("cache", "PROFILER_OUTPUT"):
+            if (rank_dir / part).is_dir():
+                shutil.copytree(rank_dir / part, target / part)
+
+
 def _save_overview(root: Path) -> None:
     """Compute and save the overview of the run's first rank (the page a run opens on), so its first
     visit reads a file instead of querying the step tables (``perfsight.server.pages``).  Only the
     first rank: a 1024-rank job would otherwise pay a fraction of a second per rank here."""
     from perfsight.server import pages
-    from perfsight.server.registry import OpenedRun, open_ranks
+    from perfsight.server.registry import SAVED_FOLDER, OpenedRun, open_ranks
 
     # only a head start: on any failure here the server computes it (and reports errors) itself
     with contextlib.suppress(Exception):
-        ranks, origin, end = open_ranks(rank_dirs(root))
+        ranks, origin, end = open_ranks(rank_dirs(root), root / SAVED_FOLDER)
         if ranks:
             opened = OpenedRun(run=None, ranks=ranks, origin_ns=origin, end_ns=end)  # type: ignore[arg-type]
             pages.overview_body(opened, opened.rank(None))

@@ -73,7 +73,7 @@ export async function memoryPage(ctx: PageContext): Promise<void> {
   replace(ctx.root, h("div", { class: "grid" }, cards, top));
 
   for (const [el, dev] of charts) {
-    const ms = dev.curve.ts_ns.map((x) => x / 1e6);
+    const ms = dev.curve.ts_ns.map((x) => fmt.nsToMs(x));
     const series = (name: string, values: (number | null)[]) => ({
       name,
       type: "line",
@@ -89,7 +89,7 @@ export async function memoryPage(ctx: PageContext): Promise<void> {
               symbol: "pin",
               symbolSize: 44,
               label: { formatter: m.peak, fontSize: 10 },
-              data: [{ name: m.peak, coord: [dev.peak_ts_ns / 1e6, dev.peak_allocated_bytes] }],
+              data: [{ name: m.peak, coord: [fmt.nsToMs(dev.peak_ts_ns), dev.peak_allocated_bytes] }],
             },
           }
         : {};
@@ -98,15 +98,15 @@ export async function memoryPage(ctx: PageContext): Promise<void> {
       grid: { left: 80, right: 24, top: 40, bottom: 60 },
       dataZoom: [{ type: "inside" }, { type: "slider", height: 18, bottom: 8 }],
       tooltip: tooltip("axis", (params: any[]) => [
-        `${Number(params[0]?.value?.[0] ?? 0).toFixed(3)} ms`,
+        fmt.msValue(params[0]?.value?.[0] ?? 0),
         params.map((p) => [p.seriesName, fmt.bytes(p.value?.[1])]),
       ]),
       xAxis: {
         type: "value",
-        name: "ms",
+        name: fmt.MS,
         min: "dataMin",
         max: "dataMax",
-        axisLabel: { formatter: (v: number) => String(Number(v.toFixed(3))) },
+        axisLabel: { formatter: (v: number) => fmt.msTick(v) },
       },
       yAxis: { type: "value", axisLabel: { formatter: (v: number) => fmt.bytes(v) } },
       series: [{ ...series(m.allocated, dev.curve.allocated_bytes), ...peakMark }, series(m.reserved, dev.curve.reserved_bytes)],

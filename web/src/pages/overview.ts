@@ -59,15 +59,15 @@ export async function overviewPage(ctx: PageContext): Promise<void> {
     grid: { left: 56, right: 16, top: 36, bottom: 36 },
     tooltip: tooltip("axis", (params: any[]) => [
       `${t.steps.columns.step} ${params[0]?.axisValue ?? ""}`,
-      params.map((p) => [p.seriesName, `${Number(p.value).toFixed(3)} ms`]),
+      params.map((p) => [p.seriesName, fmt.msValue(p.value)]),
     ]),
     xAxis: { type: "category", data: labels, name: t.steps.columns.step, nameLocation: "middle", nameGap: 24 },
-    yAxis: { type: "value", name: "ms" },
+    yAxis: { type: "value", name: fmt.MS },
     series: series.map(([name, key]) => ({
       name,
       type: "bar",
       stack: "step",
-      data: steps.map((s) => (s[key] ?? 0) / 1e6),
+      data: steps.map((s) => fmt.nsToMs(s[key] ?? 0)),
     })),
   });
 
@@ -102,11 +102,11 @@ export async function overviewPage(ctx: PageContext): Promise<void> {
       grid: { left: 56, right: 16, top: 24, bottom: 36 },
       tooltip: tooltip("axis", (params: any[]) => [
         `${t.steps.columns.step} ${params[0]?.axisValue ?? ""}`,
-        params.map((p) => [p.seriesName, `${Number(p.value).toFixed(3)} ms`]),
+        params.map((p) => [p.seriesName, fmt.msValue(p.value)]),
       ]),
       xAxis: { type: "category", data: dataWaitSteps, name: t.steps.columns.step, nameLocation: "middle", nameGap: 24 },
-      yAxis: { type: "value", name: "ms" },
-      series: [{ name: o.dataWait, type: "bar", data: dataWaitSteps.map((k) => data.data_wait.per_step[k] / 1e6) }],
+      yAxis: { type: "value", name: fmt.MS },
+      series: [{ name: o.dataWait, type: "bar", data: dataWaitSteps.map((k) => fmt.nsToMs(data.data_wait.per_step[k])) }],
     });
   }
 }
@@ -125,7 +125,7 @@ function shares(data: Overview): HTMLElement {
     { class: "shares" },
     rows.map(([label, ratio, ns, color]) => {
       const fill = h("div");
-      fill.style.width = `${Math.max(0, Math.min(1, ratio)) * 100}%`;
+      fill.style.width = fmt.percent(Math.max(0, Math.min(1, ratio)), 3);
       fill.style.background = color;
       return h(
         "div",

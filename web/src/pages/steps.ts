@@ -94,17 +94,17 @@ export async function stepsPage(ctx: PageContext): Promise<void> {
     name,
     type: "line",
     symbolSize: 6,
-    data: all.steps.map((s) => (s[key] === null ? null : (s[key] as number) / 1e6)),
+    data: all.steps.map((s) => fmt.nsToMs(s[key])),
   });
   chart(curvesEl, {
     legend: { top: 0 },
     grid: { left: 56, right: 24, top: 36, bottom: 40 },
     tooltip: tooltip("axis", (params: any[]) => [
       `${t.steps.columns.step} ${params[0]?.axisValue ?? ""}`,
-      params.map((p) => [p.seriesName, p.value === null || p.value === undefined ? "–" : `${Number(p.value).toFixed(3)} ms`]),
+      params.map((p) => [p.seriesName, fmt.msValue(p.value)]),
     ]),
     xAxis: { type: "category", data: steps, name: t.steps.columns.step, nameLocation: "middle", nameGap: 26 },
-    yAxis: { type: "value", name: "ms" },
+    yAxis: { type: "value", name: fmt.MS },
     series: [
       curve(t.steps.stage.step, "duration_ns"),
       curve(t.steps.stage.iterationInterval, "iteration_interval_ns"),
