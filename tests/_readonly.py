@@ -14,7 +14,7 @@ import contextlib
 import hashlib
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -69,3 +69,16 @@ def read_only_copy(source: Path, tmp_path: Path) -> Iterator[Path]:
         after = snapshot(copy)
         _chmod_tree(copy, writable=True)  # so that pytest can remove tmp_path
     assert after == before, f"reading {source.name} changed its folder: {sorted(set(after) ^ set(before))}"
+
+
+@contextlib.contextmanager
+def read_only_copies(tmp_path: Path) -> Iterator[Callable[[Path], Path]]:
+    """A function that makes a :func:`read_only_copy` of a folder; every copy is checked on exit."""
+    with contextlib.ExitStack() as stack:
+        made: list[Path] = []
+
+        def copy(source: Path) -> Path:
+            made.append(source)
+            return stack.enter_context(read_only_copy(source, tmp_path / f"copy{len(made)}"))
+
+        yield copy

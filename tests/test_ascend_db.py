@@ -1,9 +1,10 @@
-"""The database export (``ascend_pytorch_profiler_{rank}.db``) reads like the JSON timeline.
+"""The database export (``ascend_pytorch_profiler_{rank}.db``) reads like the JSON timeline, and the
+real database export in ../shared/data gives Ascend's own step trace (``analysis.db``).
 
-No real database is in ../shared/data, so the test writes one from the real level1 rank 0
-timeline in msprof's documented table layout (STRING_IDS interning, ns, enumeration ids; without
-the enumeration tables, which the reader must then know itself) and checks that perfsight's
-analyses of it equal those of ``trace_view.json``.
+The first tests write a database from the real level1 rank 0 timeline in msprof's documented table
+layout (STRING_IDS interning, ns, enumeration ids; without the enumeration tables, which the reader
+must then know itself) and check that perfsight's analyses of it equal those of ``trace_view.json``.
+Every test reads a read-only copy of its input and checks its folder is unchanged afterwards.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 
@@ -21,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from _readonly import read_only_copy
+from _readonly import read_only_copies, read_only_copy
 from conftest import DATA
 from perfsight.analysis import communication as comm
 from perfsight.analysis.overlap import overlap_breakdown
@@ -131,6 +133,12 @@ def _write_db(timeline: Path, db_path: Path) -> None:
 
 
 @pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[Callable[[Path], Path]]:
+    with read_only_copies(tmp_path) as copy:
+        yield copy
+
+
+@pytest.fixture
 def db_only_rank(tmp_path: Path) -> Path:
     if not RANK0.is_dir():
         pytest.skip(f"{RANK0} is not available (../shared/data is outside the repo)")
@@ -146,11 +154,11 @@ def db_only_rank(tmp_path: Path) -> Path:
     return folder
 
 
-def test_the_database_gives_the_same_analyses_as_the_json_timeline(db_only_rank: Path) -> None:
-    [found] = find_traces(db_only_rank.parent)
+def test_the_database_gives_the_same_analyses_as_the_json_timeline(db_only_rank: Path, read_only) -> None:
+    [found] = find_traces(read_only(db_only_rank).parent)
     assert found.name == "ascend_pytorch_profiler_0.db"
     from_db = read_trace(found)
-    from_json = read_trace(RANK0 / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")
+    from_json = read_trace(read_only(RANK0) / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")
     assert from_db.rank == 0 and from_db.meta.warnings == []
     assert from_db.comm.column("group").to_pylist() == ["17522688603477080586"] * 4
     assert from_db.comm.column("in_bytes").to_pylist() == from_json.comm.column("in_bytes").to_pylist()
@@ -166,11 +174,11 @@ def test_the_database_gives_the_same_analyses_as_the_json_timeline(db_only_rank:
         assert abs(db_steps[0][column] - json_steps[0][column]) <= 1_000, column
 
 
-def test_a_file_that_is_not_a_database_is_a_one_line_error(db_only_rank: Path) -> None:
+def test_a_file_that_is_not_a_database_is_a_one_line_error(db_only_rank: Path, read_only) -> None:
     db = db_only_rank / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
     db.write_bytes(b"not sqlite at all" * 100)
     with pytest.raises(TraceReadError, match="ascend_pytorch_profiler_0.db"):
-        read_ascend(db_only_rank)
+        read_ascend(read_only(db_only_rank))
 
 
 # --- the real database export (../shared/data/ascend_pt/db_level0) against Ascend's own analysis.db

@@ -218,8 +218,8 @@ def _task_sql(tables: set[str], s: Any) -> str:
     ``COMPUTE_TASK_INFO`` row is computing, one with a ``COMMUNICATION_TASK_INFO`` row is
     communication, any other (the HCCL op's own task on the communication stream, whose taskType is
     ``AI_CORE``; event records and waits; copies; kernels the profiler did not describe) is
-    ``"none"``.  ``taskType`` alone would make the HCCL op envelopes computing.  A core type of
-    ``N/A`` (level0 exports do not describe kernels) falls back to the task's ``taskType``."""
+    ``"none"``.  ``taskType`` alone would make the HCCL op envelopes computing.  Types written
+    ``N/A`` (a level0 export does not describe its kernels) are null."""
     compute = "COMPUTE_TASK_INFO" in tables
     communication = "COMMUNICATION_TASK_INFO" in tables
     c_join = "LEFT JOIN COMPUTE_TASK_INFO c ON c.globalTaskId = t.globalTaskId" if compute else ""
@@ -231,12 +231,7 @@ def _task_sql(tables: set[str], s: Any) -> str:
     info += " ELSE 'none' END" if compute or communication else " ELSE NULL END"
     known = _known
     op_type = known(s("c.opType")) if compute else "NULL"
-    core_type = (
-        f"(CASE WHEN c.globalTaskId IS NULL THEN NULL ELSE COALESCE({known(s('c.taskType'))}, "
-        f"{s('t.taskType')}) END)"
-        if compute
-        else "NULL"
-    )
+    core_type = known(s("c.taskType")) if compute else "NULL"
     return (
         f"SELECT t.startNs, t.endNs, t.streamId, COALESCE({', '.join(names)}), {s('t.taskType')}, "
         f"t.connectionId, {info}, {op_type}, {core_type} FROM TASK t {c_join}"

@@ -278,7 +278,7 @@ def timeline_from_events(
     slices = assemble.slice_table(
         rank, kind, category, names, is_device, out_pid, out_tid, track, start, dur, step, correlation
     )
-    slices = _with_vendor_types(slices, x, is_group)
+    slices = _with_vendor_types(slices, x, is_group, is_hw & (kind == kind_code(SliceKind.KERNEL)))
     flows = assemble.flows_table(rank, src, dst, "launch")
     comm, comm_tasks, max_rank = _comm_tables(
         x, rank, step, start, dur, is_group, is_plane, lane_name, lane_plane, groups
@@ -310,12 +310,17 @@ HCCL_CORE = "HCCL"
 """The core type Ascend gives an hcom op in ``kernel_details.csv``."""
 
 
-def _with_vendor_types(slices: pa.Table, x: pa.Table, is_group: np.ndarray) -> pa.Table:
+def _with_vendor_types(
+    slices: pa.Table, x: pa.Table, is_group: np.ndarray, is_kernel: np.ndarray
+) -> pa.Table:
     """Fill ``op_type`` / ``core_type``: what the source recorded for a device task (the database's
-    ``COMPUTE_TASK_INFO``), and for an hcom op its name without instance numbers and ``HCCL``, as
-    Ascend's ``kernel_details.csv`` types them."""
+    ``COMPUTE_TASK_INFO``); for a kernel without a recorded core, its task type (``AI_CORE``,
+    ``KERNEL_AIVEC``); for an hcom op its name without instance numbers and ``HCCL``, as Ascend's
+    ``kernel_details.csv`` types them."""
     op_type = x.column("op_type").combine_chunks() if x.num_rows else pa.array([], pa.string())
     core_type = x.column("core_type").combine_chunks() if x.num_rows else pa.array([], pa.string())
+    task_type = x.column("args.Task Type").combine_chunks() if x.num_rows else pa.array([], pa.string())
+    core_type = pc.if_else(pa.array(is_kernel), pc.coalesce(core_type, task_type), core_type)
     names = pc.fill_null(x.column("name"), "").combine_chunks() if x.num_rows else pa.array([], pa.string())
     group = pa.array(is_group)
     op_type = pc.if_else(group, pc.replace_substring_regex(names, HCOM_SUFFIX, ""), op_type)
