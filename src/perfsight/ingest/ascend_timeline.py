@@ -12,7 +12,10 @@ what an event is:
   AI Vector, AI CPU, MIX, DSA task types) -> ``kernel``; HCCL's own tasks
   (``Notify Wait``, ``Write Value``, ``SDMA``, ``RDMA``...) -> ``communication``;
   ``MEMCPY_ASYNC``, events, placeholders and profiling markers -> ``other``: Ascend
-  counts them neither as computing nor as communication, and perfsight agrees.
+  counts them neither as computing nor as communication, and perfsight agrees.  When the
+  source says which task-info table names a task (the database: ``task_info``), that decides
+  instead of the task type: compute -> ``kernel``, communication -> ``communication``, neither
+  (the HCCL op's own ``AI_CORE`` task, events, copies, undescribed kernels) -> ``other``.
 * ``HCCL``: lane ``Group N Communication`` holds the communication ops
   (``hcom_allReduce__586_0_1``: rows of ``comm``); lanes ``Plane N`` hold their
   transfer and notification tasks (rows of ``comm_tasks``).  Both are
