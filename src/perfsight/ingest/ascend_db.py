@@ -20,8 +20,9 @@ The joins and string look-ups run in SQLite; the result is a table in the shape 
 HCCL, as Ascend's timeline names them), which :mod:`perfsight.ingest.ascend_timeline` turns into
 the model exactly as it does the JSON timeline, times as the integer ns the database keeps, and
 each device task's kind decided by the task-info tables (:func:`_task_sql`).  Missing tables are
-skipped with a warning; the file is opened ``immutable=1`` (nothing is ever written beside it).  Ascend's computed databases (``analysis.db``,
-``communication_analyzer.db``) are results, read whole by :func:`read_tables`.
+skipped with a warning; the file is opened ``immutable=1`` (nothing is ever written beside it).
+Ascend's computed databases (``analysis.db``, ``communication_analyzer.db``) are results, read
+whole by :func:`read_tables`.
 """
 
 from __future__ import annotations
