@@ -15,10 +15,13 @@ from perfsight.analysis.overlap import overlap_breakdown
 from perfsight.ingest import read_trace
 
 
-def _renamed(source: Path, target: Path, label: str) -> Path:
-    """``source`` with the GPU process relabelled ``label`` and its kernels in an unknown category."""
+def _renamed(source: Path, target: Path, label: str, *, keep_devices: bool = True) -> Path:
+    """``source`` with the GPU process relabelled ``label`` and its kernels in an unknown category
+    (and without ``deviceProperties`` unless ``keep_devices``)."""
     with gzip.open(source, "rt", encoding="utf-8") as handle:
         doc = json.load(handle)
+    if not keep_devices:
+        doc.pop("deviceProperties")
     gpu = {e["pid"] for e in doc["traceEvents"] if e.get("cat") == "kernel"}
     assert gpu == {0}
     for event in doc["traceEvents"]:
@@ -50,6 +53,17 @@ def test_work_on_an_unknown_device_is_analysed_as_device_work_and_named(
 def test_work_on_a_process_that_names_no_device_is_warned_about_by_name(
     nccl_trace_path: Path, tmp_path: Path
 ) -> None:
-    renamed = read_trace(_renamed(nccl_trace_path, tmp_path / "unknown.json.gz", "Mystery accelerator"))
+    renamed = _renamed(
+        nccl_trace_path, tmp_path / "unknown.json.gz", "Mystery accelerator", keep_devices=False
+    )
+    renamed = read_trace(renamed)
     [warning] = [w for w in renamed.meta.warnings if "Mystery accelerator" in w]
     assert "'mtia_ccp_events' (2700 events)" in warning and "cannot classify" in warning
+
+
+def test_a_process_whose_pid_is_a_listed_device_is_that_device(nccl_trace_path: Path, tmp_path: Path) -> None:
+    """Without a device label, the trace's ``deviceProperties`` still say which process is the device."""
+    renamed = _renamed(nccl_trace_path, tmp_path / "unlabelled.json.gz", "")
+    renamed = read_trace(renamed)
+    [warning] = [w for w in renamed.meta.warnings if "mtia_ccp_events" in w]
+    assert "'device 0 (NVIDIA A100-PG509-200)'" in warning and "device kernels" in warning

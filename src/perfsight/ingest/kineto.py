@@ -330,6 +330,7 @@ def _build(parts: _Parts, meta: RunMetadata, truncated: bool) -> Trace:
         _bools(pc.is_in(cat_values, pa.array(list(_CATEGORY_KIND)))),
         kineto_devices.process_labels(_concat(parts.process_labels)),
         meta.sources[0] if meta.sources else "trace",
+        {d.index: d.name for d in meta.devices},
     )
     is_device |= unknown_device
     kind = _kinds(complete.column("cat"), cat_values, complete.column("name"), is_device, unknown_device)

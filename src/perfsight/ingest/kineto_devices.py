@@ -9,7 +9,8 @@ Rule (documented in docs/TRACE_MODEL.md):
 
 * a process is a **device process** when its metadata names a device -- its ``process_labels`` or
   ``process_name`` is ``<TYPE> <N>`` with ``TYPE`` other than ``CPU`` (``GPU 0``, ``MTIA 9``,
-  ``NPU 3``) -- and it holds no host events (operators, runtime calls, Python frames, user ranges);
+  ``NPU 3``), or its pid is the id of a device in the trace's ``deviceProperties`` -- and it holds
+  no host events (operators, runtime calls, Python frames, user ranges);
 * an event of a category perfsight does not know, on a device process, is **device work**
   analysed as a compute kernel, and a warning names the process and the categories;
 * events of unknown categories on a process that is neither a host nor a device process cannot be
@@ -70,12 +71,21 @@ def unknown_device_work(
     known: np.ndarray,
     labels: dict[int, list[str]],
     source: str,
+    devices: dict[int, str] | None = None,
 ) -> tuple[np.ndarray, list[str]]:
     """Which rows are device work of a device perfsight does not know, and the warnings.
 
     ``category_code`` indexes ``category_values`` (lower-cased category names) per row; ``known``
-    says per category value whether perfsight classifies it already.  Loops over distinct
-    (process, category) pairs, never over rows."""
+    says per category value whether perfsight classifies it already; ``devices`` maps the ids of
+    ``deviceProperties`` to their names.  Loops over distinct (process, category) pairs, never over
+    rows."""
+
+    def device_of(p: int) -> str | None:
+        label = _device_label(labels.get(p, []))
+        if label is None and devices and p in devices:
+            label = f"device {p} ({devices[p]})" if devices[p] else f"device {p}"
+        return label
+
     n = len(pid)
     extra = np.zeros(n, bool)
     if n == 0:
@@ -95,11 +105,11 @@ def unknown_device_work(
         if p == -1 or is_known[c] or is_not_work[c]:
             continue
         unknown.setdefault(p, {})[str(values[c])] = int(counts[i])
-        pair_is_device[i] = p not in host_pids and _device_label(labels.get(p, [])) is not None
+        pair_is_device[i] = p not in host_pids and device_of(p) is not None
     extra = pair_is_device[inverse]
     warnings = []
     for p, cats in sorted(unknown.items()):
-        device = _device_label(labels.get(p, [])) if p not in host_pids else None
+        device = device_of(p) if p not in host_pids else None
         listed = ", ".join(f"{c!r} ({k} events)" for c, k in sorted(cats.items()))
         if device is not None:
             warnings.append(
