@@ -26,6 +26,7 @@ import pytest
 from _readonly import read_only_copies, read_only_copy
 from conftest import DATA
 from perfsight.analysis import communication as comm
+from perfsight.analysis.kernels import kernel_details
 from perfsight.analysis.overlap import overlap_breakdown
 from perfsight.export.mindspore_csv import write_step_trace_time
 from perfsight.ingest import TraceReadError, find_traces, read_trace
@@ -277,6 +278,10 @@ def test_tasks_are_classified_by_the_task_info_tables(tmp_path: Path) -> None:
     assert (kernels.num_rows, pc.sum(kernels.column("dur_ns")).as_py()) == tuple(compute)
     dsa = pc.equal(kernels.column("core_type").cast(pa.string()), "STARS_COMMON")
     assert pc.sum(dsa).as_py() == 2  # DSA tasks are computing too
+    details = kernel_details(trace)  # each collective once: 4 hcom ops, none of their 296 tasks' copies
+    comm = details.filter(pc.equal(details.column("kind"), "communication"))
+    assert comm.column("name").to_pylist() == trace.comm.column("name").to_pylist()
+    assert details.num_rows == compute[0] + trace.comm.num_rows
 
 
 def test_a_read_only_database_in_wal_mode_opens_without_writing_beside_it(tmp_path: Path) -> None:
