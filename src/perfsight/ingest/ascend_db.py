@@ -224,19 +224,25 @@ def _task_sql(tables: set[str], s: Any) -> str:
     ``N/A`` (a level0 export does not describe its kernels) are null."""
     compute = "COMPUTE_TASK_INFO" in tables
     communication = "COMMUNICATION_TASK_INFO" in tables
-    c_join = "LEFT JOIN COMPUTE_TASK_INFO c ON c.globalTaskId = t.globalTaskId" if compute else ""
-    m_exists = "EXISTS (SELECT 1 FROM COMMUNICATION_TASK_INFO m WHERE m.globalTaskId = t.globalTaskId)"
+    # joins, not correlated sub-queries: SQLite indexes the joined side, so this stays n log n
+    joins = "LEFT JOIN COMPUTE_TASK_INFO c ON c.globalTaskId = t.globalTaskId " if compute else ""
+    joins += (
+        "LEFT JOIN (SELECT DISTINCT globalTaskId AS id FROM COMMUNICATION_TASK_INFO) m "
+        "ON m.id = t.globalTaskId"
+        if communication
+        else ""
+    )
     names = ([s("c.name")] if compute else []) + [s("t.taskType")]  # HCCL's tasks: "Notify Wait", ...
     info = "CASE"
     info += " WHEN c.globalTaskId IS NOT NULL THEN 'compute'" if compute else ""
-    info += f" WHEN {m_exists} THEN 'communication'" if communication else ""
+    info += " WHEN m.id IS NOT NULL THEN 'communication'" if communication else ""
     info += " ELSE 'none' END" if compute or communication else " ELSE NULL END"
     known = _known
     op_type = known(s("c.opType")) if compute else "NULL"
     core_type = known(s("c.taskType")) if compute else "NULL"
     return (
         f"SELECT t.startNs, t.endNs, t.streamId, COALESCE({', '.join(names)}), {s('t.taskType')}, "
-        f"t.connectionId, {info}, {op_type}, {core_type} FROM TASK t {c_join}"
+        f"t.connectionId, {info}, {op_type}, {core_type} FROM TASK t {joins}"
     )
 
 
