@@ -274,12 +274,12 @@ def _with_kernel_types(slices: pa.Table, kernels: pa.Table | None) -> pa.Table:
     found = keys.join(named, ["name", "start_ns"], join_type="inner")
     if found.num_rows == 0:
         return slices
-    rows = columns.int64(found.column("row"))
+    match = np.full(slices.num_rows, -1, np.int64)  # per slice: its row of ``found``, -1 if none
+    match[columns.int64(found.column("row"))] = np.arange(found.num_rows)
+    take = pa.array(match, mask=match < 0)
     for column, vendor in (("op_type", "vendor_op_type_first"), ("core_type", "vendor_core_type_first")):
-        values = np.full(slices.num_rows, None, dtype=object)
-        values[rows] = found.column(vendor).to_numpy(zero_copy_only=False)
         current = slices.column(column).cast(pa.string())
-        filled = pc.coalesce(pa.array(values, pa.string()), current)
+        filled = pc.coalesce(found.column(vendor).take(take), current)
         index = slices.schema.get_field_index(column)
         slices = slices.set_column(index, column, filled.cast(slices.schema.field(column).type))
     return slices
