@@ -1,24 +1,32 @@
 """perfsight's own analyses of Ascend's raw timeline reproduce the numbers Ascend's tools wrote.
 
-The golden files (``step_trace_time.csv``, ``communication.json``) are read here with the standard
-library, independently of perfsight's CSV/JSON readers; perfsight computes everything from
-``trace_view.json`` alone.
+The golden files (``step_trace_time.csv``, ``communication.json``, ``op_statistic.csv``) are read
+here with the standard library, independently of perfsight's CSV/JSON readers; perfsight computes
+every number from ``trace_view.json`` (``kernel_details.csv`` gives only each kernel's op and core
+type, which the timeline does not record).  Every test reads a read-only copy of the input and
+checks that the copy's folder is byte-for-byte unchanged afterwards.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
+from _readonly import read_only_copies
 from conftest import DATA
 from perfsight.analysis import communication as comm
+from perfsight.analysis.kernels import kernel_details
+from perfsight.analysis.op_statistic import op_statistic
 from perfsight.analysis.overlap import overlap_breakdown
 from perfsight.export.communication_json import communication_json
 from perfsight.ingest import read_trace
+from perfsight.ingest.ascend import read_ascend
 
 ASCEND = DATA / "ascend_pt"
 RANKS = [(level, rank) for level in ("level0", "level1") for rank in (0, 1)]
@@ -36,11 +44,15 @@ STEP_COLUMNS = {
 }
 
 
-def _rank_dir(level: str, rank: int) -> Path:
-    path = ASCEND / level / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
-    if not path.is_dir():
-        pytest.skip(f"{path} is not available (../shared/data is outside the repo)")
-    return path
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[Callable[[Path], Path]]:
+    with read_only_copies(tmp_path) as copy:
+        yield copy
+
+
+def _rank_dir(read_only: Callable[[Path], Path], level: str, rank: int) -> Path:
+    """The ``ASCEND_PROFILER_OUTPUT`` folder of a read-only copy of one rank folder."""
+    return read_only(ASCEND / level / f"rank{rank}_ascend_pt") / "ASCEND_PROFILER_OUTPUT"
 
 
 def _close(mine: float, golden: float, rel: float, absolute: float) -> bool:
@@ -48,8 +60,8 @@ def _close(mine: float, golden: float, rel: float, absolute: float) -> bool:
 
 
 @pytest.mark.parametrize(("level", "rank"), RANKS)
-def test_step_trace_time_matches_ascend_on_every_column(level: str, rank: int) -> None:
-    out = _rank_dir(level, rank)
+def test_step_trace_time_matches_ascend_on_every_column(level: str, rank: int, read_only) -> None:
+    out = _rank_dir(read_only, level, rank)
     with (out / "step_trace_time.csv").open(newline="") as handle:
         golden = {int(float(r["Step"])): r for r in csv.DictReader(handle)}
     trace = read_trace(out / "trace_view.json")
@@ -72,10 +84,10 @@ def _golden_ops(out: Path) -> dict[str, dict]:
     return ops
 
 
-def _level1_ops(rank: int) -> tuple[dict[str, dict], pa.Table, pa.Table | None]:
+def _level1_ops(read_only, rank: int) -> tuple[dict[str, dict], pa.Table, pa.Table | None]:
     """Ascend's per-op entries of a level1 rank's communication.json, and perfsight's op instances
     and tasks read from that rank's trace_view.json."""
-    out = _rank_dir("level1", rank)
+    out = _rank_dir(read_only, "level1", rank)
     trace = read_trace(out / "trace_view.json")
     return _golden_ops(out), *comm.primary_ops(trace.comm, trace.comm_tasks)
 
@@ -90,8 +102,8 @@ TIME_FIELDS = {
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_every_ops_times_match_communication_json(rank: int) -> None:
-    golden, ops, tasks = _level1_ops(rank)
+def test_every_ops_times_match_communication_json(rank: int, read_only) -> None:
+    golden, ops, tasks = _level1_ops(read_only, rank)
     times = comm.op_times(ops, tasks).to_pylist()
     assert {f"{t['name']}@{t['group']}" for t in times} == set(golden)
     for t in times:
@@ -105,8 +117,8 @@ def test_every_ops_times_match_communication_json(rank: int) -> None:
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_every_links_size_and_bandwidth_match_communication_json(rank: int) -> None:
-    golden, ops, tasks = _level1_ops(rank)
+def test_every_links_size_and_bandwidth_match_communication_json(rank: int, read_only) -> None:
+    golden, ops, tasks = _level1_ops(read_only, rank)
     names = [
         f"{n}@{g}"
         for n, g in zip(ops.column("name").to_pylist(), ops.column("group").to_pylist(), strict=True)
@@ -129,8 +141,8 @@ def test_every_links_size_and_bandwidth_match_communication_json(rank: int) -> N
         assert s["count"] == count and _close(s["transit_ns"] / 1e6, ms, 0.01, 2e-6)
 
 
-def test_written_communication_json_has_ascends_layout_and_totals() -> None:
-    out = _rank_dir("level1", 0)
+def test_written_communication_json_has_ascends_layout_and_totals(read_only) -> None:
+    out = _rank_dir(read_only, "level1", 0)
     golden = json.loads((out / "communication.json").read_text())
     mine = communication_json(read_trace(out / "trace_view.json"))
     assert mine.keys() == golden.keys()
@@ -149,3 +161,41 @@ def test_written_communication_json_has_ascends_layout_and_totals() -> None:
             assert {k: v[0] for k, v in got["Size Distribution"].items()} == {
                 k: v[0] for k, v in info["Size Distribution"].items()
             }
+
+
+def _vendor_rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return [{k: v.strip() for k, v in r.items()} for r in csv.DictReader(handle)]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_op_statistic_has_one_row_per_vendor_op_type_and_counts_communication_once(
+    rank: int, read_only
+) -> None:
+    out = _rank_dir(read_only, "level1", rank)
+    golden = {(r["OP Type"], r["Core Type"]): r for r in _vendor_rows(out / "op_statistic.csv")}
+    trace = read_ascend(out.parent)
+    mine = {(r["op_type"], r["core_type"]): r for r in op_statistic(kernel_details(trace)).to_pylist()}
+    communication = {k: v for k, v in mine.items() if k[1] == "HCCL"}
+    assert mine.keys() - communication.keys() == golden.keys()  # Ascend's 33 op types, each once
+    for key, want in golden.items():
+        got = mine[key]
+        assert got["count"] == int(want["Count"]), key
+        for ours, column in (("total_ns", "Total Time(us)"), ("min_ns", "Min Time(us)"),
+                             ("avg_ns", "Avg Time(us)"), ("max_ns", "Max Time(us)")):  # fmt: skip
+            assert _close(got[ours] / 1000, float(want[column]), 1e-4, 1e-3), (key, column)
+    # each collective once: its op, not its plane tasks nor their copies on the hardware stream
+    assert list(communication) == [("hcom_allReduce_", "HCCL")]
+    [hcom] = communication.values()
+    assert hcom["count"] == trace.comm.num_rows == 4
+    assert hcom["total_ns"] == pc.sum(trace.comm.column("dur_ns")).as_py()
+    assert sum(r["ratio"] for r in mine.values()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_kernel_details_has_ascends_rows_with_their_type_and_core(rank: int, read_only) -> None:
+    out = _rank_dir(read_only, "level1", rank)
+    golden = _vendor_rows(out / "kernel_details.csv")
+    mine = kernel_details(read_ascend(out.parent)).to_pylist()
+    want = sorted((r["Name"], r["Type"], r["Accelerator Core"]) for r in golden)
+    assert sorted((r["name"], r["op_type"], r["core_type"]) for r in mine) == want

@@ -1,10 +1,15 @@
-"""Reading Ascend profiler output folders: every real file loads, quirks survive, damage is named."""
+"""Reading Ascend profiler output folders: every real file loads, quirks survive, damage is named.
+
+Every test reads a read-only copy of its input (after the test's own damage, where it makes some)
+and checks that the folder is byte-for-byte unchanged afterwards.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
 import shutil
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 
@@ -12,6 +17,7 @@ import pyarrow.compute as pc
 import pytest
 
 import perfsight
+from _readonly import read_only_copies
 from conftest import DATA
 from perfsight.ingest import find_traces, read_trace
 from perfsight.ingest.ascend import find_ascend_outputs, read_ascend, read_outputs
@@ -20,10 +26,15 @@ from perfsight.model import TABLE_SCHEMAS
 ASCEND = DATA / "ascend_pt"
 
 
-def _folders() -> list[Path]:
-    if not ASCEND.is_dir():
-        pytest.skip(f"{ASCEND} is not available (../shared/data is outside the repo)")
-    return find_ascend_outputs(ASCEND)
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[Callable[[Path], Path]]:
+    with read_only_copies(tmp_path) as copy:
+        yield copy
+
+
+def _folders(read_only: Callable[[Path], Path]) -> list[Path]:
+    """Every rank folder of a read-only copy of the shared Ascend data."""
+    return find_ascend_outputs(read_only(ASCEND))
 
 
 def _copy_rank(tmp_path: Path, level: str = "level1", rank: int = 0) -> Path:
@@ -41,8 +52,10 @@ def _raw_timeline(path: Path) -> list[dict]:
     return json.loads(path.read_text())
 
 
-def test_every_rank_folder_under_the_real_data_loads_without_warnings() -> None:
-    folders = _folders()
+def test_every_rank_folder_under_the_real_data_loads_without_warnings(read_only) -> None:
+    found = _folders(read_only)
+    assert [f.parent.name for f in found] == ["db_level0"] * 2 + ["level0"] * 2 + ["level1"] * 2
+    folders = [f for f in found if f.parent.name != "db_level0"]  # the text exports (db: test_ascend_db)
     assert [f.name for f in folders] == ["rank0_ascend_pt", "rank1_ascend_pt"] * 2
     for folder in folders:
         trace = read_ascend(folder)
@@ -65,9 +78,8 @@ def test_every_rank_folder_under_the_real_data_loads_without_warnings() -> None:
         assert set(outputs.tables) | set(outputs.json) == readable
 
 
-def test_the_timeline_keeps_every_raw_event_that_is_a_slice() -> None:
-    out = ASCEND / "level1" / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
-    _folders()
+def test_the_timeline_keeps_every_raw_event_that_is_a_slice(read_only) -> None:
+    out = read_only(ASCEND / "level1" / "rank1_ascend_pt") / "ASCEND_PROFILER_OUTPUT"
     raw = _raw_timeline(out / "trace_view.json")
     processes = {
         e["pid"]: e["args"]["name"] for e in raw if e.get("ph") == "M" and e["name"] == "process_name"
@@ -92,9 +104,8 @@ def test_the_timeline_keeps_every_raw_event_that_is_a_slice() -> None:
     assert kinds["kernel"] == sum(1 for e in hardware if e["args"].get("Task Type") in kernel_types)
 
 
-def test_csv_quirks_are_cleaned() -> None:
-    out = ASCEND / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
-    _folders()
+def test_csv_quirks_are_cleaned(read_only) -> None:
+    out = read_only(ASCEND / "level1" / "rank0_ascend_pt") / "ASCEND_PROFILER_OUTPUT"
     tables = read_outputs(out.parent).tables
     kernels = tables["kernel_details.csv"]
     with (out / "kernel_details.csv").open(newline="") as handle:
@@ -108,19 +119,21 @@ def test_csv_quirks_are_cleaned() -> None:
     assert memory.column("Total Allocated(MB)").null_count > 0  # empty cells: null, not zero
 
 
-def test_a_truncated_timeline_is_read_up_to_the_damage_and_named(tmp_path: Path) -> None:
+def test_a_truncated_timeline_is_read_up_to_the_damage_and_named(tmp_path: Path, read_only) -> None:
     folder = _copy_rank(tmp_path)
     timeline = folder / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
-    whole = read_ascend(folder)
+    whole = read_ascend(read_only(folder))
     data = timeline.read_bytes()
     timeline.write_bytes(data[: len(data) * 6 // 10])
-    trace = read_ascend(folder)
+    damaged = read_only(folder)
+    trace = read_ascend(damaged)
+    timeline = damaged / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
     assert any(str(timeline) in w and "truncated" in w for w in trace.meta.warnings)
     assert 0 < trace.slices.num_rows < whole.slices.num_rows
     assert trace.memory.num_rows == whole.memory.num_rows  # the other files still load
 
 
-def test_a_missing_column_and_garbage_rows_are_warnings_naming_the_file(tmp_path: Path) -> None:
+def test_a_missing_column_and_garbage_rows_are_warnings_naming_the_file(tmp_path: Path, read_only) -> None:
     folder = _copy_rank(tmp_path)
     out = folder / "ASCEND_PROFILER_OUTPUT"
     kernels = out / "kernel_details.csv"
@@ -131,6 +144,9 @@ def test_a_missing_column_and_garbage_rows_are_warnings_naming_the_file(tmp_path
     memory.write_text(memory.read_text() + "garbage\n1,2\n\x00\x01 not a row at all,,,,,,,,,,\n")
     communication = out / "communication.json"
     communication.write_text(communication.read_text()[:100])
+    folder = read_only(folder)
+    out = folder / "ASCEND_PROFILER_OUTPUT"
+    kernels, memory, communication = (out / f.name for f in (kernels, memory, communication))
     outputs = read_outputs(folder)
     assert any(str(kernels) in w and "Duration(us)" in w for w in outputs.warnings)
     assert any(str(memory) in w and "3 malformed row(s)" in w for w in outputs.warnings)
@@ -143,17 +159,16 @@ def test_a_missing_column_and_garbage_rows_are_warnings_naming_the_file(tmp_path
     assert any(str(communication) in w for w in trace.meta.warnings)
 
 
-def test_a_folder_without_any_profiler_output_is_a_one_line_error(tmp_path: Path) -> None:
+def test_a_folder_without_any_profiler_output_is_a_one_line_error(tmp_path: Path, read_only) -> None:
     folder = tmp_path / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
     folder.mkdir(parents=True)
     (folder / "trace_view.json").write_text("this is not json")
     with pytest.raises(perfsight.ingest.TraceReadError, match="trace_view.json"):
-        read_ascend(folder.parent)
+        read_ascend(read_only(folder.parent))
 
 
-def test_the_two_ranks_open_as_one_job_in_analyse(tmp_path: Path) -> None:
-    level = ASCEND / "level1"
-    _folders()
+def test_the_two_ranks_open_as_one_job_in_analyse(tmp_path: Path, read_only) -> None:
+    level = read_only(ASCEND / "level1")
     assert [p.name for p in find_traces(level)] == ["trace_view.json", "trace_view.json"]
     analysis = perfsight.analyse(level, out=tmp_path / "out")
     assert sorted(analysis.ranks) == [0, 1]
@@ -169,7 +184,7 @@ def test_the_two_ranks_open_as_one_job_in_analyse(tmp_path: Path) -> None:
         assert abs(float(mine["Stage"]) - float(golden["Stage"])) <= 1.0
 
 
-def test_columns_that_differ_between_versions_read_under_one_name(tmp_path: Path) -> None:
+def test_columns_that_differ_between_versions_read_under_one_name(tmp_path: Path, read_only) -> None:
     folder = _copy_rank(tmp_path, "level0", 1)
     out = folder / "ASCEND_PROFILER_OUTPUT"
     kernels = out / "kernel_details.csv"
@@ -179,7 +194,7 @@ def test_columns_that_differ_between_versions_read_under_one_name(tmp_path: Path
     steps = out / "step_trace_time.csv"
     rows = [line.rsplit(",", 1)[0] for line in steps.read_text().splitlines()]  # an older file: no Preparing
     steps.write_text("\n".join(rows) + "\n")
-    outputs = read_outputs(folder)
+    outputs = read_outputs(read_only(folder))
     assert outputs.warnings == []
     table = outputs.tables["kernel_details.csv"]
     assert set(table.column("Device Id").to_pylist()) == {1.0}
@@ -188,14 +203,16 @@ def test_columns_that_differ_between_versions_read_under_one_name(tmp_path: Path
     assert outputs.tables["step_trace_time.csv"].column("Free").to_pylist()[0] > 0
 
 
-def test_garbage_events_in_the_timeline_are_named_and_the_good_ones_kept(tmp_path: Path) -> None:
+def test_garbage_events_in_the_timeline_are_named_and_the_good_ones_kept(tmp_path: Path, read_only) -> None:
     timeline = tmp_path / "r_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
     timeline.parent.mkdir(parents=True)
     proc = '{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "Python"}}'
     good = '{"ph": "X", "name": "aten::mm", "pid": 1, "tid": 1, "ts": "10.5", "dur": 2, "cat": "cpu_op"}'
     no_time = '{"ph": "X", "name": "aten::add", "pid": 1, "tid": 1, "ts": "soon", "dur": 2, "cat": "cpu_op"}'
     timeline.write_text(f"[{proc}, {good}, {no_time}, {{not json at all}}, {good}]")
-    trace = read_ascend(timeline.parent.parent)
+    folder = read_only(timeline.parent.parent)
+    timeline = folder / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    trace = read_ascend(folder)
     assert trace.slices.column("name").to_pylist() == ["aten::mm"]
     assert trace.slices.column("start_ns").to_pylist() == [10_500]
     warnings = "\n".join(trace.meta.warnings)

@@ -20,6 +20,7 @@ import pytest
 from _hostile import HOSTILE_NAMES, hostile_trace
 from perfsight.analysis.kernels import kernel_details
 from perfsight.analysis.memory import memory_curve, operator_memory
+from perfsight.analysis.op_statistic import HOST_CORE_TYPE, op_statistic
 from perfsight.analysis.operators import operator_stats
 from perfsight.analysis.overlap import overlap_breakdown
 from perfsight.export import mindspore_csv as ms
@@ -257,7 +258,7 @@ def test_cpu_only_trace_reports_host_operators(tmp_path: Path) -> None:
     assert tables["kernel_details"].num_rows == 0
     ms.write_all(tmp_path, tables)
     _, rows = _read(tmp_path / ms.OP_STATISTIC)
-    assert rows and {r["Core Type"] for r in rows} == {ms.HOST_CORE_TYPE}
+    assert rows and {r["Core Type"] for r in rows} == {HOST_CORE_TYPE}
     assert sum(int(r["Count"]) for r in rows) == sum(tables["operator_stats"].column("count").to_pylist())
     _, kernel_rows = _read(tmp_path / ms.KERNEL_DETAILS)
     assert kernel_rows == []
@@ -297,7 +298,7 @@ def test_hostile_names_round_trip_through_csv(tmp_path: Path) -> None:
     assert rows[0]["Input Shapes"] == "32,3;;64" and rows[0]["Input Data Types"] == "float;int64"
     assert rows[0]["Block Dim"] == "1,2,3" and rows[0]["Block"] == "128,1,1"
     assert rows[-1]["Step Id"] == "" and rows[-1]["Accelerator Core"] == "MEMCPY"
-    _, stats = _read(ms.write_op_statistic(tmp_path, kernels))
+    _, stats = _read(ms.write_op_statistic(tmp_path, op_statistic(kernels)))
     assert sorted(r["OP Type"] for r in stats) == sorted(HOSTILE_NAMES)
     trace = hostile_trace()
     _, op_rows = _read(ms.write_operator_memory(tmp_path, operator_memory(trace)))

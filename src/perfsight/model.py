@@ -80,6 +80,10 @@ SLICE_SCHEMA = pa.schema(
         pa.field("block", pa.list_(pa.int64())),
         pa.field("occupancy_pct", pa.float32()),  # estimated achieved occupancy
         pa.field("bytes", pa.int64()),  # memcpy/memset size
+        pa.field("op_type", _DICT),  # device work: the vendor's operator type (Conv2D), when recorded
+        pa.field(
+            "core_type", _DICT
+        ),  # device work: the vendor's core (AI_CORE, MIX_AIV, HCCL), when recorded
     ]
 )
 """One row per timed interval (Chrome ``ph: X``), on host threads and device streams."""

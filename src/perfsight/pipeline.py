@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from perfsight.analysis import flops, index, kernels, memory, operators, overlap, step_trace
+from perfsight.analysis.op_statistic import op_statistic
 from perfsight.ingest import heap
 from perfsight.model import Trace
 
@@ -89,6 +90,7 @@ ANALYSES: dict[str, Analysis] = {
     "operator_stats": lambda t, o, done: operators.operator_stats(t, done.get("operator_instances")),
     "kernel_details": lambda t, o, done: kernels.kernel_details(t),
     "kernel_stats": lambda t, o, done: kernels.kernel_stats(t, done.get("kernel_details")),
+    "op_statistic": lambda t, o, done: op_statistic(done.get("kernel_details"), done.get("operator_stats")),
     "flops_by_step": lambda t, o, done: flops.flops_by_step(t),
     "memory_curve": lambda t, o, done: memory.memory_curve(t),
     "memory_peaks": lambda t, o, done: memory.memory_peaks(t, done.get("memory_curve")),

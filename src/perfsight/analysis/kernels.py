@@ -12,6 +12,19 @@ Definitions (integer ns):
   that start while earlier work is still running on the stream).
 * ``op`` = the host operator that directly issued the launch
   (:func:`perfsight.analysis.hierarchy.launching_op`), null if unknown.
+* ``op_type`` = the vendor's operator type of the work when the trace records it (Ascend:
+  ``Conv2D``, ``TransData``, ``hcom_allReduce_``), else ``op``, else null.
+* ``core_type`` = the vendor's core type when recorded (Ascend: ``AI_CORE``, ``AI_VECTOR_CORE``,
+  ``MIX_AIV``, ``HCCL``; the task type where the export did not describe its kernels), else from
+  the kind (:func:`core_of_kind`: ``GPU`` for a kernel, ``MEMCPY``, ``MEMSET``, ``COMMUNICATION``).
+* Each piece of work is one row: a communication op's own slice stands for all of its work, so
+  the tasks that carry it out -- HCCL's plane tasks (``Trace.comm_tasks``) and their copies on the
+  hardware stream (a communication slice that starts inside a device communication op of the rank
+  and is not an op itself) -- are not rows of their own; ``communication.json`` breaks them down.
+
+``wait_ns`` is measured per stream.  Ascend's ``kernel_details.csv`` measures its ``Wait Time``
+from the end of the previous row in start order on any stream (compute and hcom rows together), so
+the two differ where streams interleave (around collectives); every other column means the same.
 * ``ratio`` in :func:`kernel_stats` = the name's total device time / all device time
   of the rank, 0..1.
 
@@ -22,13 +35,14 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from perfsight import columns
 from perfsight.analysis import grouping
 from perfsight.analysis.hierarchy import launching_op
-from perfsight.analysis.index import index_of
+from perfsight.analysis.index import TraceIndex, index_of
 from perfsight.jsontext import json_text
-from perfsight.model import Trace
+from perfsight.model import SliceKind, Trace
 
 KERNEL_DETAILS_SCHEMA = pa.schema(
     [
@@ -46,6 +60,8 @@ KERNEL_DETAILS_SCHEMA = pa.schema(
         ("occupancy_pct", pa.float32()),
         ("input_dims", pa.string()),
         ("input_types", pa.string()),
+        ("op_type", pa.string()),
+        ("core_type", pa.string()),
     ]
 )
 
@@ -84,19 +100,55 @@ def stream_wait_ns(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.
     return wait
 
 
+def core_of_kind(kind: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Core type of device work whose trace does not name one: ``"GPU"`` for a compute kernel, the
+    kind upper-cased otherwise (``"MEMCPY"``, ``"MEMSET"``, ``"COMMUNICATION"``)."""
+
+    def core(kinds: pa.Array) -> pa.Array:
+        kinds = kinds.cast(pa.string())
+        return pc.if_else(pc.equal(kinds, "kernel"), "GPU", pc.utf8_upper(kinds))
+
+    return columns.per_distinct(columns.combined(kind), core)
+
+
+def _task_of_a_communication_op(trace: Trace, ix: TraceIndex, rows: np.ndarray) -> np.ndarray:
+    """Which of ``rows`` (device work) are tasks of a communication op rather than work of their own:
+    rows of ``comm_tasks``, and communication slices that start inside a device op's interval
+    without being an op (HCCL's hardware-stream copies of the plane tasks)."""
+    comm = trace.comm.filter(trace.comm.column("is_device"))
+    ops = columns.int64(comm.column("slice"))
+    ops = ops[(ops >= 0) & (ops < ix.n)]
+    if not len(ops) or not len(rows):
+        return np.zeros(len(rows), bool)
+    tasks = columns.int64(trace.comm_tasks.column("slice"))
+    is_comm = ix.of_kind((SliceKind.COMMUNICATION.value,))
+    candidate = is_comm[rows] & ~np.isin(rows, ops)
+    op_start = np.sort(ix.start[ops])
+    order = np.argsort(ix.start[ops], kind="stable")
+    reach = np.maximum.accumulate(ix.end[ops][order])  # latest end among the ops started so far
+    at = np.searchsorted(op_start, ix.start[rows], side="right") - 1
+    inside = (at >= 0) & (ix.start[rows] < reach[np.maximum(at, 0)])
+    return candidate & (np.isin(rows, tasks) | inside)
+
+
 def kernel_details(trace: Trace) -> pa.Table:
     """One row per device work slice, in start-time order (see the module docstring)."""
     slices = trace.slices
     ix = index_of(trace)
     rows = np.flatnonzero(ix.device_work)
+    rows = rows[~_task_of_a_communication_op(trace, ix, rows)]
     if not len(rows):
         return KERNEL_DETAILS_SCHEMA.empty_table()
     wait = stream_wait_ns(ix.track[rows], ix.start[rows], ix.end[rows])
     order = np.lexsort((ix.tid[rows], ix.start[rows], ix.rank[rows]))  # by rank, start, stream (stable)
     rows, wait = rows[order], wait[order]
     launcher = launching_op(ix)[rows]
-    wanted = ["rank", "step", "name", "kind", "tid", "start_ns", "dur_ns", "grid", "block", "occupancy_pct"]
-    sub = slices.select(wanted).take(pa.array(rows))
+    wanted = ["rank", "step", "name", "kind", "tid", "start_ns", "dur_ns", "grid", "block", "occupancy_pct",
+              "op_type", "core_type"]  # fmt: skip
+    sub = slices.select([c for c in wanted if c in slices.column_names]).take(pa.array(rows))
+    for column in ("op_type", "core_type"):  # slices saved before these columns existed
+        if column not in sub.column_names:
+            sub = sub.append_column(column, pa.nulls(sub.num_rows, pa.string()))
 
     has_op = launcher >= 0
     op_take = pa.array(np.where(has_op, launcher, 0), mask=~has_op)
@@ -117,6 +169,12 @@ def kernel_details(trace: Trace) -> pa.Table:
             "occupancy_pct": sub.column("occupancy_pct"),
             "input_dims": json_text(ops.column("input_dims")),
             "input_types": json_text(ops.column("input_types")),
+            "op_type": pc.coalesce(
+                sub.column("op_type").cast(pa.string()), ops.column("name").cast(pa.string())
+            ),
+            "core_type": pc.coalesce(
+                sub.column("core_type").cast(pa.string()), core_of_kind(sub.column("kind"))
+            ),
         },
         schema=KERNEL_DETAILS_SCHEMA,
     )

@@ -14,8 +14,8 @@ by ``pyarrow.csv.write_csv``; the header line is written by the ``csv`` module s
 of the file holds a comma, quote or line break: then every string cell is quoted (pyarrow's
 ``needed`` style), which every CSV reader accepts.
 
-This module must not compute analyses (beyond grouping ``kernel_details`` into
-``op_statistic``'s rows), convert units other than through ``units.py``, or loop over rows.
+This module must not compute analyses (``op_statistic``'s rows and ratios are
+``analysis.op_statistic``'s), convert units other than through ``units.py``, or loop over rows.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from perfsight import columns
-from perfsight.analysis import grouping
+from perfsight.analysis.kernels import core_of_kind
+from perfsight.analysis.op_statistic import op_statistic
 from perfsight.export import text
 from perfsight.export.units import bytes_to_kb, bytes_to_mb, ns_to_us, ratio_to_pct, round3
 from perfsight.ingest.heap import return_freed_memory
@@ -46,9 +47,6 @@ OPERATOR_MEMORY = "operator_memory.csv"
 
 MEMORY_COMPONENT = "PTA"
 """``memory_record.csv``'s Component: the PyTorch caching allocator (Ascend calls its own "PTA")."""
-
-HOST_CORE_TYPE = "CPU"
-"""``op_statistic.csv``'s Core Type for rows built from host operators (CPU-only traces)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -80,17 +78,6 @@ def _opt_mb(name: str) -> ColumnBuilder:
     )
 
 
-def accelerator_core(kind: pa.Array) -> pa.Array:
-    """Kernel kind -> Accelerator Core / Core Type: ``"GPU"`` for compute kernels, the kind
-    upper-cased otherwise (``"MEMCPY"``, ``"MEMSET"``, ``"COMMUNICATION"``)."""
-
-    def core(kinds: pa.Array) -> pa.Array:
-        kinds = kinds.cast(pa.string())
-        return pc.if_else(pc.equal(kinds, "kernel"), "GPU", pc.utf8_upper(kinds))
-
-    return columns.per_distinct(kind, core)
-
-
 def device_type_text(device_type: pa.Array, device_index: pa.Array) -> pa.Array:
     """``("cuda", 0)`` -> ``"CUDA:0"``; an index of ``NO_ID`` gives just ``"CPU"``."""
     types, indices = text.plain(device_type).cast(pa.string()), text.combined(device_index)
@@ -117,8 +104,12 @@ KERNEL_DETAILS_COLUMNS: dict[str, ColumnBuilder] = {
     "Step Id": lambda t: _id_or_null(t.column("step")),
     "Stream ID": lambda t: _id_or_null(t.column("stream")),
     "Name": lambda t: _col(t, "name"),
-    "Type": lambda t: _col(t, "op").cast(pa.string()).fill_null(""),
-    "Accelerator Core": lambda t: accelerator_core(t.column("kind")),
+    "Type": lambda t: (
+        _col(t, "op_type" if "op_type" in t.column_names else "op").cast(pa.string()).fill_null("")
+    ),
+    "Accelerator Core": lambda t: (
+        _col(t, "core_type") if "core_type" in t.column_names else core_of_kind(t.column("kind"))
+    ),
     "Start Time(us)": _us("start_ns"),
     "Duration(us)": _us("dur_ns"),
     "Wait Time(us)": _us("wait_ns"),
@@ -140,7 +131,7 @@ OP_STATISTIC_COLUMNS: dict[str, ColumnBuilder] = {
     "Max Time(us)": _us("max_ns"),
     "Ratio(%)": lambda t: ratio_to_pct(t.column("ratio")),
 }
-"""``op_statistic.csv`` from :func:`op_type_stats`."""
+"""``op_statistic.csv`` from ``analysis.op_statistic.op_statistic``."""
 
 STEP_TRACE_TIME_COLUMNS: dict[str, ColumnBuilder] = {
     "Step": lambda t: _id_or_null(t.column("step")),
@@ -260,99 +251,9 @@ def write_kernel_details(folder: str | Path, kernels: pa.Table) -> Path:
     return _write(folder, KERNEL_DETAILS, kernels, [("start_ns", "ascending"), ("stream", "ascending")])
 
 
-def op_type_stats(kernels: pa.Table | None, operator_stats: pa.Table | None) -> pa.Table:
-    """``op_statistic.csv``'s rows in ns: device kernels grouped by launching operator and core.
-
-    When ``kernels`` has rows, each row is one (launching host operator, Accelerator Core) pair:
-    count, total/min/avg/max of kernel duration and ``ratio`` = total / all kernels' total.  Kernels
-    without a launching operator are grouped under their own name.  For a CPU-only trace (no
-    kernels) the rows are ``operator_stats``' host operators: inclusive total/min/avg/max, Core Type
-    ``"CPU"``, and ``ratio`` = the operator's share of total *self* time (``host_ratio``), because
-    inclusive times of nested operators overlap and would not sum to 100 %.
-    Columns: rank, op_type, core_type, count, total_ns, min_ns, avg_ns (float), max_ns, ratio.
-    """
-    names = ["rank", "op_type", "core_type", "count", "total_ns", "min_ns", "avg_ns", "max_ns", "ratio"]
-    if kernels is not None and kernels.num_rows:
-        _one_rank(kernels, OP_STATISTIC)
-        op = text.plain(kernels.column("op")).cast(pa.string())
-        op = pc.if_else(pc.or_(pc.is_null(op), pc.equal(op, "")), _col(kernels, "name").cast(pa.string()), op)
-        keyed = pa.table(
-            {
-                "rank": kernels.column("rank"),
-                "op_type": op,
-                "core_type": accelerator_core(kernels.column("kind")),
-                "dur_ns": kernels.column("dur_ns"),
-            }
-        )
-        grouped = grouping.aggregate(
-            keyed,
-            ["rank", "op_type", "core_type"],
-            [
-                ("dur_ns", "count"),
-                ("dur_ns", "sum"),
-                ("dur_ns", "min"),
-                ("dur_ns", "mean"),
-                ("dur_ns", "max"),
-            ],
-        )
-        total = pc.sum(grouped.column("dur_ns_sum")).as_py() or 0
-        ratio = pc.divide(grouped.column("dur_ns_sum").cast(pa.float64()), float(total) if total else 1.0)
-        out = pa.table(
-            [
-                grouped.column(c)
-                for c in [
-                    "rank",
-                    "op_type",
-                    "core_type",
-                    "dur_ns_count",
-                    "dur_ns_sum",
-                    "dur_ns_min",
-                    "dur_ns_mean",
-                    "dur_ns_max",
-                ]
-            ]
-            + [ratio],
-            names=names,
-        )
-    elif operator_stats is not None and operator_stats.num_rows:
-        _one_rank(operator_stats, OP_STATISTIC)
-        n = operator_stats.num_rows
-        out = pa.table(
-            [
-                operator_stats.column("rank"),
-                text.plain(operator_stats.column("name")).cast(pa.string()),
-                pa.repeat(pa.scalar(HOST_CORE_TYPE), n),
-                operator_stats.column("count").cast(pa.int64()),
-                operator_stats.column("host_total_ns").cast(pa.int64()),
-                operator_stats.column("host_min_ns").cast(pa.int64()),
-                operator_stats.column("host_avg_ns").cast(pa.float64()),
-                operator_stats.column("host_max_ns").cast(pa.int64()),
-                operator_stats.column("host_ratio").cast(pa.float64()),
-            ],
-            names=names,
-        )
-    else:
-        return pa.schema(
-            [
-                ("rank", pa.int32()),
-                ("op_type", pa.string()),
-                ("core_type", pa.string()),
-                ("count", pa.int64()),
-                ("total_ns", pa.int64()),
-                ("min_ns", pa.int64()),
-                ("avg_ns", pa.float64()),
-                ("max_ns", pa.int64()),
-                ("ratio", pa.float64()),
-            ]
-        ).empty_table()
-    return out.sort_by([("total_ns", "descending"), ("op_type", "ascending")])
-
-
-def write_op_statistic(
-    folder: str | Path, kernels: pa.Table | None, operator_stats: pa.Table | None = None
-) -> Path:
-    """``op_statistic.csv``: see :func:`op_type_stats` for which rows it holds."""
-    return _write(folder, OP_STATISTIC, op_type_stats(kernels, operator_stats), [])
+def write_op_statistic(folder: str | Path, op_stats: pa.Table) -> Path:
+    """``op_statistic.csv`` from ``analysis.op_statistic.op_statistic`` (rows in its order)."""
+    return _write(folder, OP_STATISTIC, op_stats, [])
 
 
 def write_step_trace_time(folder: str | Path, breakdown: pa.Table) -> Path:
@@ -372,13 +273,17 @@ def write_operator_memory(folder: str | Path, op_memory: pa.Table) -> Path:
 
 def write_all(folder: str | Path, tables: Mapping[str, pa.Table]) -> list[Path]:
     """Every CSV whose source table is in ``tables`` (keys are the analysis function names:
-    ``kernel_details``, ``operator_stats``, ``overlap_breakdown``, ``memory_curve``,
-    ``operator_memory``).  ``op_statistic.csv`` needs ``kernel_details`` or ``operator_stats``."""
+    ``kernel_details``, ``op_statistic``, ``overlap_breakdown``, ``memory_curve``,
+    ``operator_memory``).  Without an ``op_statistic`` table, ``op_statistic.csv`` is made from
+    ``kernel_details`` / ``operator_stats`` by the same analysis."""
     written = []
     if "kernel_details" in tables:
         written.append(write_kernel_details(folder, tables["kernel_details"]))
-    if "kernel_details" in tables or "operator_stats" in tables:
-        written.append(write_op_statistic(folder, tables.get("kernel_details"), tables.get("operator_stats")))
+    if "op_statistic" in tables:
+        written.append(write_op_statistic(folder, tables["op_statistic"]))
+    elif "kernel_details" in tables or "operator_stats" in tables:
+        op_stats = op_statistic(tables.get("kernel_details"), tables.get("operator_stats"))
+        written.append(write_op_statistic(folder, op_stats))
     if "overlap_breakdown" in tables:
         written.append(write_step_trace_time(folder, tables["overlap_breakdown"]))
     if "memory_curve" in tables:

@@ -241,6 +241,50 @@ def _with_input_shapes(slices: pa.Table, shapes: dict[str, list[list[int]]]) -> 
     return slices.set_column(slices.schema.get_field_index("input_dims"), "input_dims", filled)
 
 
+def _with_kernel_types(slices: pa.Table, kernels: pa.Table | None) -> pa.Table:
+    """Fill ``op_type`` / ``core_type`` of device tasks from Ascend's ``kernel_details.csv``.
+
+    ``trace_view.json`` does not record a task's operator type (``Conv2D``) or core (``AI_CORE``,
+    ``AI_VECTOR_CORE``, ``MIX_AIV``): the text export keeps them only in ``kernel_details.csv``
+    (the database in ``COMPUTE_TASK_INFO``).  They are names, not results, so they are taken from
+    there like the communication groups of ``communication.json``: a row names the device task with
+    the same name and start time (exact ns); durations, counts and waits stay perfsight's own.
+    A type the file gives replaces the timeline's stand-in (the task type, ``AI_CORE``)."""
+    needed = ("Name", "Type", "Accelerator Core", "Start Time(us)")
+    if kernels is None or kernels.num_rows == 0 or any(c not in kernels.column_names for c in needed):
+        return slices
+    named = pa.table(
+        {
+            "name": pc.cast(kernels.column("Name"), pa.string()),
+            "start_ns": columns.int64(micros_to_ns(kernels.column("Start Time(us)")), NO_ID),
+            "vendor_op_type": pc.cast(kernels.column("Type"), pa.string()),
+            "vendor_core_type": pc.cast(kernels.column("Accelerator Core"), pa.string()),
+        }
+    )
+    named = named.group_by(["name", "start_ns"], use_threads=False).aggregate(
+        [("vendor_op_type", "first"), ("vendor_core_type", "first")]
+    )  # one type per task, should a file repeat a row
+    keys = pa.table(
+        {
+            "name": slices.column("name").cast(pa.string()),
+            "start_ns": slices.column("start_ns"),
+            "row": pa.array(np.arange(slices.num_rows, dtype=np.int64)),
+        }
+    ).filter(slices.column("is_device"))
+    found = keys.join(named, ["name", "start_ns"], join_type="inner")
+    if found.num_rows == 0:
+        return slices
+    match = np.full(slices.num_rows, -1, np.int64)  # per slice: its row of ``found``, -1 if none
+    match[columns.int64(found.column("row"))] = np.arange(found.num_rows)
+    take = pa.array(match, mask=match < 0)
+    for column, vendor in (("op_type", "vendor_op_type_first"), ("core_type", "vendor_core_type_first")):
+        current = slices.column(column).cast(pa.string())
+        filled = pc.coalesce(found.column(vendor).take(take), current)
+        index = slices.schema.get_field_index(column)
+        slices = slices.set_column(index, column, filled.cast(slices.schema.field(column).type))
+    return slices
+
+
 def read_ascend(path: str | Path, rank: int | None = None) -> Trace:
     """One rank of an Ascend / MindSpore profiler output as a :class:`Trace` (see module docstring).
 
@@ -301,6 +345,11 @@ def read_ascend(path: str | Path, rank: int | None = None) -> Trace:
         timeline = Timeline.empty()
         max_rank = -1
     tables = timeline.tables()
+    if (out / "kernel_details.csv").is_file():
+        sources.append(str(out / "kernel_details.csv"))
+        tables["slices"] = _with_kernel_types(
+            tables["slices"], files.read_csv(out / "kernel_details.csv", problems)
+        )
     if memory_csv is not None:
         sources.append(str(out / "memory_record.csv"))
     if framework_files.shapes is not None:

@@ -18,9 +18,11 @@ integer nanoseconds (Unix), every string interned in ``STRING_IDS(id, value)``:
 The joins and string look-ups run in SQLite; the result is a table in the shape of
 :data:`perfsight.ingest.ascend_events.FLAT_SCHEMA` (processes Python / CANN / Ascend Hardware /
 HCCL, as Ascend's timeline names them), which :mod:`perfsight.ingest.ascend_timeline` turns into
-the model exactly as it does the JSON timeline.  Missing tables are skipped with a warning; the
-file is opened read-only.  Ascend's computed databases (``analysis.db``,
-``communication_analyzer.db``) are results, read whole by :func:`read_tables`.
+the model exactly as it does the JSON timeline, times as the integer ns the database keeps, and
+each device task's kind decided by the task-info tables (:func:`_task_sql`).  Missing tables are
+skipped with a warning; the file is opened ``immutable=1`` (nothing is ever written beside it).
+Ascend's computed databases (``analysis.db``, ``communication_analyzer.db``) are results, read
+whole by :func:`read_tables`.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from perfsight.export.units import NS_PER_US, us_text
 from perfsight.ingest.ascend_events import flat_table
 
 PIDS = {"Python": 1, "CANN": 2, "Ascend Hardware": 3, "HCCL": 4}
@@ -58,8 +59,11 @@ class DatabaseError(RuntimeError):
 
 
 def _connect(path: Path) -> sqlite3.Connection:
+    """Open ``path`` so that nothing is ever written beside it: ``immutable=1`` tells SQLite the
+    file cannot change, so it takes no locks and creates no ``-wal`` / ``-shm`` files (``mode=ro``
+    alone still creates them for a WAL database, and fails on a read-only folder)."""
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?immutable=1", uri=True)
         db.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.Error as error:
         raise DatabaseError(f"{path}: not a readable SQLite database ({error})") from error
@@ -114,8 +118,8 @@ def _events(db: sqlite3.Connection, path: Path) -> tuple[pa.Table, list[str], di
         part.pop("group", None)
         start = np.asarray(part.pop("start"), dtype=np.int64)
         end = np.asarray(part.pop("end"), dtype=np.int64)
-        part["ts"] = us_text(start)  # decimal-microsecond text, as trace_view.json writes ts
-        part["dur"] = ((end - start) / NS_PER_US).tolist()
+        part["start_ns"] = start  # integer ns as the database keeps them: no text on the way
+        part["dur_ns"] = end - start
         part["ph"] = ["X"] * len(start)
         part["pid"] = [pid] * len(start)
         parts.append(part)
@@ -135,27 +139,13 @@ def _events(db: sqlite3.Connection, path: Path) -> tuple[pa.Table, list[str], di
         )
         add(PIDS["CANN"], rows, ("start", "end", "tid", "name", "args.connection_id"))
     if "TASK" in tables:
-        names = ["NULL"]
-        if "COMPUTE_TASK_INFO" in tables:
-            names.insert(
-                0, f"(SELECT {s('c.name')} FROM COMPUTE_TASK_INFO c WHERE c.globalTaskId = t.globalTaskId)"
-            )
-        if "COMMUNICATION_TASK_INFO" in tables:
-            names.insert(
-                0,
-                f"(SELECT {s('m.name')} FROM COMMUNICATION_TASK_INFO m "
-                "WHERE m.globalTaskId = t.globalTaskId)",
-            )
-        name = f"COALESCE({', '.join(names)}, {s('t.taskType')})"
-        rows = _rows(
-            db,
-            f"SELECT t.startNs, t.endNs, t.streamId, {name}, {s('t.taskType')}, t.connectionId FROM TASK t",
-        )
+        rows = _rows(db, _task_sql(tables, s))
         add(
             PIDS["Ascend Hardware"],
             rows,
-            ("start", "end", "tid", "name", "args.Task Type", "args.connection_id"),
-        )
+            ("start", "end", "tid", "name", "args.Task Type", "args.connection_id", "task_info", "op_type",
+             "core_type"),
+        )  # fmt: skip
     groups: list[str] = []
     group_of: dict[str, str] = {}
     if "COMMUNICATION_OP" in tables:
@@ -182,9 +172,12 @@ def _events(db: sqlite3.Connection, path: Path) -> tuple[pa.Table, list[str], di
         transport = _enum_sql(db, tables, "ENUM_HCCL_TRANSPORT_TYPE", "m.transportType")
         link = _enum_sql(db, tables, "ENUM_HCCL_LINK_TYPE", "m.linkType")
         rdma = _enum_sql(db, tables, "ENUM_HCCL_RDMA_TYPE", "m.rdmaType")
+        # a level0 export leaves m.taskType N/A: the hardware task's type names it ("Notify Wait" ->
+        # "Notify_Wait", as the JSON timeline's plane lanes write it)
+        plane_task = f"COALESCE({_known(s('m.taskType'))}, REPLACE({s('t.taskType')}, ' ', '_'))"
         rows = _rows(
             db,
-            f"SELECT t.startNs, t.endNs, {len(groups)} + m.planeId, {s('m.name')}, {s('m.taskType')}, "
+            f"SELECT t.startNs, t.endNs, {len(groups)} + m.planeId, {plane_task}, {plane_task}, "
             f"{transport}, {link}, {rdma}, m.size, m.srcRank, m.dstRank, m.planeId "
             "FROM COMMUNICATION_TASK_INFO m JOIN TASK t ON t.globalTaskId = m.globalTaskId",
         )
@@ -211,6 +204,46 @@ def _events(db: sqlite3.Connection, path: Path) -> tuple[pa.Table, list[str], di
     )
     tables_out = [flat_table(part, len(part["ph"])) for part in parts]  # one per source table
     return pa.concat_tables(tables_out), warnings, group_of
+
+
+def _known(sql: str) -> str:
+    """``sql``, or NULL where the database writes ``N/A`` (a fact the export level did not record)."""
+    return f"(CASE WHEN {sql} IN ('N/A', '') THEN NULL ELSE {sql} END)"
+
+
+def _task_sql(tables: set[str], s: Any) -> str:
+    """SQL for every ``TASK`` row: times, stream, name, task type, connection, which task-info table
+    names it (:data:`~perfsight.ingest.ascend_events.SOURCE_FIELDS`), and the vendor's op and core
+    type of a compute task.
+
+    The task-info tables decide what a task is, as Ascend's own analysis does: a task with a
+    ``COMPUTE_TASK_INFO`` row is computing, one with a ``COMMUNICATION_TASK_INFO`` row is
+    communication, any other (the HCCL op's own task on the communication stream, whose taskType is
+    ``AI_CORE``; event records and waits; copies; kernels the profiler did not describe) is
+    ``"none"``.  ``taskType`` alone would make the HCCL op envelopes computing.  Types written
+    ``N/A`` (a level0 export does not describe its kernels) are null."""
+    compute = "COMPUTE_TASK_INFO" in tables
+    communication = "COMMUNICATION_TASK_INFO" in tables
+    # joins, not correlated sub-queries: SQLite indexes the joined side, so this stays n log n
+    joins = "LEFT JOIN COMPUTE_TASK_INFO c ON c.globalTaskId = t.globalTaskId " if compute else ""
+    joins += (
+        "LEFT JOIN (SELECT DISTINCT globalTaskId AS id FROM COMMUNICATION_TASK_INFO) m "
+        "ON m.id = t.globalTaskId"
+        if communication
+        else ""
+    )
+    names = ([s("c.name")] if compute else []) + [s("t.taskType")]  # HCCL's tasks: "Notify Wait", ...
+    info = "CASE"
+    info += " WHEN c.globalTaskId IS NOT NULL THEN 'compute'" if compute else ""
+    info += " WHEN m.id IS NOT NULL THEN 'communication'" if communication else ""
+    info += " ELSE 'none' END" if compute or communication else " ELSE NULL END"
+    known = _known
+    op_type = known(s("c.opType")) if compute else "NULL"
+    core_type = known(s("c.taskType")) if compute else "NULL"
+    return (
+        f"SELECT t.startNs, t.endNs, t.streamId, COALESCE({', '.join(names)}), {s('t.taskType')}, "
+        f"t.connectionId, {info}, {op_type}, {core_type} FROM TASK t {joins}"
+    )
 
 
 def read_tables(path: Path) -> dict[str, pa.Table]:

@@ -70,8 +70,28 @@ EVENT_SCHEMA = pa.schema(
 )
 """What ``pyarrow.json`` parses each event into (extra keys ignored)."""
 
-FLAT_SCHEMA = pa.schema([*EVENT_FIELDS, *[pa.field(f"args.{k}", v) for k, v in ARG_FIELDS.items()]])
-"""The flat table :func:`read_ascend_events` returns: the event's keys, then ``args.<key>``."""
+SOURCE_FIELDS = [
+    pa.field("start_ns", pa.int64()),
+    pa.field("dur_ns", pa.int64()),
+    pa.field("task_info", pa.string()),
+    pa.field("op_type", pa.string()),
+    pa.field("core_type", pa.string()),
+]
+"""Facts a stand-in source records that ``trace_view.json`` does not (null in the JSON's rows):
+
+* ``start_ns`` / ``dur_ns``: integer nanoseconds, for sources that keep them (the profiler
+  database); when set they are used instead of ``ts`` / ``dur``, so no time goes through text;
+* ``task_info``: which of the database's task-info tables names a device task --
+  ``"compute"`` (``COMPUTE_TASK_INFO``), ``"communication"`` (``COMMUNICATION_TASK_INFO``) or
+  ``"none"``; null when the source has no such tables;
+* ``op_type`` / ``core_type``: the vendor's operator type (``Conv2D``) and core type
+  (``AI_CORE``, ``AI_VECTOR_CORE``, ``MIX_AIV``, ``HCCL``) of a device task, when recorded."""
+
+FLAT_SCHEMA = pa.schema(
+    [*EVENT_FIELDS, *[pa.field(f"args.{k}", v) for k, v in ARG_FIELDS.items()], *SOURCE_FIELDS]
+)
+"""The flat table :func:`read_ascend_events` returns: the event's keys, then ``args.<key>``, then
+:data:`SOURCE_FIELDS` (null for a ``trace_view.json``)."""
 
 
 @dataclasses.dataclass
@@ -83,7 +103,9 @@ class AscendEvents:
 def _flat(parsed: pa.Table) -> pa.Table:
     arrays = []
     for field in FLAT_SCHEMA:
-        if field.name.startswith("args."):
+        if field in SOURCE_FIELDS:
+            arrays.append(pa.nulls(parsed.num_rows, field.type))
+        elif field.name.startswith("args."):
             args = parsed.column("args").combine_chunks() if "args" in parsed.column_names else None
             if args is None:
                 arrays.append(pa.nulls(parsed.num_rows, field.type))

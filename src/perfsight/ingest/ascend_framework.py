@@ -7,7 +7,8 @@
   (empty ``;;id;`` lines between them) -- the input shapes of each op.
 
 They give the op timeline when ``trace_view.json`` is absent (as raw events in the shape
-:mod:`perfsight.ingest.ascend_timeline` reads) and the input shapes it lacks.  Parsing is one
+:mod:`perfsight.ingest.ascend_timeline` reads, times in integer ns as the file keeps them) and the
+input shapes it lacks.  Parsing is one
 regular expression over the whole text (C), no loop over executions in Python.
 """
 
@@ -19,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from perfsight.export.units import us_text
 from perfsight.ingest.ascend_events import flat_table
 
 _LINE = re.compile(r"^([^;\n]+);([^;\n]*);(.*)$", re.M)
@@ -48,7 +48,8 @@ def read_execute_timestamps(path: Path) -> pa.Table:
         durs.append(entries[:, 1].astype(np.float64))
         tids.append(entries[:, 2].astype(np.int64))
     start = np.concatenate(starts) if starts else np.zeros(0, np.int64)
-    dur_us = np.concatenate(durs) * 1000.0 if durs else np.zeros(0)
+    dur_us = np.concatenate(durs) * 1000.0 if durs else np.zeros(0)  # ms -> µs
+    dur_ns = np.round(dur_us * 1000.0).astype(np.int64)  # µs -> ns, rounded as the timeline rounds
     n = start.size
     columns = {
         "ph": ["M"] + ["X"] * n,
@@ -56,8 +57,8 @@ def read_execute_timestamps(path: Path) -> pa.Table:
         "cat": [None] + types,
         "pid": np.full(n + 1, CPU_PID, np.int64),
         "tid": np.concatenate([[0], np.concatenate(tids) if tids else np.zeros(0, np.int64)]),
-        "ts": pa.concat_arrays([pa.nulls(1, pa.string()), us_text(start)]),
-        "dur": np.concatenate([[np.nan], dur_us]),
+        "start_ns": pa.array(np.concatenate([[0], start]), pa.int64(), mask=np.arange(n + 1) == 0),
+        "dur_ns": pa.array(np.concatenate([[0], dur_ns]), pa.int64(), mask=np.arange(n + 1) == 0),
         "args.name": ["CPU OP"] + [None] * n,
     }
     return flat_table(columns, n + 1)

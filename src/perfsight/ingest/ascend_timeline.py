@@ -12,7 +12,10 @@ what an event is:
   AI Vector, AI CPU, MIX, DSA task types) -> ``kernel``; HCCL's own tasks
   (``Notify Wait``, ``Write Value``, ``SDMA``, ``RDMA``...) -> ``communication``;
   ``MEMCPY_ASYNC``, events, placeholders and profiling markers -> ``other``: Ascend
-  counts them neither as computing nor as communication, and perfsight agrees.
+  counts them neither as computing nor as communication, and perfsight agrees.  When the
+  source says which task-info table names a task (the database: ``task_info``), that decides
+  instead of the task type: compute -> ``kernel``, communication -> ``communication``, neither
+  (the HCCL op's own ``AI_CORE`` task, events, copies, undescribed kernels) -> ``other``.
 * ``HCCL``: lane ``Group N Communication`` holds the communication ops
   (``hcom_allReduce__586_0_1``: rows of ``comm``); lanes ``Plane N`` hold their
   transfer and notification tasks (rows of ``comm_tasks``).  Both are
@@ -55,6 +58,9 @@ from perfsight.model import (
     conform,
     kind_code,
 )
+
+SLICE_TYPE = SLICE_SCHEMA.field("op_type").type
+"""The dictionary type of ``op_type`` / ``core_type``."""
 
 HCCL_TID_BASE = 1 << 20
 """Added to an HCCL lane's tid so that it never collides with a hardware stream id."""
@@ -192,7 +198,8 @@ def timeline_from_events(
     procs, threads = _process_names(events)
     ts = pc.replace_substring_regex(pc.utf8_trim_whitespace(events.column("ts")), TS_PATTERN, r"\1\2")
     is_x = pc.equal(events.column("ph"), "X")
-    timed = pc.match_substring_regex(ts, r"^-?\d{1,18}(\.\d{1,3})?$")
+    has_ns = pc.and_(pc.is_valid(events.column("start_ns")), pc.is_valid(events.column("dur_ns")))
+    timed = pc.or_(pc.fill_null(pc.match_substring_regex(ts, r"^-?\d{1,18}(\.\d{1,3})?$"), False), has_ns)
     untimed = pc.sum(pc.and_(is_x, pc.invert(pc.fill_null(timed, False)))).as_py() or 0
     if untimed:
         warnings.append(f"{untimed} slice event(s) without a usable timestamp skipped")
@@ -205,9 +212,7 @@ def timeline_from_events(
     keep = role_of != "Overlap Analysis"
     x, pid, tid, role_of = x.filter(pa.array(keep)), pid[keep], tid[keep], role_of[keep]
 
-    start = columns.int64(micros_to_ns(pc.cast(x.column("ts"), pa.decimal128(24, 3))))
-    dur = np.round(columns.numpy(x.column("dur"), null=0.0).astype(np.float64) * NS_PER_US).astype(np.int64)
-    dur = np.maximum(dur, 0)
+    start, dur = _times(x)
     names = x.column("name").combine_chunks() if x.num_rows else pa.array([], pa.string())
     names = pc.fill_null(names, "")
     cat = x.column("cat").combine_chunks() if x.num_rows else pa.array([], pa.string())
@@ -247,6 +252,11 @@ def timeline_from_events(
         SliceKind.OTHER
     )
     kind[is_hccl] = kind_code(SliceKind.COMMUNICATION)
+    info = x.column("task_info").combine_chunks() if x.num_rows else pa.array([], pa.string())
+    recorded = is_hw & columns.numpy(pc.is_valid(info), null=False)  # the database's task-info tables
+    kind[recorded] = kind_code(SliceKind.OTHER)  # "none": neither computing nor communication
+    kind[recorded & _equals(info, "compute")] = kind_code(SliceKind.KERNEL)
+    kind[recorded & _equals(info, "communication")] = kind_code(SliceKind.COMMUNICATION)
 
     out_pid = np.where(is_device, device, pid)
     out_tid = np.where(is_hccl, HCCL_TID_BASE + tid, tid)
@@ -271,11 +281,61 @@ def timeline_from_events(
     slices = assemble.slice_table(
         rank, kind, category, names, is_device, out_pid, out_tid, track, start, dur, step, correlation
     )
+    slices = _with_vendor_types(slices, x, is_group, is_hw & (kind == kind_code(SliceKind.KERNEL)))
     flows = assemble.flows_table(rank, src, dst, "launch")
     comm, comm_tasks, max_rank = _comm_tables(
         x, rank, step, start, dur, is_group, is_plane, lane_name, lane_plane, groups
     )
     return Timeline(slices, tracks, flows, steps, comm, comm_tasks, warnings, max_rank)
+
+
+def _times(x: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Start and duration (ns) of each timed event: the source's integer ns when it records them
+    (the database), else ``ts`` (exact decimal µs text) and ``dur`` (float µs, rounded to the ns)."""
+    has_ns = columns.numpy(pc.is_valid(x.column("start_ns")), null=False)
+    start = np.zeros(x.num_rows, np.int64)
+    dur = np.zeros(x.num_rows, np.int64)
+    if has_ns.any():
+        start[has_ns] = columns.int64(x.column("start_ns").filter(pa.array(has_ns)), 0)
+        dur[has_ns] = columns.int64(x.column("dur_ns").filter(pa.array(has_ns)), 0)
+    if not has_ns.all():
+        text = x.filter(pa.array(~has_ns))
+        start[~has_ns] = columns.int64(micros_to_ns(pc.cast(text.column("ts"), pa.decimal128(24, 3))))
+        micros = columns.numpy(text.column("dur"), null=0.0).astype(np.float64)
+        dur[~has_ns] = np.round(micros * NS_PER_US).astype(np.int64)
+    return start, np.maximum(dur, 0)
+
+
+HCOM_SUFFIX = r"_\d+(_\d+)*$"
+"""The instance numbers of an hcom op's name (``hcom_allReduce__586_0_1`` -> ``hcom_allReduce_``)."""
+
+HCCL_CORE = "HCCL"
+"""The core type Ascend gives an hcom op in ``kernel_details.csv``."""
+
+
+def _with_vendor_types(
+    slices: pa.Table, x: pa.Table, is_group: np.ndarray, is_kernel: np.ndarray
+) -> pa.Table:
+    """Fill ``op_type`` / ``core_type``: what the source recorded for a device task (the database's
+    ``COMPUTE_TASK_INFO``); for a kernel without a recorded core, its task type (``AI_CORE``,
+    ``KERNEL_AIVEC``); for an hcom op its name without instance numbers and ``HCCL``, as Ascend's
+    ``kernel_details.csv`` types them."""
+    op_type = x.column("op_type").combine_chunks() if x.num_rows else pa.array([], pa.string())
+    core_type = x.column("core_type").combine_chunks() if x.num_rows else pa.array([], pa.string())
+    task_type = x.column("args.Task Type").combine_chunks() if x.num_rows else pa.array([], pa.string())
+    core_type = pc.if_else(pa.array(is_kernel), pc.coalesce(core_type, task_type), core_type)
+    names = pc.fill_null(x.column("name"), "").combine_chunks() if x.num_rows else pa.array([], pa.string())
+    group = pa.array(is_group)
+    op_type = pc.if_else(group, pc.replace_substring_regex(names, HCOM_SUFFIX, ""), op_type)
+    core_type = pc.if_else(group, pa.scalar(HCCL_CORE), core_type)
+    slices = slices.set_column(
+        slices.schema.get_field_index("op_type"), "op_type", pc.dictionary_encode(op_type).cast(SLICE_TYPE)
+    )
+    return slices.set_column(
+        slices.schema.get_field_index("core_type"),
+        "core_type",
+        pc.dictionary_encode(core_type).cast(SLICE_TYPE),
+    )
 
 
 def _comm_tables(

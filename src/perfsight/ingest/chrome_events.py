@@ -76,6 +76,7 @@ ARG_FIELDS: dict[str, pa.DataType] = {
     "Dst Rank": pa.int64(),
     # metadata events
     "name": pa.string(),
+    "labels": pa.string(),  # process_labels ("GPU 0", "CPU")
 }
 """The ``args`` keys we read, with the type each has in well-formed Kineto output."""
 

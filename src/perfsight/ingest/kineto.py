@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import columns
-from perfsight.ingest import assemble
+from perfsight.ingest import assemble, kineto_devices
 from perfsight.ingest.chrome_events import ARG_FIELDS, read_events
 from perfsight.ingest.heap import prefer_returning_pool, return_freed_memory
 from perfsight.ingest.jsonstream import NotATraceError
@@ -65,6 +65,9 @@ _CATEGORY_KIND = {
     "cuda_sync": SliceKind.SYNC,
 }
 """Kineto category (lower-cased) -> kind; unknown categories become OTHER."""
+
+PROCESS_METADATA = pa.array(["process_name", "process_labels"])
+"""Metadata events that name a process (what :mod:`perfsight.ingest.kineto_devices` reads)."""
 
 _DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation")
 
@@ -163,6 +166,7 @@ class _Parts:
     comm_args: list[pa.Table] = dataclasses.field(default_factory=list)
     memory: list[pa.Table] = dataclasses.field(default_factory=list)
     thread_names: list[pa.Table] = dataclasses.field(default_factory=list)
+    process_labels: list[pa.Table] = dataclasses.field(default_factory=list)
     events: int = 0
     slices: int = 0
 
@@ -206,6 +210,11 @@ class _Parts:
             self.thread_names.append(
                 pa.table({"pid": names.column("pid"), "tid": names.column("tid"), "label": names.column(2)})
             )
+        is_process = pc.and_(pc.equal(ph, "M"), pc.is_in(raw.column("name"), PROCESS_METADATA))
+        procs = raw.select(["pid", "args.name", "args.labels"]).filter(is_process)
+        if procs.num_rows:
+            label = pc.coalesce(procs.column("args.labels"), procs.column("args.name"))
+            self.process_labels.append(pa.table({"pid": procs.column("pid"), "label": label}))
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table | None:
@@ -313,10 +322,21 @@ def _build(parts: _Parts, meta: RunMetadata, truncated: bool) -> Trace:
     is_device = _by_dictionary(
         complete.column("cat"), _bools(pc.is_in(cat_values, pa.array(_DEVICE_CATEGORIES)))
     )
-    kind = _kinds(complete.column("cat"), cat_values, complete.column("name"), is_device)
+    pid = _ints(complete.column("pid"))
+    unknown_device, notes = kineto_devices.unknown_device_work(
+        pid,
+        kineto_devices.category_codes(complete.column("cat")),
+        cat_values.to_pylist(),
+        _bools(pc.is_in(cat_values, pa.array(list(_CATEGORY_KIND)))),
+        kineto_devices.process_labels(_concat(parts.process_labels)),
+        meta.sources[0] if meta.sources else "trace",
+        {d.index: d.name for d in meta.devices},
+    )
+    is_device |= unknown_device
+    kind = _kinds(complete.column("cat"), cat_values, complete.column("name"), is_device, unknown_device)
     start = complete.column("start_ns").to_numpy()
     dur = complete.column("dur_ns").to_numpy()
-    pid = _ints(complete.column("pid"))
+    meta.warnings.extend(notes)
     tid = _ints(complete.column("tid"))
     dev_col = _ints(complete.column("device"))
     stream_col = _ints(complete.column("stream"))
@@ -366,15 +386,22 @@ def _build(parts: _Parts, meta: RunMetadata, truncated: bool) -> Trace:
 
 
 def _kinds(
-    cat: pa.ChunkedArray, cat_values: pa.Array, names: pa.ChunkedArray, is_device: np.ndarray
+    cat: pa.ChunkedArray,
+    cat_values: pa.Array,
+    names: pa.ChunkedArray,
+    is_device: np.ndarray,
+    device_kernels: np.ndarray | None = None,
 ) -> np.ndarray:
     """Kind code of every slice (see ``model.kind_code``), decided per unique category and
-    name, then spread over the rows as one byte each."""
+    name, then spread over the rows as one byte each.  ``device_kernels``: rows of unknown
+    categories that :mod:`perfsight.ingest.kineto_devices` found to be device work."""
     kind_of_cat = np.full(len(cat_values), kind_code(SliceKind.OTHER), dtype=np.int8)
     for i, category in enumerate(cat_values.to_pylist()):
         if category in _CATEGORY_KIND:
             kind_of_cat[i] = kind_code(_CATEGORY_KIND[category])
     kind = _by_dictionary(cat, kind_of_cat)
+    if device_kernels is not None:
+        kind[device_kernels] = kind_code(SliceKind.KERNEL)
     name_values = _dictionary_values(names)
 
     def matches(pattern: str) -> np.ndarray:
