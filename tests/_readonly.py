@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pytest
+from shared_data import require
 
 
 def snapshot(folder: Path) -> dict[str, str]:
@@ -53,8 +53,7 @@ def _bind_read_only(source: Path, target: Path) -> bool:
 @contextlib.contextmanager
 def read_only_copy(source: Path, tmp_path: Path) -> Iterator[Path]:
     """A read-only copy of folder ``source`` (named like it); asserts on exit that it is unchanged."""
-    if not source.is_dir():
-        pytest.skip(f"{source} is not available (../shared/data is outside the repo)")
+    require(source)
     copy = tmp_path / "input" / source.name
     shutil.copytree(source, copy)
     _chmod_tree(copy, writable=False)

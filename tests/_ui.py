@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from conftest import KINETO, REPO
+from shared_data import KINETO, REPO, require
 
 CHROMIUM = Path(os.environ.get("PERFSIGHT_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
@@ -105,8 +105,7 @@ def make_base_dir(base: Path, training_run: Path) -> Path:
     """A base dir with a traced training run, real Kineto traces (one GPU rank, a two-rank job)
     and the hostile-names run."""
     for need in (NCCL_TRACE, AMD_TRACE, *TWO_RANKS):
-        if not need.is_file():
-            pytest.skip(f"shared Kineto sample {need} is not on this machine")
+        require(need)
     shutil.copytree(training_run, base / MLP_RUN)
     (base / "kineto").mkdir(parents=True)
     shutil.copyfile(NCCL_TRACE, base / KINETO_RUN)

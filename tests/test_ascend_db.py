@@ -24,13 +24,13 @@ import pyarrow.compute as pc
 import pytest
 
 from _readonly import read_only_copies, read_only_copy
-from conftest import DATA
 from perfsight.analysis import communication as comm
 from perfsight.analysis.kernels import kernel_details
 from perfsight.analysis.overlap import overlap_breakdown
 from perfsight.export.mindspore_csv import write_step_trace_time
 from perfsight.ingest import TraceReadError, find_traces, read_trace
 from perfsight.ingest.ascend import read_ascend, read_outputs
+from shared_data import DATA, require
 
 RANK0 = DATA / "ascend_pt" / "level1" / "rank0_ascend_pt"
 TRANSPORT = {"SDMA": 0, "RDMA": 1, "LOCAL": 2}
@@ -141,8 +141,7 @@ def read_only(tmp_path: Path) -> Iterator[Callable[[Path], Path]]:
 
 @pytest.fixture
 def db_only_rank(tmp_path: Path) -> Path:
-    if not RANK0.is_dir():
-        pytest.skip(f"{RANK0} is not available (../shared/data is outside the repo)")
+    require(RANK0)
     folder = tmp_path / RANK0.name
     (folder / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
     shutil.copyfile(RANK0 / "profiler_info_0.json", folder / "profiler_info_0.json")

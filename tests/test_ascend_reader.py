@@ -18,10 +18,10 @@ import pytest
 
 import perfsight
 from _readonly import read_only_copies
-from conftest import DATA
 from perfsight.ingest import find_traces, read_trace
 from perfsight.ingest.ascend import find_ascend_outputs, read_ascend, read_outputs
 from perfsight.model import TABLE_SCHEMAS
+from shared_data import DATA, require
 
 ASCEND = DATA / "ascend_pt"
 
@@ -39,8 +39,7 @@ def _folders(read_only: Callable[[Path], Path]) -> list[Path]:
 
 def _copy_rank(tmp_path: Path, level: str = "level1", rank: int = 0) -> Path:
     source = ASCEND / level / f"rank{rank}_ascend_pt"
-    if not source.is_dir():
-        pytest.skip(f"{source} is not available")
+    require(source)
     target = tmp_path / source.name
     shutil.copytree(source, target)
     for path in target.rglob("*"):

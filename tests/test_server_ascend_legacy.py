@@ -18,7 +18,7 @@ from _ui import (
     fmt_percent,
     own_server_browser,  # noqa: F401 - fixture
 )
-from conftest import DATA
+from shared_data import DATA, require
 
 LEGACY = Path(__file__).parent / "fixtures" / "mindinsight_legacy"
 LEGACY_RUN, CLUSTER_RUN, ASCEND_RUN = "old_run/profiler", "old_cluster", "ascend_job"
@@ -27,8 +27,7 @@ LEGACY_RUN, CLUSTER_RUN, ASCEND_RUN = "old_run/profiler", "old_cluster", "ascend
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     level0 = DATA / "ascend_pt" / "level0"
-    if not level0.is_dir():
-        pytest.skip(f"real Ascend data {level0} is not available (../shared/data is outside the repo)")
+    require(level0)
     base = tmp_path_factory.mktemp("ascend_legacy") / "base"
     shutil.copytree(level0, base / ASCEND_RUN)
     shutil.copytree(LEGACY / "single", base / "old_run")
