@@ -48,7 +48,7 @@ from numpy.typing import NDArray
 
 from perfsight import columns
 from perfsight.analysis import grouping
-from perfsight.model import NO_ID
+from perfsight.model import NO_ID, Trace, is_p2p
 
 LINK_TYPES = ("RDMA", "HCCS", "PCIE", "SDMA", "SIO")
 """Link types of "Communication Bandwidth Info", in Ascend's order (SDMA = HCCS + PCIE + SIO)."""
@@ -69,7 +69,9 @@ OP_TIME_SCHEMA = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
         pa.field("op", pa.int64(), nullable=False),  # row index into the comm table given
+        pa.field("comm_row", pa.int64(), nullable=False),  # row index into Trace.comm
         pa.field("step", pa.int32(), nullable=False),
+        pa.field("is_p2p", pa.bool_(), nullable=False),  # model.is_p2p of the collective
         pa.field("name", pa.string()),
         pa.field("group", pa.string()),
         pa.field("collective", pa.string()),
@@ -91,6 +93,7 @@ LINK_SCHEMA = pa.schema(
         pa.field("rank", pa.int32(), nullable=False),
         pa.field("op", pa.int64(), nullable=False),
         pa.field("step", pa.int32(), nullable=False),
+        pa.field("is_p2p", pa.bool_(), nullable=False),
         pa.field("link", pa.string(), nullable=False),  # one of LINK_TYPES
         pa.field("bytes", pa.int64(), nullable=False),
         pa.field("transit_ns", pa.int64(), nullable=False),
@@ -105,8 +108,9 @@ LINK_SCHEMA = pa.schema(
 SIZE_SCHEMA = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
-        pa.field("op", pa.int64(), nullable=False),
+        pa.field("op", pa.int64(), nullable=False),  # NO_ID in step totals
         pa.field("step", pa.int32(), nullable=False),
+        pa.field("is_p2p", pa.bool_(), nullable=False),
         pa.field("link", pa.string(), nullable=False),  # RDMA, HCCS, PCIE or SIO (SDMA has none)
         pa.field("packet_bytes", pa.int64(), nullable=False),
         pa.field("count", pa.int64(), nullable=False),
@@ -119,6 +123,7 @@ STEP_TIME_SCHEMA = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
         pa.field("step", pa.int32(), nullable=False),
+        pa.field("is_p2p", pa.bool_(), nullable=False),
         pa.field("elapse_ns", pa.int64(), nullable=False),
         pa.field("transit_ns", pa.int64(), nullable=False),
         pa.field("wait_ns", pa.int64(), nullable=False),
@@ -128,7 +133,7 @@ STEP_TIME_SCHEMA = pa.schema(
         pa.field("synchronization_ratio", pa.float64(), nullable=False),
     ]
 )
-"""Columns of :func:`step_times`: Ascend's "Total Op Info" time part, per step."""
+"""Columns of :func:`step_times`: Ascend's "Total Op Info" time part, per step and kind (p2p or not)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,11 +231,11 @@ class _Tasks:
         return self.plane == main[self.op]
 
     def rdma_transfers(
-        self, rows: NDArray[np.int64], send_recv: NDArray[np.bool_]
+        self, rows: NDArray[np.int64], p2p: NDArray[np.bool_]
     ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Among ``rows`` (ordered, one op's lane after another): (first task, last task) of each
         RDMA transfer -- an RDMA task followed by ``RDMASend`` then ``Notify_Wait`` on the same op
-        and plane, ``n`` tasks long (3 for send/receive ops, 5 otherwise), greedily from the left."""
+        and plane, ``n`` tasks long (3 for point-to-point ops, 5 otherwise), greedily from the left."""
         if rows.size < 3:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         ttype = self.type.take(pa.array(rows))
@@ -238,7 +243,7 @@ class _Tasks:
         send = columns.numpy(pc.equal(ttype, RDMA_SEND), null=False)
         wait = columns.numpy(pc.equal(ttype, NOTIFY_WAIT), null=False)
         lane = self.op[rows] * (1 << 20) + self.plane[rows]
-        length = np.where(send_recv[self.op[rows]], 3, 5)
+        length = np.where(p2p[self.op[rows]], 3, 5)
         i = np.arange(rows.size - 2)
         last = i + length[i] - 1
         inside = last < rows.size
@@ -255,11 +260,9 @@ class _Tasks:
         return f, last[f] if f.size else f
 
 
-def _send_recv(comm: pa.Table) -> NDArray[np.bool_]:
-    name = pc.utf8_lower(pc.fill_null(_text(comm, "name"), ""))
-    coll = pc.fill_null(_text(comm, "collective"), "")
-    by_name = columns.numpy(pc.match_substring_regex(name, "send|receive|recv"), null=False)
-    return by_name | _is(coll, ("send", "recv"))
+def _p2p(comm: pa.Table) -> NDArray[np.bool_]:
+    """Point-to-point ops of ``comm`` (the model's one definition, :func:`perfsight.model.is_p2p`)."""
+    return columns.numpy(is_p2p(comm.column("collective")), null=False)
 
 
 def _op_columns(comm: pa.Table) -> dict[str, pa.Array]:
@@ -268,6 +271,7 @@ def _op_columns(comm: pa.Table) -> dict[str, pa.Array]:
         "rank": pa.array(columns.int64(comm.column("rank")).astype(np.int32) if n else [], pa.int32()),
         "op": pa.array(np.arange(n, dtype=np.int64), pa.int64()),
         "step": pa.array(columns.int64(comm.column("step"), NO_ID).astype(np.int32) if n else [], pa.int32()),
+        "is_p2p": pa.array(_p2p(comm) if n else np.zeros(0, bool), pa.bool_()),
     }
 
 
@@ -298,7 +302,7 @@ def op_times(comm: pa.Table, tasks: pa.Table | None = None, arrivals: pa.Table |
     if t.n:
         np.minimum.at(first_start, t.op, t.start)
         main = np.flatnonzero(t.main_plane_mask(n))
-        f, last = t.rdma_transfers(main, _send_recv(comm))
+        f, last = t.rdma_transfers(main, _p2p(comm))
         in_rdma = _in_ranges(main.size, f, last)
         rows = main
         sdma_transit = (
@@ -337,7 +341,9 @@ def op_times(comm: pa.Table, tasks: pa.Table | None = None, arrivals: pa.Table |
         [
             by_name["rank"],
             by_name["op"],
+            by_name["op"],
             by_name["step"],
+            by_name["is_p2p"],
             _text(comm, "name"),
             _text(comm, "group"),
             _text(comm, "collective"),
@@ -367,7 +373,7 @@ def _packets(comm: pa.Table, tasks: pa.Table | None) -> tuple[NDArray[np.int64],
     if t.n == 0:
         return empty, empty, empty, empty
     rows = np.arange(t.n)
-    f, last = t.rdma_transfers(rows, _send_recv(comm))
+    f, last = t.rdma_transfers(rows, _p2p(comm))
     in_rdma = _in_ranges(t.n, f, last)
     sdma = (
         columns.numpy(pc.equal(t.transport, "SDMA"), null=False)
@@ -418,6 +424,7 @@ def link_bandwidth(comm: pa.Table, tasks: pa.Table | None = None) -> pa.Table:
             pa.array(np.repeat(columns.int64(base["rank"]), k).astype(np.int32), pa.int32()),
             pa.array(np.repeat(np.arange(n, dtype=np.int64), k), pa.int64()),
             pa.array(np.repeat(columns.int64(base["step"]), k).astype(np.int32), pa.int32()),
+            pa.array(np.repeat(columns.numpy(base["is_p2p"]), k), pa.bool_()),
             pa.array(np.tile(np.array(LINK_TYPES, dtype=object), n).astype(str), pa.string()),
             pa.array(nbytes.reshape(-1), pa.int64()),
             pa.array(ns.reshape(-1), pa.int64()),
@@ -452,6 +459,7 @@ def size_distribution(comm: pa.Table, tasks: pa.Table | None = None) -> pa.Table
             pa.array(ranks[unique[:, 0]].astype(np.int32), pa.int32()),
             pa.array(unique[:, 0], pa.int64()),
             pa.array(steps[unique[:, 0]].astype(np.int32), pa.int32()),
+            pa.array(_p2p(comm)[unique[:, 0]], pa.bool_()),
             pa.array(np.array(LINK_TYPES, dtype=object)[unique[:, 1]].astype(str), pa.string()),
             pa.array(unique[:, 2], pa.int64()),
             pa.array(count, pa.int64()),
@@ -462,10 +470,12 @@ def size_distribution(comm: pa.Table, tasks: pa.Table | None = None) -> pa.Table
 
 
 def step_times(times: pa.Table) -> pa.Table:
-    """Sum of :func:`op_times` per rank and step, ratios recomputed from the sums ("Total Op Info")."""
+    """Sum of :func:`op_times` per rank, step and kind (``is_p2p``), ratios recomputed from the
+    sums: the time part of Ascend's "Total Op Info", which sums a step's collectives and its
+    point-to-point ops apart.  Rows ordered by rank, step, collectives before p2p."""
     if times.num_rows == 0:
         return STEP_TIME_SCHEMA.empty_table()
-    keys = ["rank", "step"]
+    keys = ["rank", "step", "is_p2p"]
     sums = ["elapse_ns", "transit_ns", "wait_ns", "synchronization_ns", "idle_ns"]
     grouped = grouping.aggregate(times, keys, [(c, "sum") for c in sums])
     grouped = grouped.sort_by([(k, "ascending") for k in keys])
@@ -474,6 +484,7 @@ def step_times(times: pa.Table) -> pa.Table:
         [
             grouped.column("rank").cast(pa.int32()),
             grouped.column("step").cast(pa.int32()),
+            grouped.column("is_p2p").cast(pa.bool_()),
             *[pa.array(total[c], pa.int64()) for c in sums],
             pa.array(_ratio(total["wait_ns"], total["transit_ns"]), pa.float64()),
             pa.array(_ratio(total["synchronization_ns"], total["transit_ns"]), pa.float64()),
@@ -483,16 +494,18 @@ def step_times(times: pa.Table) -> pa.Table:
 
 
 def step_links(links: pa.Table) -> pa.Table:
-    """Sum of :func:`link_bandwidth` per rank, step and link; bandwidth and ratio from the sums.
+    """Sum of :func:`link_bandwidth` per rank, step, kind (``is_p2p``) and link; bandwidth and
+    ratio from the sums (the link part of "Total Op Info").
 
-    ``op`` is ``NO_ID`` in the result.  SDMA is re-derived from HCCS + PCIE + SIO as for one op.
+    ``op`` is ``NO_ID`` in the result; rows ordered by rank, step, collectives before p2p, then
+    links in the order of ``links``.  SDMA sums HCCS + PCIE + SIO, as for one op.
     """
     if links.num_rows == 0:
         return LINK_SCHEMA.empty_table()
-    keys = ["rank", "step", "link"]
+    keys = ["rank", "step", "is_p2p", "link"]
     sums = ["bytes", "transit_ns", "packets", "large_packets"]
     grouped = grouping.aggregate(links, keys, [(c, "sum") for c in sums])
-    grouped = grouped.sort_by([("rank", "ascending"), ("step", "ascending")])
+    grouped = grouped.sort_by([("rank", "ascending"), ("step", "ascending"), ("is_p2p", "ascending")])
     nbytes, ns, packets, large = (columns.int64(grouped.column(f"{c}_sum")) for c in sums)
     is_sdma = columns.numpy(pc.equal(grouped.column("link"), "SDMA"), null=False)
     bandwidth, ratio = _link_rates(nbytes, ns, packets, large, is_sdma)
@@ -501,6 +514,7 @@ def step_links(links: pa.Table) -> pa.Table:
             grouped.column("rank").cast(pa.int32()),
             pa.array(np.full(grouped.num_rows, NO_ID), pa.int64()),
             grouped.column("step").cast(pa.int32()),
+            grouped.column("is_p2p").cast(pa.bool_()),
             grouped.column("link").cast(pa.string()),
             pa.array(nbytes, pa.int64()),
             pa.array(ns, pa.int64()),
@@ -513,6 +527,15 @@ def step_links(links: pa.Table) -> pa.Table:
     )
 
 
+def primary_rows(comm: pa.Table) -> NDArray[np.int64]:
+    """Row indices of the ``comm`` rows that stand for the rank's op instances (see
+    :func:`primary_ops`), ascending."""
+    if comm.num_rows == 0:
+        return np.zeros(0, np.int64)
+    device = columns.numpy(comm.column("is_device"), null=False)
+    return np.flatnonzero(device) if device.any() else np.arange(comm.num_rows, dtype=np.int64)
+
+
 def primary_ops(comm: pa.Table, tasks: pa.Table | None = None) -> tuple[pa.Table, pa.Table | None]:
     """The rows of ``comm`` that stand for the rank's op instances, with ``tasks`` re-indexed to them.
 
@@ -522,8 +545,7 @@ def primary_ops(comm: pa.Table, tasks: pa.Table | None = None) -> tuple[pa.Table
     """
     if comm.num_rows == 0:
         return comm, tasks
-    device = columns.numpy(comm.column("is_device"), null=False)
-    keep = np.flatnonzero(device) if device.any() else np.arange(comm.num_rows)
+    keep = primary_rows(comm)
     if keep.size == comm.num_rows:
         return comm, tasks
     new_index = np.full(comm.num_rows, NO_ID, dtype=np.int64)
@@ -533,3 +555,95 @@ def primary_ops(comm: pa.Table, tasks: pa.Table | None = None) -> tuple[pa.Table
         mapped = np.where((op >= 0) & (op < comm.num_rows), new_index[np.clip(op, 0, None)], NO_ID)
         tasks = tasks.set_column(tasks.schema.get_field_index("op"), "op", pa.array(mapped, pa.int64()))
     return comm.take(pa.array(keep, pa.int64())), tasks
+
+
+def step_sizes(sizes: pa.Table) -> pa.Table:
+    """Packets of :func:`size_distribution` summed per rank, step, kind (``is_p2p``), link and
+    exact size: the "Size Distribution" of "Total Op Info".
+
+    ``op`` is ``NO_ID``.  Rows ordered by rank, step, collectives before p2p, link (in
+    :data:`LINK_TYPES` order), then by where the size first appears in ``sizes`` (op by op, each
+    op's sizes ascending) -- the order Ascend lists them in.
+    """
+    if sizes.num_rows == 0:
+        return SIZE_SCHEMA.empty_table()
+    keys = ["rank", "step", "is_p2p", "link", "packet_bytes"]
+    grouped = grouping.aggregate(sizes, keys, [("count", "sum"), ("transit_ns", "sum")])
+    link = columns.int64(pc.index_in(grouped.column("link"), pa.array(LINK_TYPES)), len(LINK_TYPES))
+    order = np.lexsort(
+        (
+            np.arange(grouped.num_rows),  # first appearance: aggregate keeps it
+            link,
+            columns.numpy(grouped.column("is_p2p"), null=False),
+            columns.int64(grouped.column("step")),
+            columns.int64(grouped.column("rank")),
+        )
+    )
+    grouped = grouped.take(pa.array(order, pa.int64()))
+    return pa.Table.from_arrays(
+        [
+            grouped.column("rank").cast(pa.int32()),
+            pa.array(np.full(grouped.num_rows, NO_ID), pa.int64()),
+            grouped.column("step").cast(pa.int32()),
+            grouped.column("is_p2p").cast(pa.bool_()),
+            grouped.column("link").cast(pa.string()),
+            grouped.column("packet_bytes").cast(pa.int64()),
+            grouped.column("count_sum").cast(pa.int64()),
+            grouped.column("transit_ns_sum").cast(pa.int64()),
+        ],
+        schema=SIZE_SCHEMA,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the rank's tables (registered in perfsight.pipeline.ANALYSES, cached, returned by perfsight.load)
+
+
+def communication_ops(trace: Trace) -> pa.Table:
+    """:func:`op_times` of the rank's op instances (:func:`primary_ops`), one row per op.
+
+    ``comm_row`` is the op's row in ``trace.comm``; ``name`` is the op's recorded name, else its
+    slice's name (a Kineto NCCL kernel), null without either.  ``op`` (0, 1, ...) is what
+    :func:`communication_links` and :func:`communication_sizes` refer to.
+    """
+    rows = primary_rows(trace.comm)
+    comm, tasks = primary_ops(trace.comm, trace.comm_tasks)
+    times = op_times(comm, tasks)
+    if times.num_rows == 0:
+        return times
+    names = times.column("name")
+    missing = columns.numpy(pc.equal(pc.fill_null(names, ""), ""), null=True)
+    slice_rows = columns.int64(comm.column("slice"), NO_ID)
+    usable = missing & (slice_rows >= 0) & (slice_rows < trace.slices.num_rows)
+    if usable.any():
+        taken = trace.slices.column("name").take(pa.array(np.where(usable, slice_rows, 0), pa.int64()))
+        names = pc.if_else(pa.array(usable), columns.combined(taken).cast(pa.string()), names)
+    times = times.set_column(times.schema.get_field_index("name"), "name", names)
+    row = times.schema.get_field_index("comm_row")
+    return times.set_column(row, "comm_row", pa.array(rows, pa.int64()))
+
+
+def communication_links(trace: Trace) -> pa.Table:
+    """:func:`link_bandwidth` of the rank's op instances (``op`` as in :func:`communication_ops`)."""
+    return link_bandwidth(*primary_ops(trace.comm, trace.comm_tasks))
+
+
+def communication_sizes(trace: Trace) -> pa.Table:
+    """:func:`size_distribution` of the rank's op instances (``op`` as in :func:`communication_ops`)."""
+    return size_distribution(*primary_ops(trace.comm, trace.comm_tasks))
+
+
+def communication_tables(trace: Trace) -> dict[str, pa.Table]:
+    """Every communication table of one rank by its name in ``perfsight.pipeline.ANALYSES``: what
+    ``communication.json`` is formatted from."""
+    ops = communication_ops(trace)
+    links = communication_links(trace)
+    sizes = communication_sizes(trace)
+    return {
+        "communication_ops": ops,
+        "communication_links": links,
+        "communication_sizes": sizes,
+        "communication_steps": step_times(ops),
+        "communication_step_links": step_links(links),
+        "communication_step_sizes": step_sizes(sizes),
+    }
