@@ -130,3 +130,26 @@ def test_the_db_export_holds_the_communication_tables(tmp_path: Path) -> None:
             strict=True,
         )
     )
+
+
+def test_the_job_per_op_table_splits_an_ascend_op_by_its_tasks_as_the_vendor_does() -> None:
+    """cluster_communication_ops.csv and communication.json share one definition: an op whose rank
+    recorded HCCL's tasks is split by them (not by when the last rank arrived)."""
+    from perfsight.cluster.job import analyse_job
+
+    result = analyse_job(_need(LEVEL1), executor="serial", per_rank_outputs=False)
+    ops = result.matched.ops
+    assert len(ops) == 8 and set(ops["basis"]) == {"tasks"}
+    for rank in (0, 1):
+        vendor = LEVEL1 / f"rank{rank}_ascend_pt/ASCEND_PROFILER_OUTPUT/communication.json"
+        golden = [
+            info["Communication Time Info"]
+            for step in json.loads(vendor.read_text()).values()
+            for name, info in step["collective"].items()
+            if name != "Total Op Info"
+        ]
+        mine = ops.loc[ops["rank"] == rank].sort_values("start_ns")
+        assert len(mine) == len(golden)
+        for want, (_, row) in zip(golden, mine.iterrows(), strict=True):
+            for field, column in TIMES.items():  # 2 ns: Ascend keeps fractions of a nanosecond
+                assert abs(row[column] / 1e6 - want[field]) <= 2e-6, (rank, field, row[column], want[field])

@@ -62,6 +62,11 @@ LARGE_PACKET_BYTES = {"RDMA": 500_000, "HCCS": 32_000_000, "PCIE": 32_000_000, "
 SDMA_TRANSIT_TASKS = ("Memcpy", "Reduce_Inline")
 """SDMA tasks that move data (others only notify)."""
 
+UNKNOWN_TASK_TYPES = ("", "N/A")
+"""Task types that say nothing: a level0 db export lists every HCCL task with type, transport and
+link ``N/A``.  Such tasks are ignored, so their op is split as an op without tasks is (its basis is
+not ``tasks``) rather than read as all idle."""
+
 NOTIFY_WAIT = "Notify_Wait"
 RDMA_SEND = "RDMASend"
 
@@ -185,14 +190,16 @@ def _in_ranges(size: int, first: NDArray[np.int64], last: NDArray[np.int64]) -> 
 
 
 class _Tasks:
-    """One rank's tasks that belong to an op of ``comm``, ordered by op, plane, start."""
+    """One rank's tasks that belong to an op of ``comm`` and say what they are (a task type other
+    than :data:`UNKNOWN_TASK_TYPES`), ordered by op, plane, start."""
 
     def __init__(self, comm: pa.Table, tasks: pa.Table | None) -> None:
         n_ops = comm.num_rows
         if tasks is None or tasks.num_rows == 0:
             tasks = pa.table({"op": pa.array([], pa.int64())})
         op = columns.int64(tasks.column("op"), NO_ID) if tasks.num_rows else np.zeros(0, np.int64)
-        keep = np.flatnonzero((op >= 0) & (op < n_ops))
+        known = ~_is(pc.fill_null(_text(tasks, "task_type"), ""), UNKNOWN_TASK_TYPES)
+        keep = np.flatnonzero((op >= 0) & (op < n_ops) & known)
         if tasks.num_rows:
             plane = columns.int64(tasks.column("plane"), NO_ID)
             start = columns.int64(tasks.column("start_ns"), 0)
