@@ -153,3 +153,20 @@ def test_the_job_per_op_table_splits_an_ascend_op_by_its_tasks_as_the_vendor_doe
         for want, (_, row) in zip(golden, mine.iterrows(), strict=True):
             for field, column in TIMES.items():  # 2 ns: Ascend keeps fractions of a nanosecond
                 assert abs(row[column] / 1e6 - want[field]) <= 2e-6, (rank, field, row[column], want[field])
+
+
+def test_send_recv_exchanges_of_a_job_are_point_to_point_and_not_collectives_for_lateness() -> None:
+    """The model's one ``is_p2p`` holds across the job: NCCL ``SendRecv`` kernels are matched (by
+    order, having no single direction) but never count as collectives for slow-rank lateness."""
+    from perfsight.cluster.job import analyse_job
+
+    job = _need(DATA / "kineto" / "two_ranks_ws128")
+    result = analyse_job(job, executor="serial", per_rank_outputs=False)
+    ops, instances = result.matched.ops, result.matched.instances
+    exchanges = ops.loc[ops["collective"] == "send_recv"]
+    assert len(exchanges) == 20 and exchanges["is_p2p"].all()
+    assert instances.loc[instances["collective"] == "send_recv", "is_p2p"].all()
+    collectives = instances.loc[instances["complete"] & ~instances["is_p2p"]]
+    assert set(collectives["collective"]) == {"all_to_all", "all_reduce", "all_gather"}
+    lateness = result.slow_ranks.table.set_index("rank")["instances"]
+    assert lateness.to_dict() == {0: len(collectives), 1: len(collectives)}
