@@ -34,9 +34,14 @@ traffic), RDMA transfers as RDMA; ``SDMA`` is HCCS + PCIE + SIO.
 ``large_packet_ratio`` is the share of packets larger than 32 MB (HCCS, PCIE,
 SIO) or 0.5 MB (RDMA), MB = 10^6 bytes.
 
-Everything is vectorised (NumPy over tasks, grouped by op); the only loop is the
-greedy pairing of RDMA transfer candidates, over candidates, not tasks.  This
-module must not read files, match ranks, or convert to ms/MB (export does).
+Point-to-point ops (``perfsight.model.is_p2p``) are summed apart from collectives in the step
+totals, as Ascend's "Total Op Info" is written per kind.  The task structure (main plane, RDMA
+transfers) comes from :mod:`perfsight.analysis.hccl_tasks`.  The ``communication_*`` functions at
+the end are the rank's registered tables (``perfsight.pipeline.ANALYSES``): cached, returned by
+``perfsight.load``, formatted by ``perfsight.export.communication_json``.
+
+Everything is vectorised (NumPy over tasks, grouped by op).  This module must not read files,
+match ranks, or convert to ms/MB (export does).
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from perfsight import columns
-from perfsight.analysis import grouping
+from perfsight.analysis import grouping, hccl_tasks
 from perfsight.model import NO_ID, Trace, is_p2p
 
 LINK_TYPES = ("RDMA", "HCCS", "PCIE", "SDMA", "SIO")
@@ -58,17 +63,6 @@ SDMA_LINKS = ("HCCS", "PCIE", "SIO")
 
 LARGE_PACKET_BYTES = {"RDMA": 500_000, "HCCS": 32_000_000, "PCIE": 32_000_000, "SIO": 32_000_000}
 """A packet larger than this is "large" (Ascend's message-size thresholds: 0.5 MB RDMA, 32 MB others)."""
-
-SDMA_TRANSIT_TASKS = ("Memcpy", "Reduce_Inline")
-"""SDMA tasks that move data (others only notify)."""
-
-UNKNOWN_TASK_TYPES = ("", "N/A")
-"""Task types that say nothing: a level0 db export lists every HCCL task with type, transport and
-link ``N/A``.  Such tasks are ignored, so their op is split as an op without tasks is (its basis is
-not ``tasks``) rather than read as all idle."""
-
-NOTIFY_WAIT = "Notify_Wait"
-RDMA_SEND = "RDMASend"
 
 OP_TIME_SCHEMA = pa.schema(
     [
@@ -145,16 +139,6 @@ STEP_TIME_SCHEMA = pa.schema(
 # helpers
 
 
-def _text(table: pa.Table, name: str) -> pa.Array:
-    if name not in table.column_names:
-        return pa.nulls(table.num_rows, pa.string())
-    return columns.combined(table.column(name)).cast(pa.string())
-
-
-def _is(values: pa.Array, options: tuple[str, ...]) -> NDArray[np.bool_]:
-    return columns.numpy(pc.is_in(values, value_set=pa.array(options, pa.string())), null=False)
-
-
 def _ratio(part: NDArray[np.int64], other: NDArray[np.int64]) -> NDArray[np.float64]:
     denominator = (part + other).astype(np.float64)
     return np.divide(part, denominator, out=np.zeros(part.size), where=denominator > 0)
@@ -178,93 +162,6 @@ def _link_rates(
     bandwidth = np.divide(nbytes, ns, out=np.zeros(nbytes.shape), where=ns > 0)
     ratio = np.divide(large, packets, out=np.zeros(nbytes.shape), where=(packets > 0) & ~is_sdma)
     return bandwidth, ratio
-
-
-def _in_ranges(size: int, first: NDArray[np.int64], last: NDArray[np.int64]) -> NDArray[np.bool_]:
-    """Which of ``size`` positions lie in one of the ranges ``first[i]..last[i]`` (inclusive): the
-    tasks an RDMA transfer consumed, which count as part of that transfer and not on their own."""
-    covered = np.zeros(size + 1, dtype=np.int64)
-    np.add.at(covered, first, 1)
-    np.add.at(covered, last + 1, -1)
-    return np.cumsum(covered[:-1]) > 0
-
-
-class _Tasks:
-    """One rank's tasks that belong to an op of ``comm`` and say what they are (a task type other
-    than :data:`UNKNOWN_TASK_TYPES`), ordered by op, plane, start."""
-
-    def __init__(self, comm: pa.Table, tasks: pa.Table | None) -> None:
-        n_ops = comm.num_rows
-        if tasks is None or tasks.num_rows == 0:
-            tasks = pa.table({"op": pa.array([], pa.int64())})
-        op = columns.int64(tasks.column("op"), NO_ID) if tasks.num_rows else np.zeros(0, np.int64)
-        known = ~_is(pc.fill_null(_text(tasks, "task_type"), ""), UNKNOWN_TASK_TYPES)
-        keep = np.flatnonzero((op >= 0) & (op < n_ops) & known)
-        if tasks.num_rows:
-            plane = columns.int64(tasks.column("plane"), NO_ID)
-            start = columns.int64(tasks.column("start_ns"), 0)
-            order = keep[np.lexsort((start[keep], plane[keep], op[keep]))]
-            tasks = tasks.take(pa.array(order, pa.int64()))
-        else:
-            order = keep
-        self.n = order.size
-        self.op = op[order] if self.n else np.zeros(0, np.int64)
-        if self.n:
-            self.plane = columns.int64(tasks.column("plane"), NO_ID)
-            self.start = columns.int64(tasks.column("start_ns"), 0)
-            self.dur = np.maximum(columns.int64(tasks.column("dur_ns"), 0), 0)
-            self.bytes = columns.int64(tasks.column("bytes"), 0)
-            self.type = _text(tasks, "task_type")
-            self.transport = _text(tasks, "transport")
-            link = pc.replace_substring(pc.fill_null(_text(tasks, "link"), ""), "HCCS_SW", "HCCS")
-            self.link = columns.combined(link)
-        self.has = np.zeros(n_ops, dtype=bool)
-        self.has[self.op] = True
-
-    def main_plane_mask(self, n_ops: int) -> NDArray[np.bool_]:
-        """Tasks on their op's main plane: the only plane; else 0 if plane 0 has RDMA, else 1."""
-        if self.n == 0:
-            return np.zeros(0, dtype=bool)
-        valid = self.plane != NO_ID
-        pair = np.unique(np.stack([self.op[valid], self.plane[valid]], axis=1), axis=0)
-        planes = np.bincount(pair[:, 0], minlength=n_ops) if pair.size else np.zeros(n_ops, np.int64)
-        only = np.full(n_ops, NO_ID, dtype=np.int64)
-        if pair.size:
-            only[pair[:, 0]] = pair[:, 1]  # meaningful where planes == 1
-        rdma0 = np.zeros(n_ops, dtype=bool)
-        is_rdma = columns.numpy(pc.equal(self.transport, "RDMA"), null=False)
-        rdma0[self.op[is_rdma & (self.plane == 0)]] = True
-        main = np.where(planes == 1, only, np.where(rdma0, 0, 1))
-        return self.plane == main[self.op]
-
-    def rdma_transfers(
-        self, rows: NDArray[np.int64], p2p: NDArray[np.bool_]
-    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-        """Among ``rows`` (ordered, one op's lane after another): (first task, last task) of each
-        RDMA transfer -- an RDMA task followed by ``RDMASend`` then ``Notify_Wait`` on the same op
-        and plane, ``n`` tasks long (3 for point-to-point ops, 5 otherwise), greedily from the left."""
-        if rows.size < 3:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        ttype = self.type.take(pa.array(rows))
-        rdma = columns.numpy(pc.equal(self.transport.take(pa.array(rows)), "RDMA"), null=False)
-        send = columns.numpy(pc.equal(ttype, RDMA_SEND), null=False)
-        wait = columns.numpy(pc.equal(ttype, NOTIFY_WAIT), null=False)
-        lane = self.op[rows] * (1 << 20) + self.plane[rows]
-        length = np.where(p2p[self.op[rows]], 3, 5)
-        i = np.arange(rows.size - 2)
-        last = i + length[i] - 1
-        inside = last < rows.size
-        same = np.zeros(i.size, dtype=bool)
-        same[inside] = lane[last[inside]] == lane[i[inside]]
-        candidates = np.flatnonzero(rdma[i] & send[i + 1] & wait[i + 2] & same)
-        first: list[int] = []
-        blocked_until = -1
-        for c in candidates.tolist():  # greedy: a transfer consumes its tasks
-            if c > blocked_until:
-                first.append(c)
-                blocked_until = int(last[c])
-        f = np.asarray(first, dtype=np.int64)
-        return f, last[f] if f.size else f
 
 
 def _p2p(comm: pa.Table) -> NDArray[np.bool_]:
@@ -299,7 +196,7 @@ def op_times(comm: pa.Table, tasks: pa.Table | None = None, arrivals: pa.Table |
     n = comm.num_rows
     if n == 0:
         return OP_TIME_SCHEMA.empty_table()
-    t = _Tasks(comm, tasks)
+    t = hccl_tasks.OpTasks(comm, tasks)
     start = columns.int64(comm.column("start_ns"), 0)
     elapse = np.maximum(columns.int64(comm.column("dur_ns"), 0), 0)
     transit = np.zeros(n, dtype=np.int64)
@@ -310,15 +207,16 @@ def op_times(comm: pa.Table, tasks: pa.Table | None = None, arrivals: pa.Table |
         np.minimum.at(first_start, t.op, t.start)
         main = np.flatnonzero(t.main_plane_mask(n))
         f, last = t.rdma_transfers(main, _p2p(comm))
-        in_rdma = _in_ranges(main.size, f, last)
+        in_rdma = hccl_tasks.in_ranges(main.size, f, last)
         rows = main
         sdma_transit = (
             columns.numpy(pc.equal(t.transport.take(pa.array(rows)), "SDMA"), null=False)
-            & _is(t.type.take(pa.array(rows)), SDMA_TRANSIT_TASKS)
+            & hccl_tasks.is_one_of(t.type.take(pa.array(rows)), hccl_tasks.SDMA_TRANSIT_TASKS)
             & ~columns.numpy(pc.equal(t.link.take(pa.array(rows)), "ON_CHIP"), null=False)
             & ~in_rdma
         )
-        is_wait = columns.numpy(pc.equal(t.type.take(pa.array(rows)), NOTIFY_WAIT), null=False) & ~in_rdma
+        row_types = t.type.take(pa.array(rows))
+        is_wait = columns.numpy(pc.equal(row_types, hccl_tasks.NOTIFY_WAIT), null=False) & ~in_rdma
         op_of = t.op[rows]
         rdma_ns = t.start[rows[last]] + t.dur[rows[last]] - t.start[rows[f]] if f.size else f
         transit += _sum_by(op_of[sdma_transit], t.dur[rows][sdma_transit], n)
@@ -351,9 +249,9 @@ def op_times(comm: pa.Table, tasks: pa.Table | None = None, arrivals: pa.Table |
             by_name["op"],
             by_name["step"],
             by_name["is_p2p"],
-            _text(comm, "name"),
-            _text(comm, "group"),
-            _text(comm, "collective"),
+            hccl_tasks.text(comm, "name"),
+            hccl_tasks.text(comm, "group"),
+            hccl_tasks.text(comm, "collective"),
             pa.array(first_start, pa.int64()),
             pa.array(elapse, pa.int64()),
             pa.array(transit, pa.int64()),
@@ -375,17 +273,17 @@ def _packets(comm: pa.Table, tasks: pa.Table | None) -> tuple[NDArray[np.int64],
     count as one RDMA packet of their first task's size.
     """
     n = comm.num_rows
-    t = _Tasks(comm, tasks)
+    t = hccl_tasks.OpTasks(comm, tasks)
     empty = np.zeros(0, dtype=np.int64)
     if t.n == 0:
         return empty, empty, empty, empty
     rows = np.arange(t.n)
     f, last = t.rdma_transfers(rows, _p2p(comm))
-    in_rdma = _in_ranges(t.n, f, last)
+    in_rdma = hccl_tasks.in_ranges(t.n, f, last)
     sdma = (
         columns.numpy(pc.equal(t.transport, "SDMA"), null=False)
-        & _is(t.type, SDMA_TRANSIT_TASKS)
-        & _is(t.link, SDMA_LINKS)
+        & hccl_tasks.is_one_of(t.type, hccl_tasks.SDMA_TRANSIT_TASKS)
+        & hccl_tasks.is_one_of(t.link, SDMA_LINKS)
         & ~in_rdma
     )
     link_code = np.full(t.n, -1, dtype=np.int64)
