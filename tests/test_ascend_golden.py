@@ -19,6 +19,7 @@ from perfsight.analysis import communication as comm
 from perfsight.analysis.overlap import overlap_breakdown
 from perfsight.export.communication_json import communication_json
 from perfsight.ingest import read_trace
+from perfsight.pipeline import Options, analyse_trace
 
 ASCEND = DATA / "ascend_pt"
 RANKS = [(level, rank) for level in ("level0", "level1") for rank in (0, 1)]
@@ -132,7 +133,7 @@ def test_every_links_size_and_bandwidth_match_communication_json(rank: int) -> N
 def test_written_communication_json_has_ascends_layout_and_totals() -> None:
     out = _rank_dir("level1", 0)
     golden = json.loads((out / "communication.json").read_text())
-    mine = communication_json(comm.communication_tables(read_trace(out / "trace_view.json")))
+    mine = communication_json(analyse_trace(read_trace(out / "trace_view.json"), Options()).tables)
     assert mine.keys() == golden.keys()
     for step in golden:
         assert mine[step].keys() == golden[step].keys()

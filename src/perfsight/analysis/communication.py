@@ -536,19 +536,3 @@ def communication_links(trace: Trace) -> pa.Table:
 def communication_sizes(trace: Trace) -> pa.Table:
     """:func:`size_distribution` of the rank's op instances (``op`` as in :func:`communication_ops`)."""
     return size_distribution(*primary_ops(trace.comm, trace.comm_tasks))
-
-
-def communication_tables(trace: Trace) -> dict[str, pa.Table]:
-    """Every communication table of one rank by its name in ``perfsight.pipeline.ANALYSES``: what
-    ``communication.json`` is formatted from."""
-    ops = communication_ops(trace)
-    links = communication_links(trace)
-    sizes = communication_sizes(trace)
-    return {
-        "communication_ops": ops,
-        "communication_links": links,
-        "communication_sizes": sizes,
-        "communication_steps": step_times(ops),
-        "communication_step_links": step_links(links),
-        "communication_step_sizes": step_sizes(sizes),
-    }

@@ -145,8 +145,8 @@ def _link_codes(table: pa.Table) -> np.ndarray:
 
 def communication_json_text(tables: Mapping[str, pa.Table]) -> str:
     """The text of ``communication.json`` for one rank (see the module docstring), from its
-    communication tables (:func:`perfsight.analysis.communication.communication_tables`, the
-    ``communication_*`` tables of ``perfsight.load``)."""
+    ``communication_*`` analysis tables (``perfsight.pipeline.ANALYSES``, as ``perfsight.load``
+    returns them)."""
     ops = tables["communication_ops"]
     n = ops.num_rows
     if n == 0:
