@@ -68,7 +68,7 @@ OP_TIME_SCHEMA = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
         pa.field("op", pa.int64(), nullable=False),  # row index into the comm table given
-        pa.field("comm_row", pa.int64(), nullable=False),  # row index into Trace.comm
+        pa.field("comm_row", pa.int64(), nullable=False),  # row in Trace.comm (op_times alone: = op)
         pa.field("step", pa.int32(), nullable=False),
         pa.field("is_p2p", pa.bool_(), nullable=False),  # model.is_p2p of the collective
         pa.field("name", pa.string()),
