@@ -17,7 +17,6 @@ import enum
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 NO_ID = -1
 """Sentinel for integer ids that are absent (correlation, external id, step, stream)."""
@@ -172,6 +171,8 @@ def is_p2p(collective: pa.Array | pa.ChunkedArray) -> pa.Array:
     """Which ``collective`` values are point-to-point (:data:`P2P_COLLECTIVES`); null is not.
 
     The one definition: the analyses, the exports and the cluster matching all ask this."""
+    import pyarrow.compute as pc  # here, not at the top: the collector imports this module in training
+
     if isinstance(collective, pa.ChunkedArray):
         collective = collective.combine_chunks() if collective.num_chunks else pa.array([], pa.string())
     values = collective.cast(pa.string())
