@@ -19,7 +19,6 @@ import pyarrow.compute as pc
 import pytest
 
 from _readonly import read_only_copies
-from conftest import DATA
 from perfsight.analysis import communication as comm
 from perfsight.analysis.kernels import kernel_details
 from perfsight.analysis.op_statistic import op_statistic
@@ -27,6 +26,8 @@ from perfsight.analysis.overlap import overlap_breakdown
 from perfsight.export.communication_json import communication_json
 from perfsight.ingest import read_trace
 from perfsight.ingest.ascend import read_ascend
+from perfsight.pipeline import Options, analyse_trace
+from shared_data import DATA
 
 ASCEND = DATA / "ascend_pt"
 RANKS = [(level, rank) for level in ("level0", "level1") for rank in (0, 1)]
@@ -144,7 +145,7 @@ def test_every_links_size_and_bandwidth_match_communication_json(rank: int, read
 def test_written_communication_json_has_ascends_layout_and_totals(read_only) -> None:
     out = _rank_dir(read_only, "level1", 0)
     golden = json.loads((out / "communication.json").read_text())
-    mine = communication_json(read_trace(out / "trace_view.json"))
+    mine = communication_json(analyse_trace(read_trace(out / "trace_view.json"), Options()).tables)
     assert mine.keys() == golden.keys()
     for step in golden:
         assert mine[step].keys() == golden[step].keys()

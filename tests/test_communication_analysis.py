@@ -154,3 +154,16 @@ def test_a_real_nccl_rank_is_analysed_on_its_kernels_with_elapse_as_transit(nccl
     assert set(times.column("basis").to_pylist()) == {"elapse"}
     assert times.column("transit_ns").to_pylist() == ops.column("dur_ns").to_pylist()
     assert sum(comm.link_bandwidth(ops, tasks).column("bytes").to_pylist()) == 0  # no per-link tasks
+
+
+def test_tasks_that_do_not_say_what_they_are_leave_the_op_split_as_one_without_tasks() -> None:
+    """A level0 db export lists HCCL's tasks with type, transport and link all ``N/A``: they cannot
+    show transit or waiting, so the op keeps transit = elapse rather than being read as all idle."""
+    ops = _comm({"name": "hcom_allReduce_3", "start_ns": 0, "dur_ns": 800})
+    unknown = {"task_type": "N/A", "transport": "N/A", "link": "N/A"}
+    tasks = _tasks(
+        {**_task(0, NO_ID, "N/A", 10, 300), **unknown}, {**_task(0, NO_ID, "N/A", 400, 50), **unknown}
+    )
+    row = comm.op_times(ops, tasks).to_pylist()[0]
+    assert row["basis"] == "elapse"
+    assert (row["transit_ns"], row["wait_ns"], row["idle_ns"]) == (800, 0, 0)

@@ -11,6 +11,7 @@ import pytest
 from perfsight.analysis import communication as comm
 from perfsight.export.communication_json import communication_json_text, write_communication_json
 from perfsight.ingest import read_trace
+from perfsight.pipeline import Options, analyse_trace
 
 
 def test_each_step_lists_its_ops_with_the_last_numbers_of_a_repeated_name_and_totals_of_all(
@@ -22,7 +23,8 @@ def test_each_step_lists_its_ops_with_the_last_numbers_of_a_repeated_name_and_to
     slice_names = trace.slices.column("name").to_pylist()
     for t, row in zip(times, ops.column("slice").to_pylist(), strict=True):
         t["key"] = f"{t['name'] or slice_names[row]}@{t['group'] or ''}"  # unnamed op: its kernel's name
-    written = json.loads(write_communication_json(tmp_path / "communication.json", trace).read_text())
+    tables = analyse_trace(trace, Options()).tables
+    written = json.loads(write_communication_json(tmp_path / "communication.json", tables).read_text())
 
     by_step: dict[str, list[dict]] = {}
     for t in times:
@@ -46,5 +48,5 @@ def test_each_step_lists_its_ops_with_the_last_numbers_of_a_repeated_name_and_to
 
 
 def test_the_text_is_what_json_dumps_writes_for_the_same_content(nccl_trace_path: Path) -> None:
-    text = communication_json_text(read_trace(nccl_trace_path))
+    text = communication_json_text(analyse_trace(read_trace(nccl_trace_path), Options()).tables)
     assert text == json.dumps(json.loads(text))  # same separators, key order and float repr

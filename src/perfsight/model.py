@@ -165,6 +165,24 @@ COMM_SCHEMA = pa.schema(
 )
 """One row per communication op instance seen by a rank (host op or device kernel)."""
 
+P2P_COLLECTIVES: tuple[str, ...] = ("send", "recv", "send_recv")
+"""Values of ``COMM_SCHEMA.collective`` that are point-to-point: data between two ranks, not over a
+group.  ``send_recv`` (HCCL's ``hcom_batchSendRecv``, NCCL's ``SendRecv`` kernel of a grouped
+``batch_isend_irecv``) is point-to-point too, as Ascend's ``communication.json`` files it."""
+
+
+def is_p2p(collective: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Which ``collective`` values are point-to-point (:data:`P2P_COLLECTIVES`); null is not.
+
+    The one definition: the analyses, the exports and the cluster matching all ask this."""
+    import pyarrow.compute as pc  # here, not at the top: the collector imports this module in training
+
+    if isinstance(collective, pa.ChunkedArray):
+        collective = collective.combine_chunks() if collective.num_chunks else pa.array([], pa.string())
+    values = collective.cast(pa.string())
+    return pc.fill_null(pc.is_in(values, value_set=pa.array(P2P_COLLECTIVES, pa.string())), False)
+
+
 COMM_TASK_SCHEMA = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),

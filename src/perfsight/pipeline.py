@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from perfsight.analysis import flops, index, kernels, memory, operators, overlap, step_trace
+from perfsight.analysis import communication, flops, index, kernels, memory, operators, overlap, step_trace
 from perfsight.analysis.op_statistic import op_statistic
 from perfsight.ingest import heap
 from perfsight.model import Trace
@@ -95,6 +95,12 @@ ANALYSES: dict[str, Analysis] = {
     "memory_curve": lambda t, o, done: memory.memory_curve(t),
     "memory_peaks": lambda t, o, done: memory.memory_peaks(t, done.get("memory_curve")),
     "operator_memory": lambda t, o, done: memory.operator_memory(t),
+    "communication_ops": lambda t, o, done: communication.communication_ops(t),
+    "communication_links": lambda t, o, done: communication.communication_links(t),
+    "communication_sizes": lambda t, o, done: communication.communication_sizes(t),
+    "communication_steps": lambda t, o, done: communication.step_times(done["communication_ops"]),
+    "communication_step_links": lambda t, o, done: communication.step_links(done["communication_links"]),
+    "communication_step_sizes": lambda t, o, done: communication.step_sizes(done["communication_sizes"]),
 }
 """Every single-device analysis, in order; a table is stored under its function's name.  ``done``
 holds the tables computed before it, so an aggregate reuses the table it aggregates."""
@@ -204,7 +210,7 @@ def _write_tables(
     if "text" in options.export_types:
         mindspore_csv.write_all(out, tables)
         if result.trace.comm.num_rows:
-            write_communication_json(out / "communication.json", result.trace)
+            write_communication_json(out / "communication.json", tables)
     if "db" in options.export_types:
         db_tables = {**tables, "slices": result.trace.slices}
         sqlite_db.write_db(out / f"perfsight_{result.trace.rank}.db", db_tables)

@@ -34,9 +34,14 @@ traffic), RDMA transfers as RDMA; ``SDMA`` is HCCS + PCIE + SIO.
 ``large_packet_ratio`` is the share of packets larger than 32 MB (HCCS, PCIE,
 SIO) or 0.5 MB (RDMA), MB = 10^6 bytes.
 
-Everything is vectorised (NumPy over tasks, grouped by op); the only loop is the
-greedy pairing of RDMA transfer candidates, over candidates, not tasks.  This
-module must not read files, match ranks, or convert to ms/MB (export does).
+Point-to-point ops (``perfsight.model.is_p2p``) are summed apart from collectives in the step
+totals, as Ascend's "Total Op Info" is written per kind.  The task structure (main plane, RDMA
+transfers) comes from :mod:`perfsight.analysis.hccl_tasks`.  The ``communication_*`` functions at
+the end are the rank's registered tables (``perfsight.pipeline.ANALYSES``): cached, returned by
+``perfsight.load``, formatted by ``perfsight.export.communication_json``.
+
+Everything is vectorised (NumPy over tasks, grouped by op).  This module must not read files,
+match ranks, or convert to ms/MB (export does).
 """
 
 from __future__ import annotations
@@ -47,8 +52,8 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from perfsight import columns
-from perfsight.analysis import grouping
-from perfsight.model import NO_ID
+from perfsight.analysis import grouping, hccl_tasks
+from perfsight.model import NO_ID, Trace, is_p2p
 
 LINK_TYPES = ("RDMA", "HCCS", "PCIE", "SDMA", "SIO")
 """Link types of "Communication Bandwidth Info", in Ascend's order (SDMA = HCCS + PCIE + SIO)."""
@@ -59,17 +64,13 @@ SDMA_LINKS = ("HCCS", "PCIE", "SIO")
 LARGE_PACKET_BYTES = {"RDMA": 500_000, "HCCS": 32_000_000, "PCIE": 32_000_000, "SIO": 32_000_000}
 """A packet larger than this is "large" (Ascend's message-size thresholds: 0.5 MB RDMA, 32 MB others)."""
 
-SDMA_TRANSIT_TASKS = ("Memcpy", "Reduce_Inline")
-"""SDMA tasks that move data (others only notify)."""
-
-NOTIFY_WAIT = "Notify_Wait"
-RDMA_SEND = "RDMASend"
-
 OP_TIME_SCHEMA = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
         pa.field("op", pa.int64(), nullable=False),  # row index into the comm table given
+        pa.field("comm_row", pa.int64(), nullable=False),  # row in Trace.comm (op_times alone: = op)
         pa.field("step", pa.int32(), nullable=False),
+        pa.field("is_p2p", pa.bool_(), nullable=False),  # model.is_p2p of the collective
         pa.field("name", pa.string()),
         pa.field("group", pa.string()),
         pa.field("collective", pa.string()),
@@ -91,6 +92,7 @@ LINK_SCHEMA = pa.schema(
         pa.field("rank", pa.int32(), nullable=False),
         pa.field("op", pa.int64(), nullable=False),
         pa.field("step", pa.int32(), nullable=False),
+        pa.field("is_p2p", pa.bool_(), nullable=False),
         pa.field("link", pa.string(), nullable=False),  # one of LINK_TYPES
         pa.field("bytes", pa.int64(), nullable=False),
         pa.field("transit_ns", pa.int64(), nullable=False),
@@ -105,8 +107,9 @@ LINK_SCHEMA = pa.schema(
 SIZE_SCHEMA = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
-        pa.field("op", pa.int64(), nullable=False),
+        pa.field("op", pa.int64(), nullable=False),  # NO_ID in step totals
         pa.field("step", pa.int32(), nullable=False),
+        pa.field("is_p2p", pa.bool_(), nullable=False),
         pa.field("link", pa.string(), nullable=False),  # RDMA, HCCS, PCIE or SIO (SDMA has none)
         pa.field("packet_bytes", pa.int64(), nullable=False),
         pa.field("count", pa.int64(), nullable=False),
@@ -119,6 +122,7 @@ STEP_TIME_SCHEMA = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
         pa.field("step", pa.int32(), nullable=False),
+        pa.field("is_p2p", pa.bool_(), nullable=False),
         pa.field("elapse_ns", pa.int64(), nullable=False),
         pa.field("transit_ns", pa.int64(), nullable=False),
         pa.field("wait_ns", pa.int64(), nullable=False),
@@ -128,21 +132,11 @@ STEP_TIME_SCHEMA = pa.schema(
         pa.field("synchronization_ratio", pa.float64(), nullable=False),
     ]
 )
-"""Columns of :func:`step_times`: Ascend's "Total Op Info" time part, per step."""
+"""Columns of :func:`step_times`: Ascend's "Total Op Info" time part, per step and kind (p2p or not)."""
 
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-def _text(table: pa.Table, name: str) -> pa.Array:
-    if name not in table.column_names:
-        return pa.nulls(table.num_rows, pa.string())
-    return columns.combined(table.column(name)).cast(pa.string())
-
-
-def _is(values: pa.Array, options: tuple[str, ...]) -> NDArray[np.bool_]:
-    return columns.numpy(pc.is_in(values, value_set=pa.array(options, pa.string())), null=False)
 
 
 def _ratio(part: NDArray[np.int64], other: NDArray[np.int64]) -> NDArray[np.float64]:
@@ -170,96 +164,9 @@ def _link_rates(
     return bandwidth, ratio
 
 
-def _in_ranges(size: int, first: NDArray[np.int64], last: NDArray[np.int64]) -> NDArray[np.bool_]:
-    """Which of ``size`` positions lie in one of the ranges ``first[i]..last[i]`` (inclusive): the
-    tasks an RDMA transfer consumed, which count as part of that transfer and not on their own."""
-    covered = np.zeros(size + 1, dtype=np.int64)
-    np.add.at(covered, first, 1)
-    np.add.at(covered, last + 1, -1)
-    return np.cumsum(covered[:-1]) > 0
-
-
-class _Tasks:
-    """One rank's tasks that belong to an op of ``comm``, ordered by op, plane, start."""
-
-    def __init__(self, comm: pa.Table, tasks: pa.Table | None) -> None:
-        n_ops = comm.num_rows
-        if tasks is None or tasks.num_rows == 0:
-            tasks = pa.table({"op": pa.array([], pa.int64())})
-        op = columns.int64(tasks.column("op"), NO_ID) if tasks.num_rows else np.zeros(0, np.int64)
-        keep = np.flatnonzero((op >= 0) & (op < n_ops))
-        if tasks.num_rows:
-            plane = columns.int64(tasks.column("plane"), NO_ID)
-            start = columns.int64(tasks.column("start_ns"), 0)
-            order = keep[np.lexsort((start[keep], plane[keep], op[keep]))]
-            tasks = tasks.take(pa.array(order, pa.int64()))
-        else:
-            order = keep
-        self.n = order.size
-        self.op = op[order] if self.n else np.zeros(0, np.int64)
-        if self.n:
-            self.plane = columns.int64(tasks.column("plane"), NO_ID)
-            self.start = columns.int64(tasks.column("start_ns"), 0)
-            self.dur = np.maximum(columns.int64(tasks.column("dur_ns"), 0), 0)
-            self.bytes = columns.int64(tasks.column("bytes"), 0)
-            self.type = _text(tasks, "task_type")
-            self.transport = _text(tasks, "transport")
-            link = pc.replace_substring(pc.fill_null(_text(tasks, "link"), ""), "HCCS_SW", "HCCS")
-            self.link = columns.combined(link)
-        self.has = np.zeros(n_ops, dtype=bool)
-        self.has[self.op] = True
-
-    def main_plane_mask(self, n_ops: int) -> NDArray[np.bool_]:
-        """Tasks on their op's main plane: the only plane; else 0 if plane 0 has RDMA, else 1."""
-        if self.n == 0:
-            return np.zeros(0, dtype=bool)
-        valid = self.plane != NO_ID
-        pair = np.unique(np.stack([self.op[valid], self.plane[valid]], axis=1), axis=0)
-        planes = np.bincount(pair[:, 0], minlength=n_ops) if pair.size else np.zeros(n_ops, np.int64)
-        only = np.full(n_ops, NO_ID, dtype=np.int64)
-        if pair.size:
-            only[pair[:, 0]] = pair[:, 1]  # meaningful where planes == 1
-        rdma0 = np.zeros(n_ops, dtype=bool)
-        is_rdma = columns.numpy(pc.equal(self.transport, "RDMA"), null=False)
-        rdma0[self.op[is_rdma & (self.plane == 0)]] = True
-        main = np.where(planes == 1, only, np.where(rdma0, 0, 1))
-        return self.plane == main[self.op]
-
-    def rdma_transfers(
-        self, rows: NDArray[np.int64], send_recv: NDArray[np.bool_]
-    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-        """Among ``rows`` (ordered, one op's lane after another): (first task, last task) of each
-        RDMA transfer -- an RDMA task followed by ``RDMASend`` then ``Notify_Wait`` on the same op
-        and plane, ``n`` tasks long (3 for send/receive ops, 5 otherwise), greedily from the left."""
-        if rows.size < 3:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        ttype = self.type.take(pa.array(rows))
-        rdma = columns.numpy(pc.equal(self.transport.take(pa.array(rows)), "RDMA"), null=False)
-        send = columns.numpy(pc.equal(ttype, RDMA_SEND), null=False)
-        wait = columns.numpy(pc.equal(ttype, NOTIFY_WAIT), null=False)
-        lane = self.op[rows] * (1 << 20) + self.plane[rows]
-        length = np.where(send_recv[self.op[rows]], 3, 5)
-        i = np.arange(rows.size - 2)
-        last = i + length[i] - 1
-        inside = last < rows.size
-        same = np.zeros(i.size, dtype=bool)
-        same[inside] = lane[last[inside]] == lane[i[inside]]
-        candidates = np.flatnonzero(rdma[i] & send[i + 1] & wait[i + 2] & same)
-        first: list[int] = []
-        blocked_until = -1
-        for c in candidates.tolist():  # greedy: a transfer consumes its tasks
-            if c > blocked_until:
-                first.append(c)
-                blocked_until = int(last[c])
-        f = np.asarray(first, dtype=np.int64)
-        return f, last[f] if f.size else f
-
-
-def _send_recv(comm: pa.Table) -> NDArray[np.bool_]:
-    name = pc.utf8_lower(pc.fill_null(_text(comm, "name"), ""))
-    coll = pc.fill_null(_text(comm, "collective"), "")
-    by_name = columns.numpy(pc.match_substring_regex(name, "send|receive|recv"), null=False)
-    return by_name | _is(coll, ("send", "recv"))
+def _p2p(comm: pa.Table) -> NDArray[np.bool_]:
+    """Point-to-point ops of ``comm`` (the model's one definition, :func:`perfsight.model.is_p2p`)."""
+    return columns.numpy(is_p2p(comm.column("collective")), null=False)
 
 
 def _op_columns(comm: pa.Table) -> dict[str, pa.Array]:
@@ -268,6 +175,7 @@ def _op_columns(comm: pa.Table) -> dict[str, pa.Array]:
         "rank": pa.array(columns.int64(comm.column("rank")).astype(np.int32) if n else [], pa.int32()),
         "op": pa.array(np.arange(n, dtype=np.int64), pa.int64()),
         "step": pa.array(columns.int64(comm.column("step"), NO_ID).astype(np.int32) if n else [], pa.int32()),
+        "is_p2p": pa.array(_p2p(comm) if n else np.zeros(0, bool), pa.bool_()),
     }
 
 
@@ -288,7 +196,7 @@ def op_times(comm: pa.Table, tasks: pa.Table | None = None, arrivals: pa.Table |
     n = comm.num_rows
     if n == 0:
         return OP_TIME_SCHEMA.empty_table()
-    t = _Tasks(comm, tasks)
+    t = hccl_tasks.OpTasks(comm, tasks)
     start = columns.int64(comm.column("start_ns"), 0)
     elapse = np.maximum(columns.int64(comm.column("dur_ns"), 0), 0)
     transit = np.zeros(n, dtype=np.int64)
@@ -298,16 +206,17 @@ def op_times(comm: pa.Table, tasks: pa.Table | None = None, arrivals: pa.Table |
     if t.n:
         np.minimum.at(first_start, t.op, t.start)
         main = np.flatnonzero(t.main_plane_mask(n))
-        f, last = t.rdma_transfers(main, _send_recv(comm))
-        in_rdma = _in_ranges(main.size, f, last)
+        f, last = t.rdma_transfers(main, _p2p(comm))
+        in_rdma = hccl_tasks.in_ranges(main.size, f, last)
         rows = main
         sdma_transit = (
             columns.numpy(pc.equal(t.transport.take(pa.array(rows)), "SDMA"), null=False)
-            & _is(t.type.take(pa.array(rows)), SDMA_TRANSIT_TASKS)
+            & hccl_tasks.is_one_of(t.type.take(pa.array(rows)), hccl_tasks.SDMA_TRANSIT_TASKS)
             & ~columns.numpy(pc.equal(t.link.take(pa.array(rows)), "ON_CHIP"), null=False)
             & ~in_rdma
         )
-        is_wait = columns.numpy(pc.equal(t.type.take(pa.array(rows)), NOTIFY_WAIT), null=False) & ~in_rdma
+        row_types = t.type.take(pa.array(rows))
+        is_wait = columns.numpy(pc.equal(row_types, hccl_tasks.NOTIFY_WAIT), null=False) & ~in_rdma
         op_of = t.op[rows]
         rdma_ns = t.start[rows[last]] + t.dur[rows[last]] - t.start[rows[f]] if f.size else f
         transit += _sum_by(op_of[sdma_transit], t.dur[rows][sdma_transit], n)
@@ -337,10 +246,12 @@ def op_times(comm: pa.Table, tasks: pa.Table | None = None, arrivals: pa.Table |
         [
             by_name["rank"],
             by_name["op"],
+            by_name["op"],
             by_name["step"],
-            _text(comm, "name"),
-            _text(comm, "group"),
-            _text(comm, "collective"),
+            by_name["is_p2p"],
+            hccl_tasks.text(comm, "name"),
+            hccl_tasks.text(comm, "group"),
+            hccl_tasks.text(comm, "collective"),
             pa.array(first_start, pa.int64()),
             pa.array(elapse, pa.int64()),
             pa.array(transit, pa.int64()),
@@ -362,17 +273,17 @@ def _packets(comm: pa.Table, tasks: pa.Table | None) -> tuple[NDArray[np.int64],
     count as one RDMA packet of their first task's size.
     """
     n = comm.num_rows
-    t = _Tasks(comm, tasks)
+    t = hccl_tasks.OpTasks(comm, tasks)
     empty = np.zeros(0, dtype=np.int64)
     if t.n == 0:
         return empty, empty, empty, empty
     rows = np.arange(t.n)
-    f, last = t.rdma_transfers(rows, _send_recv(comm))
-    in_rdma = _in_ranges(t.n, f, last)
+    f, last = t.rdma_transfers(rows, _p2p(comm))
+    in_rdma = hccl_tasks.in_ranges(t.n, f, last)
     sdma = (
         columns.numpy(pc.equal(t.transport, "SDMA"), null=False)
-        & _is(t.type, SDMA_TRANSIT_TASKS)
-        & _is(t.link, SDMA_LINKS)
+        & hccl_tasks.is_one_of(t.type, hccl_tasks.SDMA_TRANSIT_TASKS)
+        & hccl_tasks.is_one_of(t.link, SDMA_LINKS)
         & ~in_rdma
     )
     link_code = np.full(t.n, -1, dtype=np.int64)
@@ -418,6 +329,7 @@ def link_bandwidth(comm: pa.Table, tasks: pa.Table | None = None) -> pa.Table:
             pa.array(np.repeat(columns.int64(base["rank"]), k).astype(np.int32), pa.int32()),
             pa.array(np.repeat(np.arange(n, dtype=np.int64), k), pa.int64()),
             pa.array(np.repeat(columns.int64(base["step"]), k).astype(np.int32), pa.int32()),
+            pa.array(np.repeat(columns.numpy(base["is_p2p"]), k), pa.bool_()),
             pa.array(np.tile(np.array(LINK_TYPES, dtype=object), n).astype(str), pa.string()),
             pa.array(nbytes.reshape(-1), pa.int64()),
             pa.array(ns.reshape(-1), pa.int64()),
@@ -452,6 +364,7 @@ def size_distribution(comm: pa.Table, tasks: pa.Table | None = None) -> pa.Table
             pa.array(ranks[unique[:, 0]].astype(np.int32), pa.int32()),
             pa.array(unique[:, 0], pa.int64()),
             pa.array(steps[unique[:, 0]].astype(np.int32), pa.int32()),
+            pa.array(_p2p(comm)[unique[:, 0]], pa.bool_()),
             pa.array(np.array(LINK_TYPES, dtype=object)[unique[:, 1]].astype(str), pa.string()),
             pa.array(unique[:, 2], pa.int64()),
             pa.array(count, pa.int64()),
@@ -462,10 +375,12 @@ def size_distribution(comm: pa.Table, tasks: pa.Table | None = None) -> pa.Table
 
 
 def step_times(times: pa.Table) -> pa.Table:
-    """Sum of :func:`op_times` per rank and step, ratios recomputed from the sums ("Total Op Info")."""
+    """Sum of :func:`op_times` per rank, step and kind (``is_p2p``), ratios recomputed from the
+    sums: the time part of Ascend's "Total Op Info", which sums a step's collectives and its
+    point-to-point ops apart.  Rows ordered by rank, step, collectives before p2p."""
     if times.num_rows == 0:
         return STEP_TIME_SCHEMA.empty_table()
-    keys = ["rank", "step"]
+    keys = ["rank", "step", "is_p2p"]
     sums = ["elapse_ns", "transit_ns", "wait_ns", "synchronization_ns", "idle_ns"]
     grouped = grouping.aggregate(times, keys, [(c, "sum") for c in sums])
     grouped = grouped.sort_by([(k, "ascending") for k in keys])
@@ -474,6 +389,7 @@ def step_times(times: pa.Table) -> pa.Table:
         [
             grouped.column("rank").cast(pa.int32()),
             grouped.column("step").cast(pa.int32()),
+            grouped.column("is_p2p").cast(pa.bool_()),
             *[pa.array(total[c], pa.int64()) for c in sums],
             pa.array(_ratio(total["wait_ns"], total["transit_ns"]), pa.float64()),
             pa.array(_ratio(total["synchronization_ns"], total["transit_ns"]), pa.float64()),
@@ -483,16 +399,18 @@ def step_times(times: pa.Table) -> pa.Table:
 
 
 def step_links(links: pa.Table) -> pa.Table:
-    """Sum of :func:`link_bandwidth` per rank, step and link; bandwidth and ratio from the sums.
+    """Sum of :func:`link_bandwidth` per rank, step, kind (``is_p2p``) and link; bandwidth and
+    ratio from the sums (the link part of "Total Op Info").
 
-    ``op`` is ``NO_ID`` in the result.  SDMA is re-derived from HCCS + PCIE + SIO as for one op.
+    ``op`` is ``NO_ID`` in the result; rows ordered by rank, step, collectives before p2p, then
+    links in the order of ``links``.  SDMA sums HCCS + PCIE + SIO, as for one op.
     """
     if links.num_rows == 0:
         return LINK_SCHEMA.empty_table()
-    keys = ["rank", "step", "link"]
+    keys = ["rank", "step", "is_p2p", "link"]
     sums = ["bytes", "transit_ns", "packets", "large_packets"]
     grouped = grouping.aggregate(links, keys, [(c, "sum") for c in sums])
-    grouped = grouped.sort_by([("rank", "ascending"), ("step", "ascending")])
+    grouped = grouped.sort_by([("rank", "ascending"), ("step", "ascending"), ("is_p2p", "ascending")])
     nbytes, ns, packets, large = (columns.int64(grouped.column(f"{c}_sum")) for c in sums)
     is_sdma = columns.numpy(pc.equal(grouped.column("link"), "SDMA"), null=False)
     bandwidth, ratio = _link_rates(nbytes, ns, packets, large, is_sdma)
@@ -501,6 +419,7 @@ def step_links(links: pa.Table) -> pa.Table:
             grouped.column("rank").cast(pa.int32()),
             pa.array(np.full(grouped.num_rows, NO_ID), pa.int64()),
             grouped.column("step").cast(pa.int32()),
+            grouped.column("is_p2p").cast(pa.bool_()),
             grouped.column("link").cast(pa.string()),
             pa.array(nbytes, pa.int64()),
             pa.array(ns, pa.int64()),
@@ -513,6 +432,15 @@ def step_links(links: pa.Table) -> pa.Table:
     )
 
 
+def primary_rows(comm: pa.Table) -> NDArray[np.int64]:
+    """Row indices of the ``comm`` rows that stand for the rank's op instances (see
+    :func:`primary_ops`), ascending."""
+    if comm.num_rows == 0:
+        return np.zeros(0, np.int64)
+    device = columns.numpy(comm.column("is_device"), null=False)
+    return np.flatnonzero(device) if device.any() else np.arange(comm.num_rows, dtype=np.int64)
+
+
 def primary_ops(comm: pa.Table, tasks: pa.Table | None = None) -> tuple[pa.Table, pa.Table | None]:
     """The rows of ``comm`` that stand for the rank's op instances, with ``tasks`` re-indexed to them.
 
@@ -522,8 +450,7 @@ def primary_ops(comm: pa.Table, tasks: pa.Table | None = None) -> tuple[pa.Table
     """
     if comm.num_rows == 0:
         return comm, tasks
-    device = columns.numpy(comm.column("is_device"), null=False)
-    keep = np.flatnonzero(device) if device.any() else np.arange(comm.num_rows)
+    keep = primary_rows(comm)
     if keep.size == comm.num_rows:
         return comm, tasks
     new_index = np.full(comm.num_rows, NO_ID, dtype=np.int64)
@@ -533,3 +460,79 @@ def primary_ops(comm: pa.Table, tasks: pa.Table | None = None) -> tuple[pa.Table
         mapped = np.where((op >= 0) & (op < comm.num_rows), new_index[np.clip(op, 0, None)], NO_ID)
         tasks = tasks.set_column(tasks.schema.get_field_index("op"), "op", pa.array(mapped, pa.int64()))
     return comm.take(pa.array(keep, pa.int64())), tasks
+
+
+def step_sizes(sizes: pa.Table) -> pa.Table:
+    """Packets of :func:`size_distribution` summed per rank, step, kind (``is_p2p``), link and
+    exact size: the "Size Distribution" of "Total Op Info".
+
+    ``op`` is ``NO_ID``.  Rows ordered by rank, step, collectives before p2p, link (in
+    :data:`LINK_TYPES` order), then by where the size first appears in ``sizes`` (op by op, each
+    op's sizes ascending) -- the order Ascend lists them in.
+    """
+    if sizes.num_rows == 0:
+        return SIZE_SCHEMA.empty_table()
+    keys = ["rank", "step", "is_p2p", "link", "packet_bytes"]
+    grouped = grouping.aggregate(sizes, keys, [("count", "sum"), ("transit_ns", "sum")])
+    link = columns.int64(pc.index_in(grouped.column("link"), pa.array(LINK_TYPES)), len(LINK_TYPES))
+    order = np.lexsort(
+        (
+            np.arange(grouped.num_rows),  # first appearance: aggregate keeps it
+            link,
+            columns.numpy(grouped.column("is_p2p"), null=False),
+            columns.int64(grouped.column("step")),
+            columns.int64(grouped.column("rank")),
+        )
+    )
+    grouped = grouped.take(pa.array(order, pa.int64()))
+    return pa.Table.from_arrays(
+        [
+            grouped.column("rank").cast(pa.int32()),
+            pa.array(np.full(grouped.num_rows, NO_ID), pa.int64()),
+            grouped.column("step").cast(pa.int32()),
+            grouped.column("is_p2p").cast(pa.bool_()),
+            grouped.column("link").cast(pa.string()),
+            grouped.column("packet_bytes").cast(pa.int64()),
+            grouped.column("count_sum").cast(pa.int64()),
+            grouped.column("transit_ns_sum").cast(pa.int64()),
+        ],
+        schema=SIZE_SCHEMA,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the rank's tables (registered in perfsight.pipeline.ANALYSES, cached, returned by perfsight.load)
+
+
+def communication_ops(trace: Trace) -> pa.Table:
+    """:func:`op_times` of the rank's op instances (:func:`primary_ops`), one row per op.
+
+    ``comm_row`` is the op's row in ``trace.comm``; ``name`` is the op's recorded name, else its
+    slice's name (a Kineto NCCL kernel), null without either.  ``op`` (0, 1, ...) is what
+    :func:`communication_links` and :func:`communication_sizes` refer to.
+    """
+    rows = primary_rows(trace.comm)
+    comm, tasks = primary_ops(trace.comm, trace.comm_tasks)
+    times = op_times(comm, tasks)
+    if times.num_rows == 0:
+        return times
+    names = times.column("name")
+    missing = columns.numpy(pc.equal(pc.fill_null(names, ""), ""), null=True)
+    slice_rows = columns.int64(comm.column("slice"), NO_ID)
+    usable = missing & (slice_rows >= 0) & (slice_rows < trace.slices.num_rows)
+    if usable.any():
+        taken = trace.slices.column("name").take(pa.array(np.where(usable, slice_rows, 0), pa.int64()))
+        names = pc.if_else(pa.array(usable), columns.combined(taken).cast(pa.string()), names)
+    times = times.set_column(times.schema.get_field_index("name"), "name", names)
+    row = times.schema.get_field_index("comm_row")
+    return times.set_column(row, "comm_row", pa.array(rows, pa.int64()))
+
+
+def communication_links(trace: Trace) -> pa.Table:
+    """:func:`link_bandwidth` of the rank's op instances (``op`` as in :func:`communication_ops`)."""
+    return link_bandwidth(*primary_ops(trace.comm, trace.comm_tasks))
+
+
+def communication_sizes(trace: Trace) -> pa.Table:
+    """:func:`size_distribution` of the rank's op instances (``op`` as in :func:`communication_ops`)."""
+    return size_distribution(*primary_ops(trace.comm, trace.comm_tasks))

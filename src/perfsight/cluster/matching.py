@@ -13,7 +13,12 @@ Instances are then matched across ranks:
 * collectives with a recorded sequence number: by (group, sequence number);
 * collectives without: by order -- (group, collective, step, k-th on the rank) -- which holds
   because every rank of a group must issue the group's collectives in the same order;
-* point-to-point ops: the k-th send from a to b with the k-th receive on b from a.
+* sends and receives: the k-th send from a to b with the k-th receive on b from a.
+
+Point-to-point is the model's one definition (``perfsight.model.is_p2p``: send, recv, send_recv).
+A ``send_recv`` (a batched exchange: HCCL's ``hcom_batchSendRecv``, NCCL's ``SendRecv`` kernel)
+has no single direction, so it is matched by order like a collective; being point-to-point, it is
+never used for clock alignment or slow-rank lateness (both ends of an exchange need not meet).
 
 An instance is complete when every member of its group that is in the job has it.  Everything is
 vectorised with pandas (group-by and merge), never a loop over ops.
@@ -27,11 +32,14 @@ from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
+from perfsight import columns
 from perfsight.cluster.rank import RankDigest, concat
+from perfsight.model import is_p2p
 
-P2P = ("send", "recv")
-"""Point-to-point kinds: matched sender to receiver, not over a group."""
+DIRECTED = ("send", "recv")
+"""Point-to-point kinds with one direction: matched sender to receiver, not over a group."""
 
 _ISSUE_NAMES = ("c10d::", "record_param_comms")
 _DEFAULT_GROUP = "default"
@@ -124,19 +132,19 @@ def match(digests: Mapping[int, RankDigest]) -> Matched:
     ops["group"] = ops["group"].astype("object").where(ops["group"].notna(), _DEFAULT_GROUP).astype(str)
     members = _group_members(ops, digests, present)
     ops["members"] = _per_group(ops["group"], members)
-    is_p2p = ops["collective"].isin(P2P)
-    ops["is_p2p"] = is_p2p
+    ops["is_p2p"] = columns.numpy(is_p2p(pa.array(ops["collective"], pa.string())), null=False)
+    directed = ops["collective"].isin(DIRECTED)
     is_send = ops["collective"] == "send"
-    ops["src"] = np.where(is_p2p, np.where(is_send, ops["rank"], ops["peer"]), np.nan)
-    ops["dst"] = np.where(is_p2p, np.where(is_send, ops["peer"], ops["rank"]), np.nan)
+    ops["src"] = np.where(directed, np.where(is_send, ops["rank"], ops["peer"]), np.nan)
+    ops["dst"] = np.where(directed, np.where(is_send, ops["peer"], ops["rank"]), np.nan)
     key = pd.Series("", index=ops.index, dtype=object)
-    # collectives with a sequence number
-    with_seq = ~is_p2p & ops["seq"].notna()
+    # collectives (and undirected exchanges) with a sequence number
+    with_seq = ~directed & ops["seq"].notna()
     key[with_seq] = (
         "c|" + ops.loc[with_seq, "group"] + "|s" + ops.loc[with_seq, "seq"].astype("int64").astype(str)
     )
     # collectives by order within (group, collective, step)
-    by_order = ~is_p2p & ~with_seq
+    by_order = ~directed & ~with_seq
     order = ops.loc[by_order].sort_values("start_ns", kind="stable")
     k = order.groupby(["rank", "group", "collective", "step"]).cumcount()
     key[k.index] = (
@@ -149,8 +157,8 @@ def match(digests: Mapping[int, RankDigest]) -> Matched:
         + "|"
         + k.astype(str)
     )
-    # point-to-point: k-th transfer from src to dst
-    pair = is_p2p & ops["peer"].notna()
+    # sends and receives: k-th transfer from src to dst
+    pair = directed & ops["peer"].notna()
     p2p = ops.loc[pair].sort_values("start_ns", kind="stable")
     k = p2p.groupby(["rank", "collective", "peer"]).cumcount()
     key[k.index] = (

@@ -12,8 +12,9 @@ input bytes on one rank and n the group size:
 * ``all_to_all``: S/n from every member to every other member (direct, not a ring);
 * ``barrier`` and zero-byte ops carry no traffic.
 
-The time of a link is the sending rank's transit time of the op (its elapse minus the time it
-waited for the last rank to arrive), so bandwidth = bytes / transit.  Link type: ``LOCAL``
+The time of a link is the sending rank's transit time of the op (``perfsight.cluster.op_time``:
+its split by HCCL's tasks when the rank recorded them, else its elapse minus the time it waited for
+the last rank to arrive), so bandwidth = bytes / transit.  Link type: ``LOCAL``
 (a rank to itself), ``INTRA_HOST`` (both ranks report the same host), ``INTER_HOST`` (different
 hosts), ``UNKNOWN`` (a host is not recorded).  This is a logical view: the physical route (NVLink,
 PCIe, network) is not in Kineto traces.

@@ -1,10 +1,14 @@
 """Per-op communication time with the cross-rank facts a single rank lacks.
 
-A rank alone cannot tell how long it waited for its peers inside a collective.  Once instances are
-matched and aligned, the *last arrival* of each instance (the latest aligned start among its
-ranks) is known; ``perfsight.analysis.communication.op_times`` then splits each op's elapse into
-wait/synchronization (before the last rank arrived) and transit (after), with the same definitions
-as ``communication.json``.  This module only prepares the arrivals and calls it per rank.
+One definition, the rank's own where it can decide (``perfsight.analysis.communication.op_times``,
+the numbers of its ``communication.json``): an op whose rank recorded HCCL's per-plane tasks
+(Ascend) is split by those tasks (``basis = tasks``), and its cached ``communication_ops`` row is
+taken as it is.  A rank without tasks (Kineto/NCCL, gloo) cannot tell how long it waited for its
+peers; once instances are matched and aligned, the *last arrival* of each instance (the latest
+aligned start among its ranks) is known, and ``op_times`` splits the op's elapse into
+wait/synchronization (before the last rank arrived) and transit (after) (``basis = arrivals``).
+An op of no complete instance keeps transit = elapse (``basis = elapse``), as a rank alone has it.
+This module only prepares the arrivals and calls the analysis.
 """
 
 from __future__ import annotations
@@ -20,10 +24,13 @@ from perfsight.cluster.alignment import Alignment
 from perfsight.cluster.matching import Matched
 from perfsight.cluster.rank import RankDigest, concat
 
+TIME_COLUMNS = ("elapse_ns", "transit_ns", "wait_ns", "synchronization_ns", "idle_ns")
+"""The per-op time columns added to ``matched.ops`` (ns; definitions in docs/OUTPUTS.md)."""
+
 
 def add_op_times(digests: Mapping[int, RankDigest], matched: Matched, alignment: Alignment) -> None:
-    """Add ``last_arrival_ns`` (aligned), ``last_rank``, ``elapse_ns``, ``transit_ns``, ``wait_ns``,
-    ``synchronization_ns`` and ``idle_ns`` to ``matched.ops`` (in place)."""
+    """Add ``last_arrival_ns`` (aligned), ``last_rank``, the :data:`TIME_COLUMNS` and ``basis``
+    (``tasks``, ``arrivals`` or ``elapse``: what split the op) to ``matched.ops`` (in place)."""
     ops = matched.ops
     keyed = ops["instance"] >= 0
     arrival = ops.loc[keyed].groupby("instance")["start_ns"]
@@ -49,8 +56,32 @@ def add_op_times(digests: Mapping[int, RankDigest], matched: Matched, alignment:
         }
     )
     times = op_times(comm.take(pa.array(take)), None, arrivals).to_pandas()
-    for column in ("elapse_ns", "transit_ns", "wait_ns", "synchronization_ns", "idle_ns"):
+    for column in TIME_COLUMNS:
         ops[column] = times[column].to_numpy()
+    ops["basis"] = times["basis"].to_numpy()
+    _use_task_split(digests, ops)
+
+
+def _use_task_split(digests: Mapping[int, RankDigest], ops: pd.DataFrame) -> None:
+    """Where a rank split an op by its own tasks (its ``communication_ops`` row has basis
+    ``tasks``), that split replaces the arrival-based one: the numbers of its communication.json."""
+    parts = [
+        d.tables["communication_ops"]
+        for d in digests.values()
+        if d.tables.get("communication_ops") is not None
+    ]
+    if not parts:
+        return
+    own = pa.concat_tables(parts).select(["rank", "comm_row", "basis", *TIME_COLUMNS]).to_pandas()
+    own = own.loc[own["basis"] == "tasks"]
+    if own.empty:
+        return
+    found = ops[["rank", "row"]].merge(
+        own.rename(columns={"comm_row": "row"}), on=["rank", "row"], how="left", validate="many_to_one"
+    )
+    use = (found["basis"] == "tasks").to_numpy()
+    for column in (*TIME_COLUMNS, "basis"):
+        ops.loc[use, column] = found.loc[use, column].to_numpy()
 
 
 def instance_times(matched: Matched) -> pd.DataFrame:

@@ -31,7 +31,7 @@ from perfsight.pipeline import Options
 if TYPE_CHECKING:
     from perfsight.cluster.discovery import RankInput
 
-CLUSTER_TABLES = ("step_trace", "overlap_breakdown", "flops_by_step", "memory_peaks")
+CLUSTER_TABLES = ("step_trace", "overlap_breakdown", "flops_by_step", "memory_peaks", "communication_ops")
 """The per-rank analysis tables the cross-rank step reads (see docs/ANALYSIS_CONTRACT.md)."""
 
 ELEMENT_BYTES = {

@@ -47,6 +47,7 @@ from typing import Any
 import pyarrow as pa
 
 from perfsight.collect import clock_sync, flight_recorder
+from perfsight.model import P2P_COLLECTIVES
 
 log = logging.getLogger("perfsight.collect")
 
@@ -102,7 +103,6 @@ _METHODS: dict[str, tuple[str, int | None, int | None]] = {
     "recv": ("recv", None, 0),
     "recv_anysource": ("recv", None, 0),
 }
-_P2P = frozenset({"send", "recv"})
 _MAX_ROWS = 2_000_000
 """Rows kept per window; past it the capture stops recording (and says so once)."""
 
@@ -296,7 +296,7 @@ class CommCapture:
             out_bytes, out_dtype = _nbytes(_arg(args, kwargs, out_arg)) if out_arg is not None else (0, None)
         after = group.counter() if group.counter is not None else None
         peer = seq = None
-        if collective in _P2P:
+        if collective in P2P_COLLECTIVES:  # the capture has send and recv only
             if before is not None and after is not None:
                 group.p2p_shift += after - before  # gloo counts p2p in its collective counter
             peer_arg = args[1] if len(args) > 1 else kwargs.get("dstRank", kwargs.get("srcRank"))

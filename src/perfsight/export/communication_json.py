@@ -10,13 +10,14 @@
                        "Transit Size(MB)", "Transit Time(ms)", "Bandwidth(GB/s)", "Large Packet Ratio",
                        "Size Distribution": {"<packet MB>": [count, transit ms]}}}},
                  ..., "Total Op Info": {...sums, without the start, bandwidth and ratio per link...}},
-                "p2p": {...the same for send/receive ops...}}}
+                "p2p": {...the same for point-to-point ops (perfsight.model.is_p2p)...}}}
 
 Units are Ascend's for this file: milliseconds, microseconds for the start, and *decimal*
 megabytes (10^6 bytes: HCCL reports a 2,064,384-byte packet as ``2.064384``), unlike the binary MB
-of Ascend's CSV files; ratios and bandwidths rounded to 4 decimals as Ascend does.  The numbers
-come from :mod:`perfsight.analysis.communication`; this module only arranges them and converts
-them with :mod:`perfsight.export.units`.
+of Ascend's CSV files; ratios and bandwidths rounded to 4 decimals as Ascend does.  Every number
+comes from the rank's ``communication_*`` analysis tables (:mod:`perfsight.analysis.communication`,
+the same tables ``perfsight.load`` returns); this module only arranges them and converts them with
+:mod:`perfsight.export.units`.
 
 The text is built column-wise, not op by op: every number is converted for all ops at once, each
 op's entry comes from one format template mapped over the columns, and the entries of a step are
@@ -30,7 +31,7 @@ milliseconds and a quarter of a second of Python per rank.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from itertools import repeat
 from json.encoder import encode_basestring_ascii
 from operator import truediv
@@ -44,10 +45,7 @@ import pyarrow.compute as pc
 from perfsight import columns
 from perfsight.analysis import communication as comm_analysis
 from perfsight.export.units import NS_PER_US, bytes_to_decimal_mb, ns_to_ms
-from perfsight.model import NO_ID, Trace
-
-P2P = ("send", "recv", "send_recv")
-"""Collectives listed under ``p2p`` rather than ``collective``."""
+from perfsight.model import NO_ID
 
 KINDS = ("collective", "p2p")
 """Group order of ops within a step (a step's object lists ``p2p`` first, as Ascend does)."""
@@ -102,18 +100,11 @@ def _pick(texts: list[str], rows: np.ndarray) -> list[str]:
     return np.asarray(texts, dtype=object)[rows].tolist()
 
 
-def _op_keys(trace: Trace, comm: pa.Table) -> pa.Array:
-    """``name@group`` of each op: its recorded name, else its slice's name ("op" without either)."""
-    names = columns.combined(comm.column("name")).cast(pa.string())
-    missing = columns.numpy(pc.or_kleene(pc.is_null(names), pc.equal(names, "")), null=True)
-    if missing.any() and trace.slices.num_rows:
-        rows = columns.int64(comm.column("slice"), NO_ID)
-        valid = (rows >= 0) & (rows < trace.slices.num_rows)
-        taken = trace.slices.column("name").take(pa.array(np.where(valid, rows, 0))).cast(pa.string())
-        use = pa.array(missing & valid)
-        names = pc.if_else(use, columns.combined(taken), names)
-    names = pc.if_else(pc.equal(pc.fill_null(names, ""), ""), "op", names)
-    groups = pc.fill_null(columns.combined(comm.column("group")).cast(pa.string()), "")
+def _op_keys(ops: pa.Table) -> pa.Array:
+    """``name@group`` of each op ("op" for an op without a name, an empty group when none)."""
+    names = pc.fill_null(columns.combined(ops.column("name")).cast(pa.string()), "")
+    names = pc.if_else(pc.equal(names, ""), "op", names)
+    groups = pc.fill_null(columns.combined(ops.column("group")).cast(pa.string()), "")
     return pc.binary_join_element_wise(names, groups, "@")
 
 
@@ -148,35 +139,36 @@ def _size_texts(
     return _joined(entries, cell[keep], n_cells)
 
 
-def communication_json_text(trace: Trace, arrivals: pa.Table | None = None) -> str:
-    """The text of ``communication.json`` for one rank (see the module docstring).
+def _link_codes(table: pa.Table) -> np.ndarray:
+    return columns.int64(pc.index_in(table.column("link"), pa.array(comm_analysis.LINK_TYPES)))
 
-    ``arrivals``: as in :func:`perfsight.analysis.communication.op_times`, indexed like
-    ``primary_ops(trace.comm)``.
-    """
-    comm, tasks = comm_analysis.primary_ops(trace.comm, trace.comm_tasks)
-    n = comm.num_rows
+
+def communication_json_text(tables: Mapping[str, pa.Table]) -> str:
+    """The text of ``communication.json`` for one rank (see the module docstring), from its
+    ``communication_*`` analysis tables (``perfsight.pipeline.ANALYSES``, as ``perfsight.load``
+    returns them)."""
+    ops = tables["communication_ops"]
+    n = ops.num_rows
     if n == 0:
         return "{}"
-    times = comm_analysis.op_times(comm, tasks, arrivals)
-    links = comm_analysis.link_bandwidth(comm, tasks)
-    size_table = comm_analysis.size_distribution(comm, tasks)
+    links = tables["communication_links"]
+    size_table = tables["communication_sizes"]
     size_op = columns.int64(size_table.column("op"))
-    size_code = columns.int64(pc.index_in(size_table.column("link"), pa.array(comm_analysis.LINK_TYPES)))
+    size_code = _link_codes(size_table)
     size_bytes = columns.int64(size_table.column("packet_bytes"))
     size_count = columns.int64(size_table.column("count"))
     size_ns = columns.int64(size_table.column("transit_ns"))
 
     # groups: (step, kind) in output order -- steps ascending, collective before p2p
-    steps = columns.int64(comm.column("step"), NO_ID)
-    collective = columns.combined(comm.column("collective")).cast(pa.string())
-    is_p2p = columns.numpy(pc.is_in(collective, pa.array(P2P)), null=False)
+    steps = columns.int64(ops.column("step"), NO_ID)
+    is_p2p = columns.numpy(ops.column("is_p2p"), null=False)
     step_values, step_of = np.unique(steps, return_inverse=True)
     group = step_of.reshape(-1) * 2 + is_p2p
     n_groups = 2 * step_values.size
 
     # one entry per distinct key in a group: first op's position, last op's numbers (dict semantics)
-    key_code = columns.distinct_codes(_op_keys(trace, comm))
+    op_keys = _op_keys(ops)
+    key_code = columns.distinct_codes(op_keys)
     joint = group * (int(key_code.max()) + 1) + key_code
     _, first = np.unique(joint, return_index=True)
     _, last_reversed = np.unique(joint[::-1], return_index=True)
@@ -185,14 +177,14 @@ def communication_json_text(trace: Trace, arrivals: pa.Table | None = None) -> s
     shown_at, shown = first[order], last[order]
 
     # each shown op's entry
-    keys = _op_keys(trace, comm).take(pa.array(shown)).to_pylist()
+    keys = op_keys.take(pa.array(shown)).to_pylist()
     op_cells = (shown[:, None] * _LINKS + np.arange(_LINKS)).reshape(-1)
     cell_sizes = _size_texts(
         size_op * _LINKS + size_code, size_code, size_bytes, size_count, size_ns, n * _LINKS
     )
     link_texts = _link_texts(links.take(pa.array(op_cells)), _pick(cell_sizes, op_cells), False)
     bandwidth = list(map(", ".join, zip(*(link_texts[i::_LINKS] for i in range(_LINKS)), strict=True)))
-    shown_times = times.take(pa.array(shown))
+    shown_times = ops.take(pa.array(shown))
     start_us = map(truediv, columns.int64(shown_times.column("start_ns")).tolist(), repeat(NS_PER_US))
     entries = list(
         map(
@@ -204,39 +196,27 @@ def communication_json_text(trace: Trace, arrivals: pa.Table | None = None) -> s
     )
     bodies = _joined(entries, group[shown_at], n_groups)
 
-    # "Total Op Info" of every group: the analysis' step sums, with the group as the step
-    as_group = pa.array(group.astype(np.int32), pa.int32())
-    step_field = times.schema.get_field_index("step")
-    total_times = comm_analysis.step_times(times.set_column(step_field, "step", as_group))
-    link_group = np.repeat(group, _LINKS).astype(np.int32)
-    grouped_links = links.set_column(links.schema.get_field_index("step"), "step", pa.array(link_group))
-    total_links = comm_analysis.step_links(grouped_links)
-    present = columns.int64(total_times.column("step"))  # groups with ops, ascending
-    link_of_total = columns.int64(pc.index_in(total_links.column("link"), pa.array(comm_analysis.LINK_TYPES)))
-    total_cell = columns.int64(total_links.column("step")) * _LINKS + link_of_total
-    # packets summed per group, link and size, sizes in order of first appearance (op, then size)
-    size_group = group[size_op]
-    size_key = np.stack([size_group, size_code, size_bytes], axis=1)
-    if size_key.shape[0] == 0:
-        size_key = np.zeros((0, 3), np.int64)
-    unique, first_row, inverse = np.unique(size_key, axis=0, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    summed_count = np.zeros(len(unique), np.int64)
-    summed_ns = np.zeros(len(unique), np.int64)
-    np.add.at(summed_count, inverse, size_count)
-    np.add.at(summed_ns, inverse, size_ns)
-    by_first = np.lexsort((first_row, unique[:, 1], unique[:, 0])) if len(unique) else first_row
-    u = unique[by_first]
-    total_sizes = _size_texts(
-        u[:, 0] * _LINKS + u[:, 1],
-        u[:, 1],
-        u[:, 2],
-        summed_count[by_first],
-        summed_ns[by_first],
+    # "Total Op Info" of every group, from the step tables (one row per step and kind)
+    def group_of(table: pa.Table) -> np.ndarray:
+        step = np.searchsorted(step_values, columns.int64(table.column("step"), NO_ID))
+        return step * 2 + columns.numpy(table.column("is_p2p"), null=False)
+
+    total_times = tables["communication_steps"]
+    total_links = tables["communication_step_links"]
+    total_sizes = tables["communication_step_sizes"]
+    present = group_of(total_times)  # groups with ops, ascending
+    total_cell = group_of(total_links) * _LINKS + _link_codes(total_links)
+    sizes_code = _link_codes(total_sizes)
+    size_texts = _size_texts(
+        group_of(total_sizes) * _LINKS + sizes_code,
+        sizes_code,
+        columns.int64(total_sizes.column("packet_bytes")),
+        columns.int64(total_sizes.column("count")),
+        columns.int64(total_sizes.column("transit_ns")),
         n_groups * _LINKS,
     )
-    total_link_texts = _link_texts(total_links, _pick(total_sizes, total_cell), True)
-    total_bandwidth = _joined(total_link_texts, columns.int64(total_links.column("step")), n_groups)
+    total_link_texts = _link_texts(total_links, _pick(size_texts, total_cell), True)
+    total_bandwidth = _joined(total_link_texts, group_of(total_links), n_groups)
     totals = map(_TOTAL.format, *_time_texts(total_times), _pick(total_bandwidth, present))
     group_text = np.full(n_groups, "", dtype=object)
     group_text[present] = list(map("{}, {}".format, _pick(bodies, present), totals))
@@ -246,13 +226,13 @@ def communication_json_text(trace: Trace, arrivals: pa.Table | None = None) -> s
     return "{" + ", ".join(steps_text) + "}"
 
 
-def communication_json(trace: Trace, arrivals: pa.Table | None = None) -> dict[str, Any]:
+def communication_json(tables: Mapping[str, pa.Table]) -> dict[str, Any]:
     """The content of ``communication.json`` for one rank, as a dict (see the module docstring)."""
-    return json.loads(communication_json_text(trace, arrivals))
+    return json.loads(communication_json_text(tables))
 
 
-def write_communication_json(path: str | Path, trace: Trace, arrivals: pa.Table | None = None) -> Path:
-    """Write :func:`communication_json` of ``trace`` to ``path``; return the path."""
+def write_communication_json(path: str | Path, tables: Mapping[str, pa.Table]) -> Path:
+    """Write :func:`communication_json` of one rank's communication ``tables`` to ``path``; return it."""
     path = Path(path)
-    path.write_text(communication_json_text(trace, arrivals), encoding="utf-8")
+    path.write_text(communication_json_text(tables), encoding="utf-8")
     return path

@@ -1,7 +1,8 @@
 """``communication_matrix.json`` for a whole job (seed 003's layout, global ranks).
 
 Layout: ``{"step<N>": {"collective": {KEY: {"<src>-<dst>": LINK}}, "p2p": {KEY: {...}}}}`` with
-``KEY = "<op>-total@<group>"`` (all instances of that op kind in the group during the step, summed)
+``KEY = "<op>-total@<group>"`` (all instances of that op kind in the group during the step, summed;
+under ``p2p`` when ``perfsight.model.is_p2p`` says the op kind is point-to-point)
 and ``LINK = {"Transport Type", "Transit Size(MB)", "Transit Time(ms)", "Bandwidth(GB/s)",
 "Op Name"}``; MB = 2**20 bytes as in our other exports, GB/s = 10**9 bytes per second as Ascend
 writes it.  Values come from ``perfsight.cluster.matrix.matrix``; this module only converts units.
@@ -14,16 +15,20 @@ from typing import Any
 
 import orjson
 import pandas as pd
+import pyarrow as pa
 
-from perfsight.cluster.matching import P2P
+from perfsight import columns
 from perfsight.export.units import BYTES_PER_MB, NS_PER_MS
+from perfsight.model import is_p2p
 
 
 def communication_matrix(totals: pd.DataFrame) -> dict[str, Any]:
     """The JSON document as a dict (see the module docstring)."""
     doc: dict[str, Any] = {}
-    for row in totals.sort_values(["step", "collective", "group", "src", "dst"]).itertuples(index=False):
-        kind = "p2p" if row.collective in P2P else "collective"
+    ordered = totals.sort_values(["step", "collective", "group", "src", "dst"])
+    p2p = columns.numpy(is_p2p(pa.array(ordered["collective"].astype(str), pa.string())), null=False)
+    for row, point_to_point in zip(ordered.itertuples(index=False), p2p.tolist(), strict=True):
+        kind = "p2p" if point_to_point else "collective"
         step = doc.setdefault(f"step{int(row.step)}", {"collective": {}, "p2p": {}})
         entry = step[kind].setdefault(f"{row.collective}-total@{row.group}", {})
         entry[f"{int(row.src)}-{int(row.dst)}"] = {

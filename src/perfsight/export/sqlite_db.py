@@ -43,8 +43,9 @@ def _sql_type(arrow_type: pa.DataType) -> str:
 
 
 def _quote(name: str) -> str:
-    """A safe SQL identifier: plain names as they are, anything else double-quoted and escaped."""
-    return name if _NAME.match(name) else '"' + name.replace('"', '""') + '"'
+    """A safe SQL identifier: always double-quoted and escaped (a plain name can be a keyword:
+    the communication tables have a ``group`` column)."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _sql_column(column: pa.Array) -> pa.Array:
