@@ -24,9 +24,9 @@ from perfsight.analysis.memory import memory_curve, operator_memory
 from perfsight.analysis.operators import operator_stats
 from perfsight.analysis.overlap import overlap_breakdown
 from perfsight.export import mindspore_csv as ms
-from perfsight.export.units import ns_to_us
 from perfsight.ingest import read_trace
 from perfsight.model import NO_ID, Trace
+from perfsight.units import ns_to_us
 
 NCCL = KINETO_DATA / "nccl_parser_config" / "nccl_data.json.gz"
 DF_INDEX = KINETO_DATA / "df_index_resolver" / "df_index_resolver.json.gz"

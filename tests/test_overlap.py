@@ -16,7 +16,7 @@ from _trace_builder import KINETO_DATA, make_trace
 from conftest import ns_exact as _ns
 from conftest import raw_events_exact as _raw_events
 from conftest import read_real as _read
-from perfsight.analysis import intervals as iv
+from perfsight import intervals as iv
 from perfsight.analysis.overlap import OVERLAP_SCHEMA, overlap_breakdown, overlap_intervals
 from perfsight.model import Trace
 
@@ -282,7 +282,7 @@ def test_a_trace_without_steps_gives_empty_tables_with_the_contract_columns() ->
 
 
 def _union_length(pairs: list[tuple[int, int]]) -> int:
-    """Plain-Python union length: the oracle, independent of perfsight.analysis.intervals."""
+    """Plain-Python union length: the oracle, independent of perfsight.intervals."""
     total, reach = 0, None
     for start, end in sorted(pairs):
         if reach is None or start > reach:

@@ -20,8 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from perfsight import heap
 from perfsight.analysis import flops, index, kernels, memory, operators, overlap, step_trace
-from perfsight.ingest import heap
 from perfsight.model import Trace
 
 EXPORT_TYPES = ("text", "db")

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfsight.export import units
+from perfsight import units
 from perfsight.pipeline import RankResult
 from perfsight.terminal import printable_line
 

@@ -47,7 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 from perfsight import columns
-from perfsight.analysis import intervals as iv
+from perfsight import intervals as iv
 from perfsight.analysis.timeline import Activity, activity, choose_timeline, step_windows
 from perfsight.model import Trace
 

@@ -78,7 +78,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from perfsight import columns
-from perfsight.analysis import intervals as iv
+from perfsight import intervals as iv
 from perfsight.analysis.hierarchy import launcher
 from perfsight.analysis.index import TraceIndex, dictionary_mask, index_of
 from perfsight.analysis.timeline import (

@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from perfsight import columns
-from perfsight.analysis import intervals as iv
+from perfsight import intervals as iv
 from perfsight.analysis.hierarchy import launcher
 from perfsight.analysis.index import dictionary_mask, index_of
 from perfsight.model import DEVICE_KINDS, NO_ID, SliceKind, Trace

@@ -16,7 +16,7 @@ Units are Ascend's for this file: milliseconds, microseconds for the start, and 
 megabytes (10^6 bytes: HCCL reports a 2,064,384-byte packet as ``2.064384``), unlike the binary MB
 of Ascend's CSV files; ratios and bandwidths rounded to 4 decimals as Ascend does.  The numbers
 come from :mod:`perfsight.analysis.communication`; this module only arranges them and converts
-them with :mod:`perfsight.export.units`.
+them with :mod:`perfsight.units`.
 
 The text is built column-wise, not op by op: every number is converted for all ops at once, each
 op's entry comes from one format template mapped over the columns, and the entries of a step are
@@ -43,8 +43,8 @@ import pyarrow.compute as pc
 
 from perfsight import columns
 from perfsight.analysis import communication as comm_analysis
-from perfsight.export.units import NS_PER_US, bytes_to_decimal_mb, ns_to_ms
 from perfsight.model import NO_ID, Trace
+from perfsight.units import NS_PER_US, bytes_to_decimal_mb, ns_to_ms
 
 P2P = ("send", "recv", "send_recv")
 """Collectives listed under ``p2p`` rather than ``collective``."""

@@ -16,7 +16,7 @@ import orjson
 import pandas as pd
 
 from perfsight.cluster.matching import P2P
-from perfsight.export.units import BYTES_PER_MB, NS_PER_MS
+from perfsight.units import BYTES_PER_MB, NS_PER_MS
 
 
 def communication_matrix(totals: pd.DataFrame) -> dict[str, Any]:

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from perfsight.export.units import NS_PER_US, us_text
 from perfsight.ingest.ascend_events import flat_table
+from perfsight.units import NS_PER_US, us_text
 
 PIDS = {"Python": 1, "CANN": 2, "Ascend Hardware": 3, "HCCL": 4}
 """Process ids given to the timeline's processes (the database has no such ids)."""

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from perfsight.export.units import us_text
 from perfsight.ingest.ascend_events import flat_table
+from perfsight.units import us_text
 
 _LINE = re.compile(r"^([^;\n]+);([^;\n]*);(.*)$", re.M)
 _ENTRY = re.compile(r"(\d+),([0-9.eE+-]+),(\d+)")

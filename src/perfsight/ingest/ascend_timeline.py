@@ -39,7 +39,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import columns
-from perfsight.export.units import NS_PER_US
 from perfsight.ingest import assemble
 from perfsight.ingest.ascend_events import read_ascend_events
 from perfsight.ingest.chrome_events import micros_to_ns
@@ -55,6 +54,7 @@ from perfsight.model import (
     conform,
     kind_code,
 )
+from perfsight.units import NS_PER_US
 
 HCCL_TID_BASE = 1 << 20
 """Added to an HCCL lane's tid so that it never collides with a hardware stream id."""

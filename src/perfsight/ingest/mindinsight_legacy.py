@@ -40,10 +40,10 @@ import pyarrow.compute as pc
 
 from perfsight import columns
 from perfsight.analysis.step_trace import STEP_TRACE_SCHEMA
-from perfsight.export.units import BYTES_PER_KB, NS_PER_MS
 from perfsight.ingest import ascend_files as files
 from perfsight.ingest.ascend_events import read_ascend_events
 from perfsight.ingest.jsonstream import NotATraceError
+from perfsight.units import BYTES_PER_KB, NS_PER_MS
 
 TICK_NS = 10
 """MindInsight's step trace counts time in 10 ns ticks."""

@@ -35,7 +35,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import columns
-from perfsight.export.units import NS_PER_US
 from perfsight.ingest import ascend_files as files
 from perfsight.ingest import assemble
 from perfsight.ingest.ascend_timeline import TS_PATTERN, collective_of
@@ -55,6 +54,7 @@ from perfsight.model import (
     kind_code,
 )
 from perfsight.pipeline import RECORDED_TABLES
+from perfsight.units import NS_PER_US
 
 AI_CPU_PID, COMMUNICATION_PID, HOST_CPU_PID, OVERLAP_PID, GPU_ACTIVITY_PID = 9000, 10000, 11000, 12000, 13000
 STEPS_TID, SCOPE_NAME_TID = 100000, 100001

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from perfsight.columns import is_text
-from perfsight.ingest.heap import return_freed_memory
+from perfsight.heap import return_freed_memory
 from perfsight.model import TABLE_SCHEMAS, RunMetadata, Trace, conform
 
 CACHE_FORMAT = 1
