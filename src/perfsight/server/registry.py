@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from perfsight import layout
 from perfsight.model import RunMetadata
 from perfsight.server import models
 from perfsight.server.jobs import JobManager, missing_work
@@ -86,7 +87,7 @@ def open_ranks(dirs: dict[int, Path]) -> tuple[dict[int, RankData], int, int]:
         folder = rank_dir / "cache"
         if not timeline_index.is_current(folder):
             continue
-        meta_data = json.loads((folder / cache.META_FILE).read_text(encoding="utf-8"))
+        meta_data = json.loads((folder / layout.CACHE_META_FILE).read_text(encoding="utf-8"))
         ranks[rank] = RankData(
             rank=rank,
             cache_folder=folder,

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from perfsight import layout
 from perfsight.api import default_output_root
 from perfsight.ingest import ASCEND_OUTPUT_DIR, TRACE_SUFFIXES, find_traces
 from perfsight.server.security import inside, relative_id
-from perfsight.store import cache
 
 TIMELINE_DIR = "timeline"
 _RANK_DIR = re.compile(r"^rank(\d+)(_.*)?$")
@@ -65,15 +65,15 @@ def rank_dirs(root: Path) -> dict[int, Path]:
     found: dict[int, Path] = {}
     if not root.is_dir():
         return found
-    if (root / "cache" / cache.META_FILE).is_file():
+    if (root / "cache" / layout.CACHE_META_FILE).is_file():
         try:
-            meta = json.loads((root / "cache" / cache.META_FILE).read_text(encoding="utf-8"))
+            meta = json.loads((root / "cache" / layout.CACHE_META_FILE).read_text(encoding="utf-8"))
             found[int(meta.get("rank", 0))] = root
         except (OSError, ValueError, TypeError):
             pass
     for child in sorted(root.iterdir()):
         match = _RANK_DIR.match(child.name)
-        if match and (child / "cache" / cache.META_FILE).is_file():
+        if match and (child / "cache" / layout.CACHE_META_FILE).is_file():
             found.setdefault(int(match.group(1)), child)
     return found
 
@@ -81,7 +81,7 @@ def rank_dirs(root: Path) -> dict[int, Path]:
 def cache_sources(rank_dir: Path) -> list[Path]:
     """The input files a rank's cache was made from (empty if unknown)."""
     try:
-        saved = json.loads((rank_dir / "cache" / cache.SOURCE_FILE).read_text(encoding="utf-8"))
+        saved = json.loads((rank_dir / "cache" / layout.CACHE_SOURCE_FILE).read_text(encoding="utf-8"))
         return [Path(f["path"]) for f in saved.get("files", [])]
     except (OSError, ValueError, KeyError, TypeError):
         return []
@@ -93,7 +93,7 @@ def _is_trace(path: Path) -> bool:
         name.endswith(TRACE_SUFFIXES)
         and not name.startswith(".")
         and not name.startswith("profiler_info")
-        and name not in {"profiler_metadata.json", cache.META_FILE, cache.SOURCE_FILE}
+        and name not in {"profiler_metadata.json", layout.CACHE_META_FILE, layout.CACHE_SOURCE_FILE}
     )
 
 
@@ -320,7 +320,7 @@ class Discovery:
                 continue
             if any(run.output_root == root for run in raw):
                 continue  # the default output of a raw run whose inputs changed: shown as that run
-            mtime, size = _stat_sum([d / "cache" / cache.META_FILE for d in dirs.values()])
+            mtime, size = _stat_sum([d / "cache" / layout.CACHE_META_FILE for d in dirs.values()])
             runs.append(
                 Run(
                     id=relative_id(root, self.base),

@@ -36,16 +36,12 @@ import pyarrow.parquet as pq
 
 from perfsight.columns import is_text
 from perfsight.heap import return_freed_memory
+from perfsight.layout import CACHE_META_FILE, CACHE_SOURCE_FILE
 from perfsight.model import TABLE_SCHEMAS, RunMetadata, Trace, conform
 
 CACHE_FORMAT = 1
 """Bump when the layout of a cache folder changes."""
 
-META_FILE = "meta.json"
-SOURCE_FILE = "source.json"
-MARKERS = (META_FILE, SOURCE_FILE, "slices.parquet")
-"""Files of which any one marks a folder as a perfsight cache, even a damaged one (meta.json lost):
-trace discovery must not take its JSON files for traces, and loading it must say what is missing."""
 ANALYSIS_DIR = "analysis"
 COMPRESSION = "zstd"
 
@@ -114,20 +110,20 @@ def save_trace(
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / SOURCE_FILE).unlink(missing_ok=True)  # not fresh while being rewritten
+    (folder / CACHE_SOURCE_FILE).unlink(missing_ok=True)  # not fresh while being rewritten
     for name in TABLE_SCHEMAS:
         _write_parquet(folder / f"{name}.parquet", getattr(trace, name))
     return_freed_memory()  # the encoder's buffers: gone before the next writer grows the heap
-    _write_bytes(folder / META_FILE, json.dumps(trace.meta.to_dict(), indent=1, default=str).encode())
+    _write_bytes(folder / CACHE_META_FILE, json.dumps(trace.meta.to_dict(), indent=1, default=str).encode())
     inputs = list(trace.meta.sources if sources is None else sources)
-    _write_bytes(folder / SOURCE_FILE, json.dumps(fingerprint(inputs), indent=1).encode())
+    _write_bytes(folder / CACHE_SOURCE_FILE, json.dumps(fingerprint(inputs), indent=1).encode())
     return folder
 
 
 def load_trace(folder: str | Path) -> Trace:
     """The :class:`Trace` saved by :func:`save_trace` in ``folder``; :class:`CacheError` if incomplete."""
     folder = Path(folder)
-    meta_path = folder / META_FILE
+    meta_path = folder / CACHE_META_FILE
     try:
         meta = RunMetadata.from_dict(json.loads(meta_path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError) as error:
@@ -148,12 +144,12 @@ def is_fresh(folder: str | Path, sources: Iterable[str | os.PathLike[str]]) -> b
     """True when ``folder`` holds a complete cache made from ``sources`` exactly as they are now."""
     folder = Path(folder)
     try:
-        saved = json.loads((folder / SOURCE_FILE).read_text(encoding="utf-8"))
+        saved = json.loads((folder / CACHE_SOURCE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     if saved != fingerprint(sources):
         return False
-    return (folder / META_FILE).is_file() and all(
+    return (folder / CACHE_META_FILE).is_file() and all(
         (folder / f"{name}.parquet").is_file() for name in TABLE_SCHEMAS
     )
 
