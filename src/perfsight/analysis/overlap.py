@@ -83,9 +83,14 @@ OVERLAP_INTERVAL_SCHEMA = pa.schema(
 
 
 def _steps_and_work(trace: Trace) -> tuple[pa.Table, Activity, iv.Intervals]:
-    """The step windows, the work on the rank's timeline, and its busy set (compute ∪ communication)."""
+    """The step windows, the work on the rank's timeline, and its busy set (compute ∪ communication).
+
+    No windows when the input recorded no compute work (``meta.compute_recorded``): every share
+    would then be a made-up "100 % free", so the breakdown is empty instead."""
     timeline = choose_timeline(trace)
     windows = step_windows(trace, timeline)
+    if windows.num_rows and not trace.meta.compute_recorded:
+        windows = windows.slice(0, 0)
     if windows.num_rows == 0:
         return windows, Activity(timeline, iv.empty(), iv.empty(), iv.empty()), iv.empty()
     work = activity(trace, timeline)

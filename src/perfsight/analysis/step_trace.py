@@ -88,23 +88,15 @@ from perfsight.analysis.timeline import (
     names_of,
     step_windows,
 )
-from perfsight.model import DEVICE_KINDS, NO_ID, SliceKind, Trace
+from perfsight.model import DEVICE_KINDS, NO_ID, STEP_PHASES_SCHEMA, SliceKind, Trace
+from perfsight.units import ms_text
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function"
 """Name prefix of the autograd engine's per-node backward slices."""
 
 STEP_TRACE_SCHEMA = pa.schema(
     [
-        pa.field("rank", pa.int32(), nullable=False),
-        pa.field("step", pa.int32(), nullable=False),
-        pa.field("start_ns", pa.int64(), nullable=False),
-        pa.field("end_ns", pa.int64(), nullable=False),
-        pa.field("duration_ns", pa.int64(), nullable=False),
-        pa.field("fp_start_ns", pa.int64(), nullable=False),
-        pa.field("bp_end_ns", pa.int64(), nullable=False),
-        pa.field("iteration_interval_ns", pa.int64(), nullable=False),
-        pa.field("fp_bp_ns", pa.int64(), nullable=False),
-        pa.field("tail_ns", pa.int64(), nullable=False),
+        *STEP_PHASES_SCHEMA,
         pa.field("fp_op", pa.string(), nullable=False),
         pa.field("bp_op", pa.string(), nullable=False),
         pa.field("timeline", pa.string(), nullable=False),
@@ -351,3 +343,77 @@ def named_point_warnings(table: pa.Table, fp_point: str | None, bp_point: str | 
                 "automatic detection used there"
             )
     return lines
+
+
+VENDOR_PHASES = (
+    ("duration_ns", "step"),
+    ("iteration_interval_ns", "iteration interval"),
+    ("fp_bp_ns", "forward+backward"),
+    ("tail_ns", "tail"),
+)
+"""The phases compared with a vendor's recorded step trace, and their names in a warning."""
+
+VENDOR_DIFFERENCE_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("phase", pa.string(), nullable=False),  # a column of STEP_PHASES_SCHEMA
+        pa.field("perfsight_ns", pa.int64()),  # null: perfsight has no such step
+        pa.field("vendor_ns", pa.int64()),  # null: the vendor recorded no such step
+    ]
+)
+"""Columns of :func:`vendor_step_differences`."""
+
+
+def vendor_step_differences(ours: pa.Table, vendor: pa.Table) -> pa.Table:
+    """Where perfsight's step trace (:func:`step_trace`) and the one the source's tool recorded
+    (``Trace.vendor.step_trace``) disagree: one row per (step, phase) whose ns differ, or per phase
+    of a step only one of them has.  Empty when they agree or when there is no vendor step trace.
+
+    Why: the vendor's numbers may rest on facts the events lack (MindInsight's FP/BP points follow
+    the graph's op order), so they are a cross-check to show, never a substitute for ours.
+    """
+    if vendor.num_rows == 0:
+        return VENDOR_DIFFERENCE_SCHEMA.empty_table()
+    keys = ["rank", "step"]
+    phases = [name for name, _ in VENDOR_PHASES]
+    mine = ours.select(keys + phases).rename_columns(keys + [f"{p}.perfsight" for p in phases])
+    theirs = vendor.select(keys + phases).rename_columns(keys + [f"{p}.vendor" for p in phases])
+    joined = mine.join(theirs, keys, join_type="full outer").sort_by([("step", "ascending")])
+    parts = []
+    for phase in phases:
+        a, b = joined.column(f"{phase}.perfsight"), joined.column(f"{phase}.vendor")
+        differs = pc.fill_null(pc.not_equal(a, b), True)  # a step only one side has differs too
+        rows = joined.filter(differs)
+        parts.append(
+            pa.table(
+                [
+                    rows.column("rank").cast(pa.int32()),
+                    rows.column("step").cast(pa.int32()),
+                    pa.array([phase] * rows.num_rows, pa.string()),
+                    rows.column(f"{phase}.perfsight"),
+                    rows.column(f"{phase}.vendor"),
+                ],
+                schema=VENDOR_DIFFERENCE_SCHEMA,
+            )
+        )
+    return pa.concat_tables(parts).sort_by([("step", "ascending")])
+
+
+def vendor_difference_warnings(differences: pa.Table, table_name: str) -> list[str]:
+    """One line per rank whose step trace differs from the vendor's (a :func:`vendor_step_differences`
+    result): how many steps, and each differing phase of the first one, in ms."""
+    if differences.num_rows == 0:
+        return []
+    label = dict(VENDOR_PHASES)
+    rows = differences.to_pylist()
+    steps = sorted({row["step"] for row in rows})
+    first = [row for row in rows if row["step"] == steps[0]]
+    detail = ", ".join(
+        f"{label[row['phase']]} {ms_text(row['perfsight_ns'])} vs {ms_text(row['vendor_ns'])} ms"
+        for row in first
+    )
+    return [
+        f"rank {rows[0]['rank']}: perfsight's step trace differs from the one the source's tool recorded "
+        f"(table {table_name}) in {len(steps)} step(s); step {steps[0]}: {detail}"
+    ]
