@@ -49,12 +49,19 @@ def kind_code(kind: SliceKind) -> int:
     return KIND_NAMES.index(kind.value)
 
 
-DEVICE_KINDS = (
+DEVICE_COMPUTE_KINDS = (
     SliceKind.KERNEL.value,
     SliceKind.MEMCPY.value,
     SliceKind.MEMSET.value,
 )
-"""Kinds that occupy an accelerator stream (communication kernels are told apart by ``is_device``)."""
+"""Device slices (``is_device``) that are compute: everything a stream runs but communication."""
+
+DEVICE_ACTIVITY_KINDS = (*DEVICE_COMPUTE_KINDS, SliceKind.COMMUNICATION.value)
+"""Device slices (``is_device``) that occupy a stream: compute and communication kernels (device
+annotations are not work)."""
+
+HOST_OP_KINDS = (SliceKind.CPU_OP.value, SliceKind.COMMUNICATION.value)
+"""Host slices (``is_device`` false) that are operators (a collective's host op is one)."""
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
 

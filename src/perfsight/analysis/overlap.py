@@ -1,8 +1,8 @@
 """Overlap breakdown: how each step's time splits into computing, communication and idle.
 
 The columns of MindSpore's ``step_trace_time.csv``, computed per step by
-interval union and intersection on the rank's timeline (device when it has
-device work, host otherwise; see :mod:`perfsight.analysis.timeline` for what
+interval union and intersection on the rank's clock (device when it has
+device work, host otherwise; see :mod:`perfsight.analysis.clock` for what
 counts as compute, communication and receive there, and for the step windows).
 With ``C`` the compute set, ``M`` the communication set and ``R`` the receive
 part of ``M``, all cut to the step window ``[start, end)``:
@@ -48,7 +48,7 @@ import pyarrow as pa
 
 from perfsight import columns
 from perfsight import intervals as iv
-from perfsight.analysis.timeline import Activity, activity, choose_timeline, step_windows
+from perfsight.analysis.clock import Activity, activity, choose_clock, step_windows
 from perfsight.model import Trace
 
 OVERLAP_SCHEMA = pa.schema(
@@ -83,17 +83,17 @@ OVERLAP_INTERVAL_SCHEMA = pa.schema(
 
 
 def _steps_and_work(trace: Trace) -> tuple[pa.Table, Activity, iv.Intervals]:
-    """The step windows, the work on the rank's timeline, and its busy set (compute ∪ communication).
+    """The step windows, the work on the rank's clock, and its busy set (compute ∪ communication).
 
     No windows when the input recorded no compute work (``meta.compute_recorded``): every share
     would then be a made-up "100 % free", so the breakdown is empty instead."""
-    timeline = choose_timeline(trace)
-    windows = step_windows(trace, timeline)
+    clock = choose_clock(trace)
+    windows = step_windows(trace, clock)
     if windows.num_rows and not trace.meta.compute_recorded:
         windows = windows.slice(0, 0)
     if windows.num_rows == 0:
-        return windows, Activity(timeline, iv.empty(), iv.empty(), iv.empty()), iv.empty()
-    work = activity(trace, timeline)
+        return windows, Activity(clock, iv.empty(), iv.empty(), iv.empty()), iv.empty()
+    work = activity(trace, clock)
     busy = iv.union(
         np.concatenate((work.compute[0], work.communication[0])),
         np.concatenate((work.compute[1], work.communication[1])),

@@ -14,8 +14,9 @@ pass (BP)::
   update, and whatever else follows the backward pass.
   The three always add up to ``duration_ns`` exactly.
 
-The step window (``start_ns``/``end_ns``/``duration_ns``) and the timeline
-(``"device"`` or ``"host"``) are those of :mod:`perfsight.analysis.timeline`, so
+The step window (``start_ns``/``end_ns``/``duration_ns``) and the clock
+(``"device"`` or ``"host"``, the table's ``timeline`` column) are those of
+:mod:`perfsight.analysis.clock`, so
 step trace and overlap breakdown describe the same interval of time.
 
 Automatic FP/BP detection (PyTorch)
@@ -35,7 +36,7 @@ Automatic FP/BP detection (PyTorch)
   which waits for the last gradient all-reduce: counting it would put that
   all-reduce inside forward+backward instead of the tail.  A slice belongs to
   the step when its start lies in the host step.
-* *Device timeline*: FP start becomes the start of the first device activity
+* *Device clock*: FP start becomes the start of the first device activity
   (compute or communication) in the step window whose launching runtime call
   started at or after the FP op's start -- the first device work launched by the
   forward op or after it (device work with no launch link counts when it
@@ -52,7 +53,7 @@ User-chosen points
 ------------------
 ``fp_point``/``bp_point`` name an op (exact ``name`` match, any host thread): FP
 start is the start of the step's first slice with that name, BP end the end of
-its last one (latest end); on the device timeline they are mapped to device
+its last one (latest end); on the device clock they are mapped to device
 work as above, with "launched by a backward op" meaning "launched by that
 slice".  A step where the named slice is absent falls back to automatic
 detection for that point; :func:`named_point_warnings` says in how many steps
@@ -79,16 +80,16 @@ from numpy.typing import NDArray
 
 from perfsight import columns
 from perfsight import intervals as iv
-from perfsight.analysis.hierarchy import launcher
-from perfsight.analysis.index import TraceIndex, dictionary_mask, index_of
-from perfsight.analysis.timeline import (
-    Timeline,
-    choose_timeline,
+from perfsight.analysis.clock import (
+    Clock,
+    choose_clock,
     device_activity_mask,
     names_of,
     step_windows,
 )
-from perfsight.model import DEVICE_KINDS, NO_ID, STEP_PHASES_SCHEMA, SliceKind, Trace
+from perfsight.analysis.hierarchy import launcher
+from perfsight.analysis.index import TraceIndex, dictionary_mask, index_of
+from perfsight.model import DEVICE_COMPUTE_KINDS, NO_ID, STEP_PHASES_SCHEMA, SliceKind, Trace
 from perfsight.units import ms_text
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function"
@@ -213,7 +214,7 @@ class _DeviceWork:
         self.start, self.end = start[self.rows], end[self.rows]
         calls = self.launcher[self.rows]
         self.launch = np.where(calls >= 0, start[np.maximum(calls, 0)], NO_ID)
-        self.compute = ix.of_kind(DEVICE_KINDS)[self.rows]
+        self.compute = ix.of_kind(DEVICE_COMPUTE_KINDS)[self.rows]
 
     def launched_by(self, host_rows: NDArray[np.int64]) -> NDArray[np.bool_]:
         """Per device activity: launched from inside one of ``host_rows``."""
@@ -242,8 +243,8 @@ class _DeviceWork:
 
 def step_trace(trace: Trace, fp_point: str | None = None, bp_point: str | None = None) -> pa.Table:
     """Iteration interval, forward+backward and tail of every step of ``trace`` (see module docstring)."""
-    timeline: Timeline = choose_timeline(trace)
-    windows = step_windows(trace, timeline)
+    clock: Clock = choose_clock(trace)
+    windows = step_windows(trace, clock)
     if windows.num_rows == 0:
         return STEP_TRACE_SCHEMA.empty_table()
     sl = trace.slices
@@ -268,7 +269,7 @@ def step_trace(trace: Trace, fp_point: str | None = None, bp_point: str | None =
 
     # BP candidates, in order of preference: the named op, autograd node slices, autograd-thread ops
     bp_sources = ([bp_named] if bp_point else []) + [backward, autograd]
-    device = _DeviceWork(trace, start, end) if timeline == "device" else None
+    device = _DeviceWork(trace, start, end) if clock == "device" else None
     launched = [device.launched_by(rows.rows) if device else None for rows in bp_sources]
 
     w_start = columns.int64(windows.column("start_ns"))
@@ -320,7 +321,7 @@ def step_trace(trace: Trace, fp_point: str | None = None, bp_point: str | None =
             pa.array(w_end - bp_ns, pa.int64()),
             pa.array(names_of(sl, fp_row), pa.string()),
             pa.array(names_of(sl, bp_row), pa.string()),
-            pa.array([timeline] * n, pa.string()),
+            pa.array([clock] * n, pa.string()),
         ],
         schema=STEP_TRACE_SCHEMA,
     )

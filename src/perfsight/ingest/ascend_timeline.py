@@ -260,7 +260,7 @@ def timeline_from_events(
     correlation = columns.int64(x.column("args.connection_id"), NO_ID)
 
     category = pc.coalesce(cat, task_type, pa.array(role_of.astype(str)))
-    steps, _ = assemble.step_windows(rank, names, kind, is_device, start, dur)
+    steps, _ = assemble.steps_from_markers(rank, names, kind, is_device, start, dur)
     step = assemble.step_of(start, steps)
     src, dst = assemble.launch_links(correlation, is_device, kind)
     step = assemble.device_step(step, is_device, src, dst, start, steps)

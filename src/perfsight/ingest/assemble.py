@@ -110,7 +110,7 @@ def nesting_depth(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.n
     return depth
 
 
-def step_windows(
+def steps_from_markers(
     rank: int,
     names: pa.ChunkedArray | pa.Array,
     kind: np.ndarray,

@@ -331,7 +331,7 @@ def _build(parts: _Parts, meta: RunMetadata, truncated: bool) -> Trace:
     correlation = _ints(complete.column("correlation"))
     names = complete.column("name")
 
-    steps, inferred = assemble.step_windows(rank, names, kind, is_device, start, dur)
+    steps, inferred = assemble.steps_from_markers(rank, names, kind, is_device, start, dur)
     if inferred:
         meta.warnings.append(
             f"{meta.sources[0]}: no ProfilerStep markers; the whole trace is one step (step 0)"
