@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from perfsight import heap
-from perfsight.analysis import flops, index, kernels, memory, operators, overlap, step_trace
+from perfsight.analysis import data_wait, flops, index, kernels, memory, operators, overlap, step_trace
 from perfsight.model import Trace
 
 EXPORT_TYPES = ("text", "db")
@@ -89,8 +89,11 @@ ANALYSES: dict[str, AnalysisFunction] = {
     ),
     "overlap_breakdown": lambda t, o, done: overlap.overlap_breakdown(t),
     "overlap_intervals": lambda t, o, done: overlap.overlap_intervals(t),
+    "time_shares": lambda t, o, done: overlap.time_shares(done["overlap_breakdown"]),
+    "data_wait": lambda t, o, done: data_wait.data_wait(t),
     "operator_instances": lambda t, o, done: operators.operator_instances(t),
     "operator_stats": lambda t, o, done: operators.operator_stats(t, done.get("operator_instances")),
+    "operator_ranking": lambda t, o, done: operators.operator_ranking(done["operator_stats"]),
     "kernel_details": lambda t, o, done: kernels.kernel_details(t),
     "kernel_stats": lambda t, o, done: kernels.kernel_stats(t, done.get("kernel_details")),
     "flops_by_step": lambda t, o, done: flops.flops_by_step(t),

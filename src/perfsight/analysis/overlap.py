@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from perfsight import columns
 from perfsight import intervals as iv
@@ -196,4 +197,50 @@ def overlap_intervals(trace: Trace, stage_end: str | None = None) -> pa.Table:
             pa.array(ends, pa.int64()),
         ],
         schema=OVERLAP_INTERVAL_SCHEMA,
+    )
+
+
+SHARES = (
+    ("computing", "computing_ns"),
+    ("communication_overlapped", "overlapped_ns"),
+    ("communication_not_overlapped", "communication_not_overlapped_ns"),
+    ("free", "free_ns"),
+    ("preparing", "preparing_ns"),
+)
+"""Where the time goes, by share name and the :data:`OVERLAP_SCHEMA` column summed for it."""
+
+TIME_SHARES_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("share", pa.string(), nullable=False),  # a name of SHARES
+        pa.field("ns", pa.int64(), nullable=False),  # summed over the steps
+        pa.field("total_ns", pa.int64(), nullable=False),  # every step's step_ns, summed
+        pa.field("fraction", pa.float64(), nullable=False),  # ns / total_ns, 0..1
+    ]
+)
+"""Columns of :func:`time_shares`: one row per name of :data:`SHARES`, in that order."""
+
+
+def time_shares(breakdown: pa.Table) -> pa.Table:
+    """Where one rank's time goes over all its steps: each column of ``breakdown`` (an
+    :func:`overlap_breakdown` result) summed, as ns and as a fraction of all steps' time.
+
+    Empty when no step could be broken down (no steps, or no compute recorded): a share of nothing
+    is unknown, never 0 %.  Computing, overlapped and not-overlapped communication, free and
+    preparing add up to the whole time (with ``stage_end="window"``).
+    """
+    total = int(pc.sum(breakdown.column("step_ns")).as_py() or 0) if breakdown.num_rows else 0
+    if total <= 0:
+        return TIME_SHARES_SCHEMA.empty_table()
+    rank = breakdown.column("rank")[0].as_py()
+    sums = [int(pc.sum(breakdown.column(column)).as_py() or 0) for _, column in SHARES]
+    return pa.table(
+        {
+            "rank": pa.array([rank] * len(SHARES), pa.int32()),
+            "share": pa.array([name for name, _ in SHARES], pa.string()),
+            "ns": pa.array(sums, pa.int64()),
+            "total_ns": pa.array([total] * len(SHARES), pa.int64()),
+            "fraction": pa.array([part / total for part in sums], pa.float64()),
+        },
+        schema=TIME_SHARES_SCHEMA,
     )
