@@ -75,8 +75,9 @@ class RankResult:
     tables: dict[str, pa.Table]
     output_dir: Path | None = None
     warnings: list[str] = dataclasses.field(default_factory=list)
-    """What the analyses found wrong with the options (a named FP/BP point missing from steps);
-    the reader's warnings stay in ``trace.meta.warnings``, which the cache saves."""
+    """What the analyses found wrong with the options (a named FP/BP point missing from steps) or
+    the source's own results (a vendor step trace that differs from perfsight's); the reader's
+    warnings stay in ``trace.meta.warnings``, which the cache saves."""
 
 
 AnalysisFunction = Callable[[Trace, Options, dict[str, pa.Table]], pa.Table]
