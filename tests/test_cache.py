@@ -103,3 +103,23 @@ def test_loading_an_analysed_folder_whose_cache_lost_its_metadata_names_the_miss
     # not a fall-back that reads the cache's own JSON files as traces
     with pytest.raises(CacheError, match=r"rank0/cache/meta\.json"):
         perfsight.load(tmp_path)
+
+
+def test_what_the_vendor_recorded_round_trips_beside_the_trace(tmp_path: Path) -> None:
+    """MindInsight's own step trace and hccl tables live in ``Trace.vendor``; a run without an op
+    timeline says so in ``meta.compute_recorded``.  Both survive the cache."""
+    fixtures = Path(__file__).parent / "fixtures" / "mindinsight_legacy"
+    trace = read_trace(fixtures / "single" / "profiler" / "step_trace_raw_0_detail_time.csv")
+    assert trace.vendor.step_trace.num_rows == 3 and trace.vendor.tables  # hccl_raw_0.csv: steps, links
+    save_trace(trace, tmp_path)
+    loaded = load_trace(tmp_path)
+    _assert_same(trace, loaded)
+    assert loaded.vendor.step_trace.equals(trace.vendor.step_trace)
+    assert loaded.vendor.tables.keys() == trace.vendor.tables.keys()
+    assert all(loaded.vendor.tables[n].equals(t) for n, t in trace.vendor.tables.items())
+
+    cluster = fixtures / "cluster" / "cluster_profiler" / "2" / "profiler"
+    no_timeline = read_trace(cluster / "step_trace_raw_1_detail_time.csv")
+    assert no_timeline.meta.compute_recorded is False
+    save_trace(no_timeline, tmp_path / "other")
+    assert load_trace(tmp_path / "other").meta.compute_recorded is False

@@ -24,9 +24,9 @@ from perfsight.analysis.op_statistic import HOST_CORE_TYPE, op_statistic
 from perfsight.analysis.operators import operator_stats
 from perfsight.analysis.overlap import overlap_breakdown
 from perfsight.export import mindspore_csv as ms
-from perfsight.export.units import ns_to_us
 from perfsight.ingest import read_trace
 from perfsight.model import NO_ID, Trace
+from perfsight.units import ns_to_us
 from shared_data import KINETO, require
 
 NCCL = KINETO / "nccl_parser_config" / "nccl_data.json.gz"

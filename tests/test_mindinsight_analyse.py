@@ -37,11 +37,18 @@ def test_a_legacy_profiler_folder_is_analysed_like_any_trace(
     assert main(["analyse", str(run), "--no-progress"]) == 0
     text = capsys.readouterr().out
     assert "== rank 0 of 8 on Ascend NPU" in text  # 8 ranks: ascend_cluster_analyse_data-parallel_1_8_0.csv
-    # step, total, gap, fwd+bwd, tail (MindInsight's) | compute, exposed comm, free (perfsight's, timeline)
-    row = "    10.000    0.500        7.500     2.000        7.800             1.400     0.300"
+    # step, total, gap, fwd+bwd, tail, compute, exposed comm, free: all perfsight's.  The timeline has
+    # device ops only, no host operator to place FP/BP by, so the whole 10 ms step is forward+backward
+    row = "    10.000    0.000       10.000     0.000        7.800             1.400     0.300"
     for step in (1, 2, 3):
         assert f"{step:<8}{row}" in text
-    assert "step trace (iteration interval, forward+backward, tail) is MindInsight's own" in text
+    # MindInsight's own step trace (gap 0.5, fp+bp 7.5, tail 2.0 ms in the CSV) is a named cross-check
+    assert "MindInsight's own step trace (iteration interval, forward+backward, tail) is kept" in text
+    assert (
+        "perfsight's step trace differs from the one the source's tool recorded (table vendor_step_trace) "
+        "in 3 step(s); step 1: iteration interval 0.000 vs 0.500 ms, forward+backward 10.000 vs 7.500 ms, "
+        "tail 0.000 vs 2.000 ms"
+    ) in text
     out = run / "perfsight_output" / "rank0" / "PROFILER_OUTPUT"
     first = _csv(out / "step_trace_time.csv")[0]
     assert (first["Computing"], first["Overlapped"], first["Communication(Not Overlapped)"]) == (
@@ -56,8 +63,10 @@ def test_a_legacy_profiler_folder_is_analysed_like_any_trace(
     ops = json.loads((out / "communication.json").read_text())
     assert "AllReduce-op22" in json.dumps(ops)
 
-    loaded = perfsight.load(run / "perfsight_output")  # the cache holds the recorded tables too
-    assert loaded.step_trace["fp_bp_ns"].tolist() == [7_500_000] * 3
+    loaded = perfsight.load(run / "perfsight_output")  # the cache holds the vendor's tables too
+    assert loaded.step_trace["fp_bp_ns"].tolist() == [10_000_000] * 3
+    assert loaded.vendor_step_trace["fp_bp_ns"].tolist() == [7_500_000] * 3
+    assert loaded.trace(0).vendor.step_trace["tail_ns"].to_pylist() == [2_000_000] * 3
     links = loaded.mindinsight_hccl_links
     sdma = links[(links["step"] == 1) & (links["link"] == "SDMA")].iloc[0]
     assert (sdma["bytes"], sdma["transit_ns"]) == (2048 * 1024, 500_000)
@@ -78,7 +87,9 @@ def test_the_r13_cluster_layout_is_one_job_of_global_ranks(
     assert cluster["hosts"] == 2 and cluster["world_size"] == 4  # from hccl.json + host_ips_mapping.txt
     assert [r["rank"] for r in cluster["slow_ranks"]] == [3]  # host 2's device 1: 3 ms more compute
     rank3 = next(r for r in doc["ranks"] if r["rank"] == 3)
-    assert [s["fp_bp_ns"] for s in rank3["steps"]] == [10_500_000] * 3
+    # no op timeline, so no op to place FP/BP by: perfsight's forward+backward is the whole step
+    assert [s["fp_bp_ns"] for s in rank3["steps"]] == [s["duration_ns"] for s in rank3["steps"]]
+    assert any("rank 3: perfsight's step trace differs" in w and "10.500 ms" in w for w in rank3["warnings"])
     assert rank3["time_shares"] == {}  # no timeline: compute unknown, never "100 % free"
     assert any("ascend_timeline_display_1.json: missing" in w for w in rank3["warnings"])
     assert (run / "perfsight_output" / "cluster_analysis_output" / "cluster_step_trace_time.csv").is_file()
@@ -112,7 +123,7 @@ def test_damaged_legacy_files_are_warnings_naming_them_and_the_rest_loads(tmp_pa
     assert trace.steps.column("step").to_pylist() == [1, 2]  # the good rows
     assert {"Conv2D-op1", "MatMul-op2"} <= set(trace.slices.column("name").cast("string").to_pylist())
     analysis = perfsight.analyse(run, out=tmp_path / "out")
-    assert analysis.step_trace["tail_ns"].tolist() == [2_000_000, 2_000_000]
+    assert analysis.vendor_step_trace["tail_ns"].tolist() == [2_000_000, 2_000_000]
 
 
 def test_a_legacy_folder_with_nothing_readable_is_a_one_line_error(

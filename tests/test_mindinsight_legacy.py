@@ -6,8 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from perfsight.analysis.step_trace import STEP_TRACE_SCHEMA
 from perfsight.ingest.mindinsight_legacy import is_legacy_folder, read_legacy
+from perfsight.model import STEP_PHASES_SCHEMA
 
 FIXTURES = Path(__file__).parent / "fixtures" / "mindinsight_legacy"
 
@@ -16,7 +16,7 @@ def test_step_trace_ticks_become_nanoseconds_in_perfsights_step_trace_columns() 
     run = read_legacy(FIXTURES / "single")
     assert run.warnings == [] and is_legacy_folder(FIXTURES / "single" / "profiler")
     [rank] = run.ranks
-    assert rank.step_trace.schema == STEP_TRACE_SCHEMA
+    assert rank.step_trace.schema == STEP_PHASES_SCHEMA
     first = rank.step_trace.to_pylist()[0]
     # row 1: start 100000, end 1100000, fp 150000, bp 900000 ticks of 10 ns
     assert (first["step"], first["start_ns"], first["end_ns"]) == (1, 1_000_000, 11_000_000)

@@ -11,6 +11,7 @@ from collections import Counter
 from decimal import Decimal
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
@@ -21,8 +22,8 @@ from perfsight.analysis.operators import (
     OPERATOR_INSTANCES_SCHEMA,
     OPERATOR_STATS_SCHEMA,
     operator_instances,
+    operator_ranking,
     operator_stats,
-    top_operators,
 )
 from perfsight.ingest import read_trace
 from perfsight.model import Trace
@@ -183,14 +184,30 @@ def test_operator_stats_aggregate_per_name() -> None:
     assert stats["name"].to_pylist() == ["aten::mm", "aten::relu"]  # largest self time first
 
 
-def test_top_operators_sorts_descending_and_truncates() -> None:
+def test_operators_are_ranked_by_device_time_when_any_else_host_self_time_ties_by_name() -> None:
+    """Self times (docstring of _nested_trace): A 30, B 35, C 10, D 20, E 100; only B launched device
+    work.  With device time the order is B, then the rest by host self time; without, host self
+    time alone; equal times fall back to the name.  Shares are of the ranked measure."""
     stats = operator_stats(_nested_trace())
-    top = top_operators(stats, n=2, by="device_total_ns")
-    assert top["name"].to_pylist()[0] == "B"
-    assert top.num_rows == 2
-    assert top_operators(stats, n=1, by="host_self_ns")["name"].to_pylist() == ["E"]
-    with pytest.raises(ValueError):
-        top_operators(stats, by="count")
+    ranking = operator_ranking(stats)
+    assert ranking["name"].to_pylist() == ["B", "E", "A", "D", "C"]
+    assert set(ranking["ranked_by"].to_pylist()) == {"device_total_ns"}
+    assert ranking["position"].to_pylist() == [1, 2, 3, 4, 5]
+    assert ranking["share"].to_pylist() == [1.0, 0.0, 0.0, 0.0, 0.0]
+
+    no_device = stats.set_column(
+        stats.schema.get_field_index("device_total_ns"), "device_total_ns", pa.array([0] * stats.num_rows)
+    )
+    by_host = operator_ranking(no_device)
+    assert by_host["name"].to_pylist() == ["E", "B", "A", "D", "C"]
+    assert set(by_host["ranked_by"].to_pylist()) == {"host_self_ns"}
+    assert by_host["share"].to_pylist() == pytest.approx([100 / 195, 35 / 195, 30 / 195, 20 / 195, 10 / 195])
+
+    tied = no_device.set_column(
+        no_device.schema.get_field_index("host_self_ns"), "host_self_ns", pa.array([7] * stats.num_rows)
+    )
+    assert operator_ranking(tied)["name"].to_pylist() == ["A", "B", "C", "D", "E"]
+    assert operator_ranking(stats.slice(0, 0)).num_rows == 0
 
 
 def test_empty_trace_gives_empty_tables_with_the_contract_columns() -> None:

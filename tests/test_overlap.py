@@ -10,14 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from _trace_builder import make_trace
 from conftest import ns_exact as _ns
 from conftest import raw_events_exact as _raw_events
 from conftest import read_real as _read
-from perfsight.analysis import intervals as iv
-from perfsight.analysis.overlap import OVERLAP_SCHEMA, overlap_breakdown, overlap_intervals
+from perfsight import intervals as iv
+from perfsight.analysis.overlap import OVERLAP_SCHEMA, overlap_breakdown, overlap_intervals, time_shares
 from perfsight.model import Trace
 from shared_data import KINETO
 
@@ -283,7 +284,7 @@ def test_a_trace_without_steps_gives_empty_tables_with_the_contract_columns() ->
 
 
 def _union_length(pairs: list[tuple[int, int]]) -> int:
-    """Plain-Python union length: the oracle, independent of perfsight.analysis.intervals."""
+    """Plain-Python union length: the oracle, independent of perfsight.intervals."""
     total, reach = 0, None
     for start, end in sorted(pairs):
         if reach is None or start > reach:
@@ -367,3 +368,28 @@ def test_cpu_only_gloo_trace_is_judged_on_the_host_timeline_with_gloo_threads_as
     assert ops_in_step == [] and row["computing_ns"] == 0  # the file's four cpu_ops come after the step
     assert row["communication_ns"] == _union_length(gloo) > 0
     assert row["preparing_ns"] == min(s for s, _ in gloo) - lo
+
+
+def test_time_shares_sum_each_column_over_steps_and_divide_by_all_steps_time() -> None:
+    """Two 100 ns steps: computing 60 + 20, not-overlapped communication 10 + 30, free 30 + 40,
+    preparing 0 + 10, overlapped 5 + 0 (inside computing): shares of 200 ns."""
+    rows = [
+        {"rank": 2, "step": 1, "step_ns": 100, "computing_ns": 60, "communication_not_overlapped_ns": 10,
+         "overlapped_ns": 5, "communication_ns": 15, "free_ns": 30, "stage_ns": 100, "bubble_ns": 0,
+         "communication_not_overlapped_exclude_receive_ns": 10, "preparing_ns": 0},
+        {"rank": 2, "step": 2, "step_ns": 100, "computing_ns": 20, "communication_not_overlapped_ns": 30,
+         "overlapped_ns": 0, "communication_ns": 30, "free_ns": 40, "stage_ns": 90, "bubble_ns": 0,
+         "communication_not_overlapped_exclude_receive_ns": 30, "preparing_ns": 10},
+    ]  # fmt: skip
+    shares = {
+        r["share"]: r for r in time_shares(pa.Table.from_pylist(rows, schema=OVERLAP_SCHEMA)).to_pylist()
+    }
+    assert {name: (r["ns"], r["fraction"]) for name, r in shares.items()} == {
+        "computing": (80, 0.4),
+        "communication_overlapped": (5, 0.025),
+        "communication_not_overlapped": (40, 0.2),
+        "free": (70, 0.35),
+        "preparing": (10, 0.05),
+    }
+    assert {r["total_ns"] for r in shares.values()} == {200} and {r["rank"] for r in shares.values()} == {2}
+    assert time_shares(OVERLAP_SCHEMA.empty_table()).num_rows == 0  # nothing broken down: unknown

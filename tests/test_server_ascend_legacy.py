@@ -49,8 +49,12 @@ def test_ascend_jobs_and_legacy_runs_are_listed_as_runs_and_open(server: Server)
     }
 
     server.wait_ready(LEGACY_RUN)
-    steps = server.get("run/overview", run=LEGACY_RUN)["steps"]
-    assert [s["fp_bp_ns"] for s in steps] == [7_500_000] * 3  # MindInsight's step trace
+    overview = server.get("run/overview", run=LEGACY_RUN)
+    steps = overview["steps"]
+    # MindInsight's own step trace (fp+bp 7.5 ms in the CSV) is a cross-check, and the page says so
+    assert any("MindInsight's own step trace" in w and "vendor_step_trace" in w for w in overview["warnings"])
+    # perfsight's step trace: device ops only, no host operator to place FP/BP by: the whole step
+    assert [s["fp_bp_ns"] for s in steps] == [10_000_000] * 3
     assert [s["computing_ns"] for s in steps] == [7_800_000] * 3  # perfsight's, from its timeline
 
     assert server.wait_ready(ASCEND_RUN)["ranks"] == [0, 1]
@@ -60,8 +64,10 @@ def test_ascend_jobs_and_legacy_runs_are_listed_as_runs_and_open(server: Server)
         assert body["timeline"]["device_tracks"] > 0 and body["shares"]["computing"] > 0
 
     assert server.wait_ready(CLUSTER_RUN)["ranks"] == [0, 1, 2, 3]
-    rank3 = server.get("run/overview", run=CLUSTER_RUN, rank=3)["steps"]
-    assert [s["fp_bp_ns"] for s in rank3] == [10_500_000] * 3  # the slow device of host 2
+    rank0, rank3 = (server.get("run/overview", run=CLUSTER_RUN, rank=r)["steps"] for r in (0, 3))
+    # the slow device of host 2 (13 ms steps against 10 ms); no op timeline, so perfsight's
+    # forward+backward is the whole step
+    assert sum(s["fp_bp_ns"] for s in rank3) > sum(s["fp_bp_ns"] for s in rank0) == 30_000_000
 
 
 def test_the_overview_page_shows_a_legacy_run_and_an_ascend_rank(

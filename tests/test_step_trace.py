@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from _trace_builder import make_trace
 from conftest import need_file
 from conftest import ns_exact as _ns
@@ -229,3 +231,37 @@ def test_cpu_only_step_without_operators_is_reported_whole_on_the_host_timeline(
     assert (row["step"], row["timeline"], row["duration_ns"]) == (551, "host", _ns(marker["dur"]))
     assert _phases(row) == (0, row["duration_ns"], 0)
     assert (row["fp_op"], row["bp_op"]) == ("", "")
+
+
+def test_a_vendor_step_trace_is_a_cross_check_beside_ours_never_in_its_place() -> None:
+    """The vendor says step 1 is 20 ns gap, 60 ns fp+bp, 20 ns tail; ours (above: FP at 20, BP at 55
+    on a 0-100 window) is 20 / 35 / 45.  The step trace stays ours; the vendor's is its own table,
+    and the phases that differ are listed with both values and said in a warning."""
+    from perfsight.model import STEP_PHASES_SCHEMA
+    from perfsight.pipeline import Options, analyse_trace
+
+    trace = _one_step()
+    vendor_row = {"rank": 0, "step": 1, "start_ns": 0, "end_ns": 100, "duration_ns": 100, "fp_start_ns": 20}
+    vendor_row |= {"bp_end_ns": 80, "iteration_interval_ns": 20, "fp_bp_ns": 60, "tail_ns": 20}
+    trace.vendor.step_trace = pa.Table.from_pylist([vendor_row], schema=STEP_PHASES_SCHEMA)
+    result = analyse_trace(trace, Options())
+    assert _phases(_row(result.tables["step_trace"])) == (20, 35, 45)
+    assert _phases(_row(result.tables["vendor_step_trace"])) == (20, 60, 20)
+    differences = result.tables["vendor_step_differences"].to_pylist()
+    assert [(d["phase"], d["perfsight_ns"], d["vendor_ns"]) for d in differences] == [
+        ("fp_bp_ns", 35, 60),
+        ("tail_ns", 45, 20),
+    ]
+    assert result.warnings == [
+        "rank 0: perfsight's step trace differs from the one the source's tool recorded "
+        "(table vendor_step_trace) in 1 step(s); step 1: forward+backward 0.000 vs 0.000 ms, "
+        "tail 0.000 vs 0.000 ms"
+    ]
+
+
+def test_without_a_vendor_step_trace_there_is_nothing_to_compare() -> None:
+    from perfsight.pipeline import Options, analyse_trace
+
+    result = analyse_trace(_one_step(), Options())
+    assert result.tables["vendor_step_differences"].num_rows == 0
+    assert "vendor_step_trace" not in result.tables and result.warnings == []

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from perfsight import layout
 from perfsight.ingest import TraceReadError, find_traces, read_trace, run_folder
 from perfsight.ingest.lazy_pandas import pandas_deferred
 from perfsight.model import Trace
@@ -168,8 +169,8 @@ def load(path: str | Path, *, rank: int | None = None) -> Analysis:
     from perfsight.store import cache
 
     path = Path(path)
-    # a damaged cache too (cache.MARKERS): loading it says what is missing
-    found = (p.parent for name in cache.MARKERS for p in path.glob(f"**/cache/{name}"))
+    # a damaged cache too (layout.CACHE_MARKERS): loading it says what is missing
+    found = (p.parent for name in layout.CACHE_MARKERS for p in path.glob(f"**/cache/{name}"))
     cached = sorted(set(found)) if path.is_dir() else []
     if cached:
         ranks = {}

@@ -160,3 +160,16 @@ def per_distinct(values: ArrayOrChunked, fn: Callable[[pa.Array], pa.Array]) -> 
     arr = combined(values)
     codes = distinct_codes(arr)
     return fn(arr.take(pa.array(first_rows(codes)))).take(pa.array(codes, mask=codes < 0))
+
+
+def first_match(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """For each query, the position in ``keys`` of the first element equal to it (-1 if none)."""
+    found = np.full(len(queries), -1, dtype=np.int64)
+    if not len(keys) or not len(queries):
+        return found
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    pos = np.minimum(np.searchsorted(ordered, queries), len(ordered) - 1)
+    hit = ordered[pos] == queries
+    found[hit] = order[pos[hit]]
+    return found

@@ -49,12 +49,19 @@ def kind_code(kind: SliceKind) -> int:
     return KIND_NAMES.index(kind.value)
 
 
-DEVICE_KINDS = (
+DEVICE_COMPUTE_KINDS = (
     SliceKind.KERNEL.value,
     SliceKind.MEMCPY.value,
     SliceKind.MEMSET.value,
 )
-"""Kinds that occupy an accelerator stream (communication kernels are told apart by ``is_device``)."""
+"""Device slices (``is_device``) that are compute: everything a stream runs but communication."""
+
+DEVICE_ACTIVITY_KINDS = (*DEVICE_COMPUTE_KINDS, SliceKind.COMMUNICATION.value)
+"""Device slices (``is_device``) that occupy a stream: compute and communication kernels (device
+annotations are not work)."""
+
+HOST_OP_KINDS = (SliceKind.CPU_OP.value, SliceKind.COMMUNICATION.value)
+"""Host slices (``is_device`` false) that are operators (a collective's host op is one)."""
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
 
@@ -225,6 +232,51 @@ DATALOADER_SCHEMA = pa.schema(
 """One row per batch waited for (training loop) or fetched (a worker): perfsight's data-loader capture."""
 
 
+STEP_PHASES_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("end_ns", pa.int64(), nullable=False),
+        pa.field("duration_ns", pa.int64(), nullable=False),
+        pa.field("fp_start_ns", pa.int64(), nullable=False),
+        pa.field("bp_end_ns", pa.int64(), nullable=False),
+        pa.field("iteration_interval_ns", pa.int64(), nullable=False),
+        pa.field("fp_bp_ns", pa.int64(), nullable=False),
+        pa.field("tail_ns", pa.int64(), nullable=False),
+    ]
+)
+"""Where each step's time goes (iteration interval + forward/backward + tail = duration), in ns: the
+columns every step trace has, perfsight's own (``analysis.step_trace``) and the one a vendor's tool
+recorded (:attr:`VendorResults.step_trace`), so the two compare column by column."""
+
+
+@dataclasses.dataclass
+class VendorResults:
+    """What the source's own tool computed and recorded, kept beside perfsight's analyses as a
+    cross-check, never in their place.
+
+    Why typed and apart: a vendor's result may rest on facts the events do not carry (MindInsight's
+    legacy step trace places FP/BP by the graph's op order, which its files do not keep), so it can
+    neither be recomputed nor silently stand for perfsight's own number.  Readers fill it; the
+    pipeline adds its tables to a rank's results under their own names and compares the step trace
+    with perfsight's.  Units as everywhere in the model (ns, bytes)."""
+
+    step_trace: pa.Table = dataclasses.field(default_factory=lambda: STEP_PHASES_SCHEMA.empty_table())
+    """The vendor's own step trace (:data:`STEP_PHASES_SCHEMA`); empty when the source has none."""
+    tables: dict[str, pa.Table] = dataclasses.field(default_factory=dict)
+    """Other recorded results the events cannot give, by table name (MindInsight's
+    ``hccl_raw`` per step and per link: ``mindinsight_hccl_steps``, ``mindinsight_hccl_links``)."""
+
+    STEP_TRACE_TABLE = "vendor_step_trace"
+    """The name under which :attr:`step_trace` appears among a rank's tables."""
+
+    def named_tables(self) -> dict[str, pa.Table]:
+        """Every non-empty recorded table by the name it has among a rank's tables."""
+        named = {self.STEP_TRACE_TABLE: self.step_trace} if self.step_trace.num_rows else {}
+        return {**named, **{name: table for name, table in self.tables.items() if table.num_rows}}
+
+
 @dataclasses.dataclass
 class DeviceInfo:
     """An accelerator as the trace describes it."""
@@ -259,6 +311,10 @@ class RunMetadata:
     clock_offset_ns: int | None = None  # this rank's clock minus rank 0's, to subtract from times
     clock_uncertainty_ns: int | None = None
     complete: bool = True  # False: the profiling window was cut short (see warnings)
+    compute_recorded: bool = True
+    """False: the input has no timeline of compute work (a MindInsight legacy run without
+    ``ascend_timeline_display``), so what needs compute time (the overlap breakdown) is unknown:
+    analyses return it empty, never "100 % free"."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -284,6 +340,8 @@ class Trace:
     meta: RunMetadata
     comm_tasks: pa.Table = dataclasses.field(default_factory=lambda: COMM_TASK_SCHEMA.empty_table())
     dataloader: pa.Table = dataclasses.field(default_factory=lambda: DATALOADER_SCHEMA.empty_table())
+    vendor: VendorResults = dataclasses.field(default_factory=VendorResults)
+    """What the source's own tool recorded (a cross-check; see :class:`VendorResults`)."""
 
     @property
     def rank(self) -> int:

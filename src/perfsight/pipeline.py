@@ -20,9 +20,19 @@ from typing import Any
 
 import pyarrow as pa
 
-from perfsight.analysis import communication, flops, index, kernels, memory, operators, overlap, step_trace
+from perfsight import heap
+from perfsight.analysis import (
+    communication,
+    data_wait,
+    flops,
+    index,
+    kernels,
+    memory,
+    operators,
+    overlap,
+    step_trace,
+)
 from perfsight.analysis.op_statistic import op_statistic
-from perfsight.ingest import heap
 from perfsight.model import Trace
 
 EXPORT_TYPES = ("text", "db")
@@ -76,18 +86,26 @@ class RankResult:
     tables: dict[str, pa.Table]
     output_dir: Path | None = None
     warnings: list[str] = dataclasses.field(default_factory=list)
-    """What the analyses found wrong with the options (a named FP/BP point missing from steps);
-    the reader's warnings stay in ``trace.meta.warnings``, which the cache saves."""
+    """What the analyses found wrong with the options (a named FP/BP point missing from steps) or
+    the source's own results (a vendor step trace that differs from perfsight's); the reader's
+    warnings stay in ``trace.meta.warnings``, which the cache saves."""
 
 
-Analysis = Callable[[Trace, Options, dict[str, pa.Table]], pa.Table]
+AnalysisFunction = Callable[[Trace, Options, dict[str, pa.Table]], pa.Table]
+"""One entry of :data:`ANALYSES`: the trace, the user's options and the tables computed before it."""
 
-ANALYSES: dict[str, Analysis] = {
+ANALYSES: dict[str, AnalysisFunction] = {
     "step_trace": lambda t, o, done: step_trace.step_trace(t, fp_point=o.fp_point, bp_point=o.bp_point),
+    "vendor_step_differences": lambda t, o, done: step_trace.vendor_step_differences(
+        done["step_trace"], t.vendor.step_trace
+    ),
     "overlap_breakdown": lambda t, o, done: overlap.overlap_breakdown(t),
     "overlap_intervals": lambda t, o, done: overlap.overlap_intervals(t),
+    "time_shares": lambda t, o, done: overlap.time_shares(done["overlap_breakdown"]),
+    "data_wait": lambda t, o, done: data_wait.data_wait(t),
     "operator_instances": lambda t, o, done: operators.operator_instances(t),
     "operator_stats": lambda t, o, done: operators.operator_stats(t, done.get("operator_instances")),
+    "operator_ranking": lambda t, o, done: operators.operator_ranking(done["operator_stats"]),
     "kernel_details": lambda t, o, done: kernels.kernel_details(t),
     "kernel_stats": lambda t, o, done: kernels.kernel_stats(t, done.get("kernel_details")),
     "op_statistic": lambda t, o, done: op_statistic(done.get("kernel_details"), done.get("operator_stats")),
@@ -103,42 +121,9 @@ ANALYSES: dict[str, Analysis] = {
     "communication_step_sizes": lambda t, o, done: communication.step_sizes(done["communication_sizes"]),
 }
 """Every single-device analysis, in order; a table is stored under its function's name.  ``done``
-holds the tables computed before it, so an aggregate reuses the table it aggregates."""
-
-RECORDED_TABLES = "recorded_tables"
-"""``meta.extra`` key: results a reader took from the source itself, by table name (lists of rows).
-
-Why: some inputs hold a result their events cannot reproduce (MindInsight's legacy step trace
-places FP/BP with the graph's op order, which the files do not keep; without its timeline no
-compute time is known).  Such a table replaces the analysis of that name (an empty list: "cannot
-be computed", never a made-up number); other names are added as extra tables.  The reader says so
-in ``meta.warnings``."""
-
-_RECORDED_SCHEMAS = {
-    "step_trace": step_trace.STEP_TRACE_SCHEMA,
-    "overlap_breakdown": overlap.OVERLAP_SCHEMA,
-    "overlap_intervals": overlap.OVERLAP_INTERVAL_SCHEMA,
-}
-
-
-def recorded_table(trace: Trace, name: str) -> pa.Table | None:
-    """The table ``name`` the reader recorded for ``trace`` (see :data:`RECORDED_TABLES`), else None."""
-    rows = trace.meta.extra.get(RECORDED_TABLES, {}).get(name)
-    if rows is None:
-        return None
-    schema = _RECORDED_SCHEMAS.get(name)
-    return pa.Table.from_pylist(rows, schema=schema) if schema is not None else pa.Table.from_pylist(rows)
-
-
-def _or_recorded(name: str, analysis: Analysis) -> Analysis:
-    def run(trace: Trace, options: Options, done: dict[str, pa.Table]) -> pa.Table:
-        recorded = recorded_table(trace, name)
-        return recorded if recorded is not None else analysis(trace, options, done)
-
-    return run
-
-
-ANALYSES = {name: _or_recorded(name, analysis) for name, analysis in ANALYSES.items()}
+holds the tables computed before it, so an aggregate reuses the table it aggregates.  What the
+source's own tool recorded (``trace.vendor``) is added beside these tables under its own names,
+never in place of one of them."""
 
 
 def analyse_trace(trace: Trace, options: Options) -> RankResult:
@@ -147,13 +132,15 @@ def analyse_trace(trace: Trace, options: Options) -> RankResult:
     try:
         for name, run in ANALYSES.items():
             tables[name] = run(trace, options, tables)
-        for name in trace.meta.extra.get(RECORDED_TABLES, {}):
-            if name not in tables and (recorded := recorded_table(trace, name)) is not None:
-                tables[name] = recorded  # the source's own extra results (MindInsight's hccl_raw)
+        for name, table in trace.vendor.named_tables().items():
+            tables.setdefault(name, table)  # the source's own results, beside ours (never for them)
     finally:
         index.release(trace)  # what the analyses shared is not needed by the writers
         heap.return_freed_memory()  # the writers reuse the analyses' freed transients
     warnings = step_trace.named_point_warnings(tables["step_trace"], options.fp_point, options.bp_point)
+    warnings += step_trace.vendor_difference_warnings(
+        tables["vendor_step_differences"], trace.vendor.STEP_TRACE_TABLE
+    )
     for line in warnings:
         log.warning("%s", line)
     return RankResult(trace=trace, tables=tables, warnings=warnings)

@@ -9,20 +9,22 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from perfsight.export import units
+from perfsight import units
 from perfsight.pipeline import RankResult
 from perfsight.terminal import printable_line
 
 TOP_OPERATORS = 10
-
-_SHARE_COLUMNS = {
-    "computing": "computing_ns",
-    "communication_not_overlapped": "communication_not_overlapped_ns",
-    "free": "free_ns",
-    "preparing": "preparing_ns",
-}
+SHARES_SHOWN = ("computing", "communication_not_overlapped", "free", "preparing")
+"""The rows of ``time_shares`` the summary prints (overlapped communication is inside computing)."""
+_STEP_BREAKDOWN = (
+    "computing_ns",
+    "communication_not_overlapped_ns",
+    "free_ns",
+    "preparing_ns",
+    "overlapped_ns",
+    "communication_ns",
+)
 
 
 def _rows(table: pa.Table, columns: list[str]) -> list[dict[str, Any]]:
@@ -38,27 +40,13 @@ def rank_summary(result: RankResult) -> dict[str, Any]:
         t["step_trace"],
         ["step", "duration_ns", "iteration_interval_ns", "fp_bp_ns", "tail_ns", "fp_op", "bp_op", "timeline"],
     )
-    by_step = {
-        row["step"]: row
-        for row in _rows(overlap, ["step", *_SHARE_COLUMNS.values(), "overlapped_ns", "communication_ns"])
-    }
+    by_step = {row["step"]: row for row in _rows(overlap, ["step", *_STEP_BREAKDOWN])}
     for row in steps:
         row.update({k: v for k, v in by_step.get(row["step"], {}).items() if k != "step"})
-    total_step = sum(overlap.column("step_ns").to_pylist()) if overlap.num_rows else 0
-    shares = (
-        {  # none when no step could be broken down (a legacy run without its timeline)
-            label: sum(overlap.column(col).to_pylist()) / total_step for label, col in _SHARE_COLUMNS.items()
-        }
-        if total_step
-        else {}
-    )
-    stats = t["operator_stats"]
-    sort_key = (
-        "device_total_ns"
-        if stats.num_rows and pc.sum(stats.column("device_total_ns")).as_py()
-        else ("host_self_ns")
-    )
-    top = stats.sort_by([(sort_key, "descending")]).slice(0, TOP_OPERATORS) if stats.num_rows else stats
+    fractions = {row["share"]: row["fraction"] for row in _rows(t["time_shares"], ["share", "fraction"])}
+    shares = {name: fractions[name] for name in SHARES_SHOWN if name in fractions}  # none: unknown
+    ranking = t["operator_ranking"]
+    top_by = ranking.column("ranked_by")[0].as_py() if ranking.num_rows else "host_self_ns"
     peaks = _rows(
         t["memory_peaks"], ["device_type", "device_index", "peak_allocated_bytes", "peak_reserved_bytes"]
     )
@@ -70,8 +58,10 @@ def rank_summary(result: RankResult) -> dict[str, Any]:
         "devices": [d.name for d in meta.devices],
         "steps": steps,
         "time_shares": shares,
-        "top_operators_by": sort_key,
-        "top_operators": _rows(top, ["name", "count", "host_self_ns", "device_total_ns", "flops"]),
+        "top_operators_by": top_by,
+        "top_operators": _rows(
+            ranking.slice(0, TOP_OPERATORS), ["name", "count", "host_self_ns", "device_total_ns", "flops"]
+        ),
         "memory_peaks": peaks,
         "flops": flops_rows,
         "output_dir": str(result.output_dir) if result.output_dir else None,

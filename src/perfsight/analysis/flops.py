@@ -51,9 +51,9 @@ import pyarrow.compute as pc
 from perfsight import columns
 from perfsight.analysis.hierarchy import outermost
 from perfsight.analysis.index import index_of
-from perfsight.export.units import ns_to_s
 from perfsight.jsontext import json_text
 from perfsight.model import NO_ID, RunMetadata, Trace
+from perfsight.units import ns_to_s
 
 T = TypeVar("T")
 

@@ -13,7 +13,8 @@ This module must not compute metrics or build output tables; it returns row
 indices into ``Trace.slices`` (``-1`` where there is none).  It trusts the
 reader's ``depth`` column (proper Chrome ``X`` nesting on a track).  The
 matching and nesting primitives it shares with the reader (first row with a
-key, outermost of nested slices) live in :mod:`perfsight.ingest.assemble`.
+key, outermost of nested slices) live in the leaf modules :mod:`perfsight.columns` and
+:mod:`perfsight.intervals`.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from numpy.typing import NDArray
 
 from perfsight import columns
 from perfsight.analysis.index import TraceIndex
-from perfsight.ingest.assemble import first_match
-from perfsight.ingest.assemble import outermost as _outermost
+from perfsight.columns import first_match
+from perfsight.intervals import outermost as _outermost
 from perfsight.model import NO_ID
 
 Rows = NDArray[np.int64]

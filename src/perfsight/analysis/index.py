@@ -6,7 +6,7 @@ launched which kernel.  Asked separately, each analysis would convert, sort and 
 columns again.  :func:`index_of` returns the one :class:`TraceIndex` of a trace instead: a column
 or mask is built the first time someone asks for it and kept while the trace lives.  Relations
 that other modules define (parents and launches in :mod:`~perfsight.analysis.hierarchy`, step
-windows in :mod:`~perfsight.analysis.timeline`) are kept with :meth:`TraceIndex.derived`, so each
+windows in :mod:`~perfsight.analysis.clock`) are kept with :meth:`TraceIndex.derived`, so each
 module still owns its own computation.
 
 The index is derived data, not state: it is keyed on the :class:`~perfsight.model.Trace` object
@@ -31,20 +31,9 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from perfsight import columns
-from perfsight.model import NO_ID, SliceKind, Trace
+from perfsight.model import DEVICE_ACTIVITY_KINDS, HOST_OP_KINDS, NO_ID, SliceKind, Trace
 
 T = TypeVar("T")
-
-HOST_OP_KINDS = (SliceKind.CPU_OP.value, SliceKind.COMMUNICATION.value)
-"""Kinds that are host operators when ``is_device`` is false (a collective's host op is one)."""
-
-DEVICE_WORK_KINDS = (
-    SliceKind.KERNEL.value,
-    SliceKind.MEMCPY.value,
-    SliceKind.MEMSET.value,
-    SliceKind.COMMUNICATION.value,
-)
-"""Kinds that occupy a stream when ``is_device`` is true (device annotations are not work)."""
 
 
 def _frozen(value: T) -> T:
@@ -174,7 +163,7 @@ class TraceIndex:
     @property
     def device_work(self) -> NDArray[np.bool_]:
         """Device rows that occupy a stream: kernels, copies, fills and communication kernels."""
-        return self.kind_mask(DEVICE_WORK_KINDS, is_device=True)
+        return self.kind_mask(DEVICE_ACTIVITY_KINDS, is_device=True)
 
     @property
     def runtime(self) -> NDArray[np.bool_]:

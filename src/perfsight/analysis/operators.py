@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from perfsight import columns
 from perfsight.analysis import grouping
@@ -169,9 +170,65 @@ def operator_stats(trace: Trace, instances: pa.Table | None = None) -> pa.Table:
     return table.sort_by([("rank", "ascending"), ("host_self_ns", "descending"), ("name", "ascending")])
 
 
-def top_operators(stats: pa.Table, n: int = 20, by: str = "device_total_ns") -> pa.Table:
-    """The ``n`` rows of ``stats`` largest in ``by`` (``device_total_ns`` or ``host_self_ns``)."""
-    if by not in ("device_total_ns", "host_self_ns"):
-        raise ValueError(f"by must be 'device_total_ns' or 'host_self_ns', not {by!r}")
-    ordered = stats.sort_by([(by, "descending"), ("name", "ascending")])
-    return ordered.slice(0, max(n, 0))
+OPERATOR_RANKING_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("position", pa.int32()),  # 1 = the largest
+        ("name", pa.string()),
+        ("count", pa.int64()),
+        ("host_self_ns", pa.int64()),
+        ("device_total_ns", pa.int64()),
+        ("flops", pa.float64()),
+        ("ranked_by", pa.string()),  # "device_total_ns" or "host_self_ns", the same on every row
+        ("ranked_ns", pa.int64()),  # this row's value of ranked_by
+        ("share", pa.float64()),  # ranked_ns / the sum of ranked_ns over every operator name, 0..1
+    ]
+)
+"""Columns of :func:`operator_ranking`."""
+
+RANKING_MEASURES = ("device_total_ns", "host_self_ns")
+"""What operators are ranked by, in order of preference."""
+
+
+def operator_ranking(stats: pa.Table) -> pa.Table:
+    """Every operator name of one rank's ``operator_stats``, largest first: the one ranking the CLI
+    summary, the overview page and the operator page show (they only take its first rows).
+
+    Ranked by device time when the rank launched any (``device_total_ns`` sums above 0), else by
+    host self time; ties by host self time, then by name, so the order is total.  Missing times
+    count as 0.  ``share`` is the row's part of the ranked measure over all names.
+    """
+    if stats.num_rows == 0:
+        return OPERATOR_RANKING_SCHEMA.empty_table()
+    times = {m: pc.fill_null(stats.column(m), 0).cast(pa.int64()) for m in RANKING_MEASURES}
+    by = next((m for m in RANKING_MEASURES if (pc.sum(times[m]).as_py() or 0) > 0), RANKING_MEASURES[-1])
+    table = pa.table(
+        {
+            "rank": stats.column("rank").cast(pa.int32()),
+            "name": stats.column("name"),
+            "count": stats.column("count"),
+            "host_self_ns": times["host_self_ns"],
+            "device_total_ns": times["device_total_ns"],
+            "flops": stats.column("flops"),
+        }
+    ).sort_by([(by, "descending"), ("host_self_ns", "descending"), ("name", "ascending")])
+    ranked = table.column(by)
+    total = pc.sum(ranked).as_py() or 0
+    values = columns.int64(ranked, 0)
+    share = values / total if total > 0 else np.zeros(len(values))
+    n = table.num_rows
+    return pa.table(
+        {
+            "rank": table.column("rank"),
+            "position": pa.array(np.arange(1, n + 1, dtype=np.int32)),
+            "name": table.column("name"),
+            "count": table.column("count"),
+            "host_self_ns": table.column("host_self_ns"),
+            "device_total_ns": table.column("device_total_ns"),
+            "flops": table.column("flops"),
+            "ranked_by": pa.array([by] * n, pa.string()),
+            "ranked_ns": ranked,
+            "share": pa.array(share, pa.float64()),
+        },
+        schema=OPERATOR_RANKING_SCHEMA,
+    )

@@ -1,8 +1,8 @@
 """Overlap breakdown: how each step's time splits into computing, communication and idle.
 
 The columns of MindSpore's ``step_trace_time.csv``, computed per step by
-interval union and intersection on the rank's timeline (device when it has
-device work, host otherwise; see :mod:`perfsight.analysis.timeline` for what
+interval union and intersection on the rank's clock (device when it has
+device work, host otherwise; see :mod:`perfsight.analysis.clock` for what
 counts as compute, communication and receive there, and for the step windows).
 With ``C`` the compute set, ``M`` the communication set and ``R`` the receive
 part of ``M``, all cut to the step window ``[start, end)``:
@@ -45,10 +45,11 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from perfsight import columns
-from perfsight.analysis import intervals as iv
-from perfsight.analysis.timeline import Activity, activity, choose_timeline, step_windows
+from perfsight import intervals as iv
+from perfsight.analysis.clock import Activity, activity, choose_clock, step_windows
 from perfsight.model import Trace
 
 OVERLAP_SCHEMA = pa.schema(
@@ -83,12 +84,17 @@ OVERLAP_INTERVAL_SCHEMA = pa.schema(
 
 
 def _steps_and_work(trace: Trace) -> tuple[pa.Table, Activity, iv.Intervals]:
-    """The step windows, the work on the rank's timeline, and its busy set (compute ∪ communication)."""
-    timeline = choose_timeline(trace)
-    windows = step_windows(trace, timeline)
+    """The step windows, the work on the rank's clock, and its busy set (compute ∪ communication).
+
+    No windows when the input recorded no compute work (``meta.compute_recorded``): every share
+    would then be a made-up "100 % free", so the breakdown is empty instead."""
+    clock = choose_clock(trace)
+    windows = step_windows(trace, clock)
+    if windows.num_rows and not trace.meta.compute_recorded:
+        windows = windows.slice(0, 0)
     if windows.num_rows == 0:
-        return windows, Activity(timeline, iv.empty(), iv.empty(), iv.empty()), iv.empty()
-    work = activity(trace, timeline)
+        return windows, Activity(clock, iv.empty(), iv.empty(), iv.empty()), iv.empty()
+    work = activity(trace, clock)
     busy = iv.union(
         np.concatenate((work.compute[0], work.communication[0])),
         np.concatenate((work.compute[1], work.communication[1])),
@@ -191,4 +197,50 @@ def overlap_intervals(trace: Trace, stage_end: str | None = None) -> pa.Table:
             pa.array(ends, pa.int64()),
         ],
         schema=OVERLAP_INTERVAL_SCHEMA,
+    )
+
+
+SHARES = (
+    ("computing", "computing_ns"),
+    ("communication_overlapped", "overlapped_ns"),
+    ("communication_not_overlapped", "communication_not_overlapped_ns"),
+    ("free", "free_ns"),
+    ("preparing", "preparing_ns"),
+)
+"""Where the time goes, by share name and the :data:`OVERLAP_SCHEMA` column summed for it."""
+
+TIME_SHARES_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("share", pa.string(), nullable=False),  # a name of SHARES
+        pa.field("ns", pa.int64(), nullable=False),  # summed over the steps
+        pa.field("total_ns", pa.int64(), nullable=False),  # every step's step_ns, summed
+        pa.field("fraction", pa.float64(), nullable=False),  # ns / total_ns, 0..1
+    ]
+)
+"""Columns of :func:`time_shares`: one row per name of :data:`SHARES`, in that order."""
+
+
+def time_shares(breakdown: pa.Table) -> pa.Table:
+    """Where one rank's time goes over all its steps: each column of ``breakdown`` (an
+    :func:`overlap_breakdown` result) summed, as ns and as a fraction of all steps' time.
+
+    Empty when no step could be broken down (no steps, or no compute recorded): a share of nothing
+    is unknown, never 0 %.  Computing, overlapped and not-overlapped communication, free and
+    preparing add up to the whole time (with ``stage_end="window"``).
+    """
+    total = int(pc.sum(breakdown.column("step_ns")).as_py() or 0) if breakdown.num_rows else 0
+    if total <= 0:
+        return TIME_SHARES_SCHEMA.empty_table()
+    rank = breakdown.column("rank")[0].as_py()
+    sums = [int(pc.sum(breakdown.column(column)).as_py() or 0) for _, column in SHARES]
+    return pa.table(
+        {
+            "rank": pa.array([rank] * len(SHARES), pa.int32()),
+            "share": pa.array([name for name, _ in SHARES], pa.string()),
+            "ns": pa.array(sums, pa.int64()),
+            "total_ns": pa.array([total] * len(SHARES), pa.int64()),
+            "fraction": pa.array([part / total for part in sums], pa.float64()),
+        },
+        schema=TIME_SHARES_SCHEMA,
     )

@@ -14,8 +14,9 @@ pass (BP)::
   update, and whatever else follows the backward pass.
   The three always add up to ``duration_ns`` exactly.
 
-The step window (``start_ns``/``end_ns``/``duration_ns``) and the timeline
-(``"device"`` or ``"host"``) are those of :mod:`perfsight.analysis.timeline`, so
+The step window (``start_ns``/``end_ns``/``duration_ns``) and the clock
+(``"device"`` or ``"host"``, the table's ``timeline`` column) are those of
+:mod:`perfsight.analysis.clock`, so
 step trace and overlap breakdown describe the same interval of time.
 
 Automatic FP/BP detection (PyTorch)
@@ -35,7 +36,7 @@ Automatic FP/BP detection (PyTorch)
   which waits for the last gradient all-reduce: counting it would put that
   all-reduce inside forward+backward instead of the tail.  A slice belongs to
   the step when its start lies in the host step.
-* *Device timeline*: FP start becomes the start of the first device activity
+* *Device clock*: FP start becomes the start of the first device activity
   (compute or communication) in the step window whose launching runtime call
   started at or after the FP op's start -- the first device work launched by the
   forward op or after it (device work with no launch link counts when it
@@ -52,7 +53,7 @@ User-chosen points
 ------------------
 ``fp_point``/``bp_point`` name an op (exact ``name`` match, any host thread): FP
 start is the start of the step's first slice with that name, BP end the end of
-its last one (latest end); on the device timeline they are mapped to device
+its last one (latest end); on the device clock they are mapped to device
 work as above, with "launched by a backward op" meaning "launched by that
 slice".  A step where the named slice is absent falls back to automatic
 detection for that point; :func:`named_point_warnings` says in how many steps
@@ -78,33 +79,25 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from perfsight import columns
-from perfsight.analysis import intervals as iv
-from perfsight.analysis.hierarchy import launcher
-from perfsight.analysis.index import TraceIndex, dictionary_mask, index_of
-from perfsight.analysis.timeline import (
-    Timeline,
-    choose_timeline,
+from perfsight import intervals as iv
+from perfsight.analysis.clock import (
+    Clock,
+    choose_clock,
     device_activity_mask,
     names_of,
     step_windows,
 )
-from perfsight.model import DEVICE_KINDS, NO_ID, SliceKind, Trace
+from perfsight.analysis.hierarchy import launcher
+from perfsight.analysis.index import TraceIndex, dictionary_mask, index_of
+from perfsight.model import DEVICE_COMPUTE_KINDS, NO_ID, STEP_PHASES_SCHEMA, SliceKind, Trace
+from perfsight.units import ms_text
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function"
 """Name prefix of the autograd engine's per-node backward slices."""
 
 STEP_TRACE_SCHEMA = pa.schema(
     [
-        pa.field("rank", pa.int32(), nullable=False),
-        pa.field("step", pa.int32(), nullable=False),
-        pa.field("start_ns", pa.int64(), nullable=False),
-        pa.field("end_ns", pa.int64(), nullable=False),
-        pa.field("duration_ns", pa.int64(), nullable=False),
-        pa.field("fp_start_ns", pa.int64(), nullable=False),
-        pa.field("bp_end_ns", pa.int64(), nullable=False),
-        pa.field("iteration_interval_ns", pa.int64(), nullable=False),
-        pa.field("fp_bp_ns", pa.int64(), nullable=False),
-        pa.field("tail_ns", pa.int64(), nullable=False),
+        *STEP_PHASES_SCHEMA,
         pa.field("fp_op", pa.string(), nullable=False),
         pa.field("bp_op", pa.string(), nullable=False),
         pa.field("timeline", pa.string(), nullable=False),
@@ -221,7 +214,7 @@ class _DeviceWork:
         self.start, self.end = start[self.rows], end[self.rows]
         calls = self.launcher[self.rows]
         self.launch = np.where(calls >= 0, start[np.maximum(calls, 0)], NO_ID)
-        self.compute = ix.of_kind(DEVICE_KINDS)[self.rows]
+        self.compute = ix.of_kind(DEVICE_COMPUTE_KINDS)[self.rows]
 
     def launched_by(self, host_rows: NDArray[np.int64]) -> NDArray[np.bool_]:
         """Per device activity: launched from inside one of ``host_rows``."""
@@ -250,8 +243,8 @@ class _DeviceWork:
 
 def step_trace(trace: Trace, fp_point: str | None = None, bp_point: str | None = None) -> pa.Table:
     """Iteration interval, forward+backward and tail of every step of ``trace`` (see module docstring)."""
-    timeline: Timeline = choose_timeline(trace)
-    windows = step_windows(trace, timeline)
+    clock: Clock = choose_clock(trace)
+    windows = step_windows(trace, clock)
     if windows.num_rows == 0:
         return STEP_TRACE_SCHEMA.empty_table()
     sl = trace.slices
@@ -276,7 +269,7 @@ def step_trace(trace: Trace, fp_point: str | None = None, bp_point: str | None =
 
     # BP candidates, in order of preference: the named op, autograd node slices, autograd-thread ops
     bp_sources = ([bp_named] if bp_point else []) + [backward, autograd]
-    device = _DeviceWork(trace, start, end) if timeline == "device" else None
+    device = _DeviceWork(trace, start, end) if clock == "device" else None
     launched = [device.launched_by(rows.rows) if device else None for rows in bp_sources]
 
     w_start = columns.int64(windows.column("start_ns"))
@@ -328,7 +321,7 @@ def step_trace(trace: Trace, fp_point: str | None = None, bp_point: str | None =
             pa.array(w_end - bp_ns, pa.int64()),
             pa.array(names_of(sl, fp_row), pa.string()),
             pa.array(names_of(sl, bp_row), pa.string()),
-            pa.array([timeline] * n, pa.string()),
+            pa.array([clock] * n, pa.string()),
         ],
         schema=STEP_TRACE_SCHEMA,
     )
@@ -351,3 +344,77 @@ def named_point_warnings(table: pa.Table, fp_point: str | None, bp_point: str | 
                 "automatic detection used there"
             )
     return lines
+
+
+VENDOR_PHASES = (
+    ("duration_ns", "step"),
+    ("iteration_interval_ns", "iteration interval"),
+    ("fp_bp_ns", "forward+backward"),
+    ("tail_ns", "tail"),
+)
+"""The phases compared with a vendor's recorded step trace, and their names in a warning."""
+
+VENDOR_DIFFERENCE_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("phase", pa.string(), nullable=False),  # a column of STEP_PHASES_SCHEMA
+        pa.field("perfsight_ns", pa.int64()),  # null: perfsight has no such step
+        pa.field("vendor_ns", pa.int64()),  # null: the vendor recorded no such step
+    ]
+)
+"""Columns of :func:`vendor_step_differences`."""
+
+
+def vendor_step_differences(ours: pa.Table, vendor: pa.Table) -> pa.Table:
+    """Where perfsight's step trace (:func:`step_trace`) and the one the source's tool recorded
+    (``Trace.vendor.step_trace``) disagree: one row per (step, phase) whose ns differ, or per phase
+    of a step only one of them has.  Empty when they agree or when there is no vendor step trace.
+
+    Why: the vendor's numbers may rest on facts the events lack (MindInsight's FP/BP points follow
+    the graph's op order), so they are a cross-check to show, never a substitute for ours.
+    """
+    if vendor.num_rows == 0:
+        return VENDOR_DIFFERENCE_SCHEMA.empty_table()
+    keys = ["rank", "step"]
+    phases = [name for name, _ in VENDOR_PHASES]
+    mine = ours.select(keys + phases).rename_columns(keys + [f"{p}.perfsight" for p in phases])
+    theirs = vendor.select(keys + phases).rename_columns(keys + [f"{p}.vendor" for p in phases])
+    joined = mine.join(theirs, keys, join_type="full outer").sort_by([("step", "ascending")])
+    parts = []
+    for phase in phases:
+        a, b = joined.column(f"{phase}.perfsight"), joined.column(f"{phase}.vendor")
+        differs = pc.fill_null(pc.not_equal(a, b), True)  # a step only one side has differs too
+        rows = joined.filter(differs)
+        parts.append(
+            pa.table(
+                [
+                    rows.column("rank").cast(pa.int32()),
+                    rows.column("step").cast(pa.int32()),
+                    pa.array([phase] * rows.num_rows, pa.string()),
+                    rows.column(f"{phase}.perfsight"),
+                    rows.column(f"{phase}.vendor"),
+                ],
+                schema=VENDOR_DIFFERENCE_SCHEMA,
+            )
+        )
+    return pa.concat_tables(parts).sort_by([("step", "ascending")])
+
+
+def vendor_difference_warnings(differences: pa.Table, table_name: str) -> list[str]:
+    """One line per rank whose step trace differs from the vendor's (a :func:`vendor_step_differences`
+    result): how many steps, and each differing phase of the first one, in ms."""
+    if differences.num_rows == 0:
+        return []
+    label = dict(VENDOR_PHASES)
+    rows = differences.to_pylist()
+    steps = sorted({row["step"] for row in rows})
+    first = [row for row in rows if row["step"] == steps[0]]
+    detail = ", ".join(
+        f"{label[row['phase']]} {ms_text(row['perfsight_ns'])} vs {ms_text(row['vendor_ns'])} ms"
+        for row in first
+    )
+    return [
+        f"rank {rows[0]['rank']}: perfsight's step trace differs from the one the source's tool recorded "
+        f"(table {table_name}) in {len(steps)} step(s); step {steps[0]}: {detail}"
+    ]

@@ -2,7 +2,7 @@
 
 Slowest ranks, slowest links, communication share, pipeline balance, clock alignment and the
 job's missing/duplicate ranks.  Values stay in ns and bytes in the JSON; only the text converts
-(through ``perfsight.export.units``).  The numbers come from ``perfsight.cluster.job.ClusterResult``.
+(through ``perfsight.units``).  The numbers come from ``perfsight.cluster.job.ClusterResult``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from perfsight.cluster.discovery import rank_ranges
-from perfsight.export.units import bytes_text, ms_text
 from perfsight.terminal import printable_line
+from perfsight.units import bytes_text, ms_text
 
 if TYPE_CHECKING:
     from perfsight.cluster.job import ClusterResult

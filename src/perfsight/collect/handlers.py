@@ -28,7 +28,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perfsight.collect import run_folder as layout
+from perfsight import layout
+from perfsight.collect import run_folder
 
 log = logging.getLogger("perfsight.collect")
 
@@ -59,10 +60,10 @@ class TraceHandler:
         folder = self._new_folder(when)
         if window is not None:
             window.folder = folder
-        layout.write_bytes_atomic(
+        run_folder.write_bytes_atomic(
             folder / layout.INCOMPLETE_MARKER, b"recording: the window has not finished yet\n"
         )
-        layout.write_json_atomic(
+        run_folder.write_json_atomic(
             folder / layout.info_file(_identity(prof)["rank"]), self._info(prof, status="recording")
         )
 
@@ -72,8 +73,8 @@ class TraceHandler:
         if window is None or window.folder is None or not window.folder.exists():
             return
         reason = window.reason or "profiling turned off"
-        layout.write_bytes_atomic(window.folder / layout.INCOMPLETE_MARKER, f"{reason}\n".encode())
-        layout.write_json_atomic(
+        run_folder.write_bytes_atomic(window.folder / layout.INCOMPLETE_MARKER, f"{reason}\n".encode())
+        run_folder.write_json_atomic(
             window.folder / layout.info_file(_identity(prof)["rank"]), self._info(prof, status="aborted")
         )
 
@@ -99,29 +100,29 @@ class TraceHandler:
     def _write_window(self, prof: Any, folder: Path) -> None:
         window = getattr(prof, "current_window", None)
         rank = _identity(prof)["rank"]
-        layout.export_trace_atomic(prof, folder, rank)
+        run_folder.export_trace_atomic(prof, folder, rank)
         sidecars = window.sidecars if window is not None else {}
         for name, table in sidecars.items():
-            layout.write_parquet_atomic(folder / layout.sidecar_file(name, rank), table)
-        layout.write_json_atomic(folder / layout.METADATA_FILE, _metadata(prof))
+            run_folder.write_parquet_atomic(folder / layout.sidecar_file(name, rank), table)
+        run_folder.write_json_atomic(folder / layout.METADATA_FILE, _metadata(prof))
         complete = window.complete if window is not None and window.complete is not None else True
         if complete:
             (folder / layout.INCOMPLETE_MARKER).unlink(missing_ok=True)
         else:
-            layout.write_bytes_atomic(folder / layout.INCOMPLETE_MARKER, f"{window.reason}\n".encode())
-        layout.write_json_atomic(
+            run_folder.write_bytes_atomic(folder / layout.INCOMPLETE_MARKER, f"{window.reason}\n".encode())
+        run_folder.write_json_atomic(
             folder / layout.info_file(rank),
             self._info(prof, status="complete" if complete else "incomplete", sidecars=sorted(sidecars)),
         )
 
     def _new_folder(self, when: datetime.datetime) -> Path:
         if self.worker_name is None:
-            self.worker_name = layout.default_worker_name()
+            self.worker_name = run_folder.default_worker_name()
         self.dir_name.mkdir(parents=True, exist_ok=True)
-        folder = self.dir_name / layout.folder_name(self.worker_name, when)
+        folder = self.dir_name / run_folder.folder_name(self.worker_name, when)
         suffix = 1
         while folder.exists():  # two windows started within a microsecond: keep both
-            folder = self.dir_name / layout.folder_name(f"{self.worker_name}-{suffix}", when)
+            folder = self.dir_name / run_folder.folder_name(f"{self.worker_name}-{suffix}", when)
             suffix += 1
         folder.mkdir()
         return folder
@@ -154,8 +155,8 @@ class TraceHandler:
                 "analyse_flag": self.analyse_flag,
                 "async_mode": self.async_mode,
             },
-            "devices": layout.devices(),
-            "versions": layout.versions(),
+            "devices": run_folder.devices(),
+            "versions": run_folder.versions(),
             "clock": {
                 "reference_rank": 0,
                 "offset_ns": clock.get("offset_ns", 0 if alone else None),
@@ -207,7 +208,7 @@ class TraceHandler:
 
 def _identity(prof: Any) -> dict[str, Any]:
     ident = getattr(prof, "identity", None)
-    return ident if isinstance(ident, dict) else layout.identity()
+    return ident if isinstance(ident, dict) else run_folder.identity()
 
 
 def _mark_failed(folder: Path, exc: BaseException) -> None:
@@ -223,7 +224,7 @@ def _reason(window: Any, status: str) -> str:
 
 
 def _metadata(prof: Any) -> dict[str, Any]:
-    backend, groups = layout.process_groups()
+    backend, groups = run_folder.process_groups()
     user = dict(getattr(prof, "user_metadata", {}) or {})
     return {
         "user": user,

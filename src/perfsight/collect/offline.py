@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from perfsight.collect import run_folder as layout
+from perfsight import layout
 
 try:
     import fcntl

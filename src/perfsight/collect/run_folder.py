@@ -17,8 +17,9 @@ are written when recording *starts*, so a rank killed mid-window leaves a folder
 the trace, the sidecars and the metadata follow at the window's end, each under a temporary name
 renamed into place, and ``profiler_info`` is rewritten last as the commit point.
 
-This module holds the layout names (the reader in ``perfsight.ingest.run_folder`` uses them too)
-and the facts about the running process.  It must not import torch at module level.
+The names of the files are in :mod:`perfsight.layout` (the reader in ``perfsight.ingest.run_folder``
+uses them too); this module holds the writes and the facts about the running process.  It must
+not import torch at module level.
 """
 
 from __future__ import annotations
@@ -34,24 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-RUN_FOLDER_SUFFIX = "_perfsight"
-METADATA_FILE = "profiler_metadata.json"
-INCOMPLETE_MARKER = "WINDOW_INCOMPLETE"
-OUTPUT_DIR = "PROFILER_OUTPUT"
-CACHE_DIR = "cache"
-FORMAT = "perfsight-run/1"
-
-
-def info_file(rank: int) -> str:
-    return f"profiler_info_{rank}.json"
-
-
-def trace_file(rank: int) -> str:
-    return f"kineto_trace_{rank}.json"
-
-
-def sidecar_file(name: str, rank: int) -> str:
-    return f"perfsight_{name}_{rank}.parquet"
+from perfsight.layout import RUN_FOLDER_SUFFIX, trace_file
 
 
 def folder_name(worker_name: str, when: datetime.datetime) -> str:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perfsight.export.units import NS_PER_US
+from perfsight.units import NS_PER_US
 
 if TYPE_CHECKING:
     from perfsight.cluster.job import ClusterResult

@@ -17,7 +17,7 @@ megabytes (10^6 bytes: HCCL reports a 2,064,384-byte packet as ``2.064384``), un
 of Ascend's CSV files; ratios and bandwidths rounded to 4 decimals as Ascend does.  Every number
 comes from the rank's ``communication_*`` analysis tables (:mod:`perfsight.analysis.communication`,
 the same tables ``perfsight.load`` returns); this module only arranges them and converts them with
-:mod:`perfsight.export.units`.
+:mod:`perfsight.units`.
 
 The text is built column-wise, not op by op: every number is converted for all ops at once, each
 op's entry comes from one format template mapped over the columns, and the entries of a step are
@@ -44,8 +44,8 @@ import pyarrow.compute as pc
 
 from perfsight import columns
 from perfsight.analysis import communication as comm_analysis
-from perfsight.export.units import NS_PER_US, bytes_to_decimal_mb, ns_to_ms
 from perfsight.model import NO_ID
+from perfsight.units import NS_PER_US, bytes_to_decimal_mb, ns_to_ms
 
 KINDS = ("collective", "p2p")
 """Group order of ops within a step (a step's object lists ``p2p`` first, as Ascend does)."""

@@ -18,8 +18,8 @@ import pandas as pd
 import pyarrow as pa
 
 from perfsight import columns
-from perfsight.export.units import BYTES_PER_MB, NS_PER_MS
 from perfsight.model import is_p2p
+from perfsight.units import BYTES_PER_MB, NS_PER_MS
 
 
 def communication_matrix(totals: pd.DataFrame) -> dict[str, Any]:

@@ -33,9 +33,9 @@ from perfsight import columns
 from perfsight.analysis.kernels import core_of_kind
 from perfsight.analysis.op_statistic import op_statistic
 from perfsight.export import text
-from perfsight.export.units import bytes_to_kb, bytes_to_mb, ns_to_us, ratio_to_pct, round3
-from perfsight.ingest.heap import return_freed_memory
+from perfsight.heap import return_freed_memory
 from perfsight.model import NO_ID
+from perfsight.units import bytes_to_kb, bytes_to_mb, ns_to_us, ratio_to_pct, round3
 
 ColumnBuilder = Callable[[pa.Table], pa.Array]
 

@@ -48,7 +48,10 @@ import pyarrow.compute as pc
 
 from perfsight import columns
 from perfsight.export import text
-from perfsight.export.units import (
+from perfsight.heap import return_freed_memory
+from perfsight.jsontext import json_strings, json_text
+from perfsight.model import NO_ID, Trace
+from perfsight.units import (
     NS_PER_S,
     NS_PER_US,
     US_FRACTIONS,
@@ -58,9 +61,6 @@ from perfsight.export.units import (
     us_pieces,
     us_text,
 )
-from perfsight.ingest.heap import return_freed_memory
-from perfsight.jsontext import json_strings, json_text
-from perfsight.model import NO_ID, Trace
 
 CHUNK_ROWS = 16_384
 """Events built and written per chunk: bounds the writer's memory whatever the trace size."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from perfsight import layout
 from perfsight.ingest.kineto import TraceReadError, read_kineto
 from perfsight.model import Trace
 
@@ -67,11 +68,11 @@ def find_traces(folder: str | Path) -> list[Path]:
 
 
 def _in_our_cache(path: Path, root: Path) -> bool:
-    """Whether ``path`` lies in a ``cache/`` folder perfsight wrote (``perfsight.store.cache.MARKERS``)."""
-    from perfsight.store.cache import MARKERS  # here: perfsight.store imports this package
-
+    """Whether ``path`` lies in a ``cache/`` folder perfsight wrote (``perfsight.layout.CACHE_MARKERS``)."""
     for parent in path.relative_to(root).parents:
-        if parent.name == "cache" and any((root / parent / name).is_file() for name in MARKERS):
+        if parent.name == layout.CACHE_DIR and any(
+            (root / parent / name).is_file() for name in layout.CACHE_MARKERS
+        ):
             return True
     return False
 

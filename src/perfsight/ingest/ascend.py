@@ -35,7 +35,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import columns
-from perfsight.export.units import BYTES_PER_MB
 from perfsight.ingest import ascend_files as files
 from perfsight.ingest.ascend_db import DatabaseError, read_db_events, read_tables
 from perfsight.ingest.ascend_framework import read_execute_timestamps, read_input_shapes
@@ -51,6 +50,7 @@ from perfsight.model import (
     Trace,
     conform,
 )
+from perfsight.units import BYTES_PER_MB
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 FOLDER_SUFFIXES = ("_ascend_pt", "_ascend_ms")

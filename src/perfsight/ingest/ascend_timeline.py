@@ -42,7 +42,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import columns
-from perfsight.export.units import NS_PER_US
 from perfsight.ingest import assemble
 from perfsight.ingest.ascend_events import read_ascend_events
 from perfsight.ingest.chrome_events import micros_to_ns
@@ -58,6 +57,7 @@ from perfsight.model import (
     conform,
     kind_code,
 )
+from perfsight.units import NS_PER_US
 
 SLICE_TYPE = SLICE_SCHEMA.field("op_type").type
 """The dictionary type of ``op_type`` / ``core_type``."""
@@ -270,7 +270,7 @@ def timeline_from_events(
     correlation = columns.int64(x.column("args.connection_id"), NO_ID)
 
     category = pc.coalesce(cat, task_type, pa.array(role_of.astype(str)))
-    steps, _ = assemble.step_windows(rank, names, kind, is_device, start, dur)
+    steps, _ = assemble.steps_from_markers(rank, names, kind, is_device, start, dur)
     step = assemble.step_of(start, steps)
     src, dst = assemble.launch_links(correlation, is_device, kind)
     step = assemble.device_step(step, is_device, src, dst, start, steps)

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfsight.columns import first_match
 from perfsight.model import (
     FLOW_SCHEMA,
     KIND_NAMES,
@@ -109,7 +110,7 @@ def nesting_depth(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.n
     return depth
 
 
-def step_windows(
+def steps_from_markers(
     rank: int,
     names: pa.ChunkedArray | pa.Array,
     kind: np.ndarray,
@@ -172,19 +173,6 @@ def step_of(times: np.ndarray, steps: pa.Table) -> np.ndarray:
     inside[valid] = times[valid] < e[pos[valid]]
     result[inside] = n[pos[inside]]
     return result
-
-
-def first_match(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """For each query, the position in ``keys`` of the first element equal to it (-1 if none)."""
-    found = np.full(len(queries), -1, dtype=np.int64)
-    if not len(keys) or not len(queries):
-        return found
-    order = np.argsort(keys, kind="stable")
-    ordered = keys[order]
-    pos = np.minimum(np.searchsorted(ordered, queries), len(ordered) - 1)
-    hit = ordered[pos] == queries
-    found[hit] = order[pos[hit]]
-    return found
 
 
 def launch_links(
@@ -305,31 +293,3 @@ def slice_table(
         ),
         SLICE_SCHEMA,
     )
-
-
-def outermost(
-    track: np.ndarray, start: np.ndarray, end: np.ndarray, mask: np.ndarray, depth: np.ndarray | None = None
-) -> np.ndarray:
-    """True for masked slices that no other masked slice of the same track encloses.
-
-    Used to count nested instrumentation once (a collective's host wrappers, a
-    matmul's inner calls).  Loops over tracks; within a track, sorted by start and
-    longest first, a running maximum of end times says whether an earlier slice
-    still covers this one.  Of identical intervals the first row (or, given
-    ``depth``, the shallowest) is the outer one.
-    """
-    result = np.zeros(len(mask), bool)
-    rows = np.flatnonzero(mask)
-    if not len(rows):
-        return result
-    t, s, e = track[rows], start[rows], end[rows]
-    keys = (-e, s, t) if depth is None else (depth[rows], -e, s, t)
-    order = np.lexsort(keys)
-    t, s, e = t[order], s[order], e[order]
-    bounds = np.flatnonzero(np.diff(t)) + 1
-    outer = np.ones(len(t), bool)
-    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(t)], strict=True):
-        reach = np.maximum.accumulate(e[lo:hi])
-        outer[lo + 1 : hi] = s[lo + 1 : hi] >= reach[:-1]
-    result[rows[order[outer]]] = True
-    return result

@@ -25,10 +25,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import columns
+from perfsight.heap import prefer_returning_pool, return_freed_memory
 from perfsight.ingest import assemble, kineto_devices
 from perfsight.ingest.chrome_events import ARG_FIELDS, read_events
-from perfsight.ingest.heap import prefer_returning_pool, return_freed_memory
 from perfsight.ingest.jsonstream import NotATraceError
+from perfsight.intervals import outermost
 from perfsight.model import (
     COMM_SCHEMA,
     MEMORY_SCHEMA,
@@ -350,7 +351,7 @@ def _build(parts: _Parts, meta: RunMetadata, truncated: bool) -> Trace:
     correlation = _ints(complete.column("correlation"))
     names = complete.column("name")
 
-    steps, inferred = assemble.step_windows(rank, names, kind, is_device, start, dur)
+    steps, inferred = assemble.steps_from_markers(rank, names, kind, is_device, start, dur)
     if inferred:
         meta.warnings.append(
             f"{meta.sources[0]}: no ProfilerStep markers; the whole trace is one step (step 0)"
@@ -489,9 +490,7 @@ def _comm(
     else:
         # without metadata, record_param_comms is an empty marker beside the collective's own range
         wrapper = _by_dictionary(names, _bools(pc.equal(_dictionary_values(names), "record_param_comms")))
-        host_rows = assemble.outermost(
-            slices.column("track").to_numpy(), start, start + dur, host_comm & ~wrapper
-        )
+        host_rows = outermost(slices.column("track").to_numpy(), start, start + dur, host_comm & ~wrapper)
     rows = np.flatnonzero(device_rows | host_rows)
     picked_meta = meta_rows[rows]
     if comm_args is None:

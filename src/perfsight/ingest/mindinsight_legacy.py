@@ -7,7 +7,7 @@ perfsight's units (ns, bytes) rather than a :class:`~perfsight.model.Trace`:
   bp_point,iteration_interval,fp_and_bp,tail`` then, per stream, a ``<name>_start_point,
   <name>_end_point,<name>`` triple of communication times.  Times are 10 ns ticks; the last row,
   with ``step_num`` ``-``, is the average and is returned apart.  The steps come out in the columns
-  of :data:`perfsight.analysis.step_trace.STEP_TRACE_SCHEMA`, so old and new step traces compare.
+  of :data:`perfsight.model.STEP_PHASES_SCHEMA`, so old and new step traces compare.
 * ``hccl_raw_{rank}.csv``: ``step_num,communication_cost,wait_cost,link_info,
   communication_operator_cost``; costs in ms; ``link_info`` is JSON such as
   ``{"1-0": {"SDMA": [time_ms, size_KB, bandwidth_KB_per_s]}}`` -> one row per step and link;
@@ -39,11 +39,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import columns
-from perfsight.analysis.step_trace import STEP_TRACE_SCHEMA
-from perfsight.export.units import BYTES_PER_KB, NS_PER_MS
 from perfsight.ingest import ascend_files as files
 from perfsight.ingest.ascend_events import read_ascend_events
 from perfsight.ingest.jsonstream import NotATraceError
+from perfsight.model import STEP_PHASES_SCHEMA
+from perfsight.units import BYTES_PER_KB, NS_PER_MS
 
 TICK_NS = 10
 """MindInsight's step trace counts time in 10 ns ticks."""
@@ -94,7 +94,7 @@ class LegacyRank:
     folder: Path
     host: str | None = None  # mapped host id in the r1.3 cluster layout
     device_id: int | None = None
-    step_trace: pa.Table = dataclasses.field(default_factory=STEP_TRACE_SCHEMA.empty_table)
+    step_trace: pa.Table = dataclasses.field(default_factory=STEP_PHASES_SCHEMA.empty_table)
     step_trace_average: dict[str, float] = dataclasses.field(default_factory=dict)  # ns, the "-" row
     stream_communication: pa.Table = dataclasses.field(default_factory=STREAM_SCHEMA.empty_table)
     hccl_steps: pa.Table = dataclasses.field(default_factory=HCCL_STEP_SCHEMA.empty_table)
@@ -181,7 +181,7 @@ def _numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
 def read_step_trace_raw(
     path: Path, rank: int, problems: files.FileProblems
 ) -> tuple[pa.Table, dict, pa.Table]:
-    """(steps in STEP_TRACE_SCHEMA, the average row in ns, per-stream communication) of one file.
+    """(steps in STEP_PHASES_SCHEMA, the average row in ns, per-stream communication) of one file.
 
     A row whose step number or start/end point is not a number is skipped with a warning naming
     the file; the other rows load."""
@@ -189,7 +189,7 @@ def read_step_trace_raw(
     if table.num_rows == 0 or not set(STEP_COLUMNS) <= set(table.column_names):
         if table.num_rows:
             problems.add(path, f"lacks columns {sorted(set(STEP_COLUMNS) - set(table.column_names))}")
-        return STEP_TRACE_SCHEMA.empty_table(), {}, STREAM_SCHEMA.empty_table()
+        return STEP_PHASES_SCHEMA.empty_table(), {}, STREAM_SCHEMA.empty_table()
     step_text = pc.cast(table.column("step_num"), pa.string())
     average_mask = columns.numpy(pc.equal(pc.fill_null(step_text, "-"), "-"), null=False)
     average = {}
@@ -223,11 +223,8 @@ def read_step_trace_raw(
             pa.array(ns("iteration_interval")),
             pa.array(ns("fp_and_bp")),
             pa.array(ns("tail")),
-            pa.array([""] * n, pa.string()),
-            pa.array([""] * n, pa.string()),
-            pa.array(["device"] * n, pa.string()),
         ],
-        schema=STEP_TRACE_SCHEMA,
+        schema=STEP_PHASES_SCHEMA,
     )
     extra = [c for c in table.column_names[len(STEP_COLUMNS) :] if c]
     streams = [c[: -len("_start_point")] for c in extra if c.endswith("_start_point")]

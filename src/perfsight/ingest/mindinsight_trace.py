@@ -5,8 +5,8 @@ cache, cluster analysis and web UI as every other input.  What each file gives:
 
 * ``step_trace_raw_{n}_detail_time.csv`` -> ``steps`` (one per row, device clock, 10 ns ticks).
   MindInsight placed the FP and BP points with the graph's op order, which the files do not keep,
-  so perfsight cannot recompute them: the step trace is MindInsight's own, carried as a *recorded*
-  table (``pipeline.recorded_table``) and said so in a warning.
+  so its step trace cannot be recomputed: MindInsight's own is kept in ``Trace.vendor.step_trace``
+  as a cross-check beside perfsight's (which places FP/BP by the ops it finds), and a warning says so.
 * ``ascend_timeline_display_{n}.json`` -> ``slices``.  MindSpore 1.x numbers its processes: the
   device id holds the AI Core ops (``tid`` = stream; ``tid`` 100000 is its own ``Steps`` lane,
   skipped as the steps come from the step trace; 100001 is the ``Scope Name`` lane, kept as device
@@ -14,11 +14,11 @@ cache, cluster analysis and web UI as every other input.  What each file gives:
   analysis (a result: skipped, perfsight recomputes it), 13000 GPU activities.  Times are
   microseconds.  With it, overlap breakdown, operators and communication are perfsight's own.
 * No timeline: the per-stream communication intervals of the step trace become the
-  ``communication`` slices; compute time is unknown, so the overlap breakdown is recorded empty
-  (never "100 % free") and a warning says why.
+  ``communication`` slices; compute time is unknown (``meta.compute_recorded`` is false), so the
+  overlap breakdown is empty (never "100 % free") and a warning says why.
 * ``hccl_raw_{n}.csv`` has no timestamps per op, so it cannot become ``comm`` rows: its per-step
-  communication/wait cost and per-link time, size and bandwidth are recorded tables
-  ``mindinsight_hccl_steps`` / ``mindinsight_hccl_links`` (ns, bytes, bytes/s).
+  communication/wait cost and per-link time, size and bandwidth are vendor tables
+  (``Trace.vendor.tables``) ``mindinsight_hccl_steps`` / ``mindinsight_hccl_links`` (ns, bytes, bytes/s).
 * ``profiler_info_{n}.json`` (rank), the r1.3 rank table (global rank, world size), the
   ``ascend_cluster_analyse_*`` file name (parallel mode, rank count), ``flops_{n}.txt``,
   ``minddata_pipeline_raw_{n}.csv`` -> ``meta`` (``extra["mindinsight"]``).
@@ -35,7 +35,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import columns
-from perfsight.export.units import NS_PER_US
 from perfsight.ingest import ascend_files as files
 from perfsight.ingest import assemble
 from perfsight.ingest.ascend_timeline import TS_PATTERN, collective_of
@@ -51,10 +50,11 @@ from perfsight.model import (
     RunMetadata,
     SliceKind,
     Trace,
+    VendorResults,
     conform,
     kind_code,
 )
-from perfsight.pipeline import RECORDED_TABLES
+from perfsight.units import NS_PER_US
 
 AI_CPU_PID, COMMUNICATION_PID, HOST_CPU_PID, OVERLAP_PID, GPU_ACTIVITY_PID = 9000, 10000, 11000, 12000, 13000
 STEPS_TID, SCOPE_NAME_TID = 100000, 100001
@@ -79,15 +79,15 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
         legacy.device_id if legacy.device_id is not None else _int(legacy.info.get("device_id"), the_rank)
     )
     steps = _steps(legacy, the_rank)
-    recorded: dict[str, list[dict[str, Any]]] = {}
+    vendor = VendorResults()
+    compute_recorded = True
     if legacy.step_trace.num_rows:
-        recorded["step_trace"] = legacy.step_trace.to_pylist()
-        for row in recorded["step_trace"]:
-            row["rank"] = the_rank
+        vendor.step_trace = _with_rank(legacy.step_trace, the_rank)
         problems.add(
             step_file,
-            "step trace (iteration interval, forward+backward, tail) is MindInsight's own: its FP/BP "
-            "points need the graph's op order, which a legacy run does not keep",
+            "MindInsight's own step trace (iteration interval, forward+backward, tail) is kept as table "
+            f"{VendorResults.STEP_TRACE_TABLE}, a cross-check beside perfsight's: its FP/BP points follow "
+            "the graph's op order, which a legacy run does not keep",
         )
     timeline_file = step_file.parent / f"ascend_timeline_display_{legacy.device_id}.json"
     if legacy.timeline_events is not None and legacy.timeline_events.num_rows:
@@ -109,8 +109,7 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
                 + ")"
             )
         slices, tracks, comm = _stream_intervals(legacy, the_rank, device)
-        recorded["overlap_breakdown"] = []
-        recorded["overlap_intervals"] = []
+        compute_recorded = False
         problems.add(
             timeline_file,
             "missing: no op timeline, so compute time, the overlap breakdown and operators are unknown; "
@@ -129,10 +128,7 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
         ("mindinsight_hccl_links", legacy.hccl_links),
     ):
         if table.num_rows:
-            rows = table.to_pylist()
-            for row in rows:
-                row["rank"] = the_rank
-            recorded[name] = rows
+            vendor.tables[name] = _with_rank(table, the_rank)
     world = legacy.parallel.get("ranks") if isinstance(legacy.parallel.get("ranks"), int) else None
     world_size = max(rank_table.num_rows or world or 1, the_rank + 1)
     sources = [str(step_file)] + [  # every file numbered like it (hccl_raw_{n}.csv, flops_{n}.txt, ...)
@@ -150,8 +146,8 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
         backend="hccl",
         sources=sources,
         warnings=problems.warnings,
+        compute_recorded=compute_recorded,
         extra={
-            RECORDED_TABLES: recorded,
             "mindinsight": {
                 "folder": str(step_file.parent),
                 "device_id": legacy.device_id,
@@ -174,7 +170,14 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
         steps=steps,
         comm=comm,
         meta=meta,
+        vendor=vendor,
     )
+
+
+def _with_rank(table: pa.Table, rank: int) -> pa.Table:
+    """``table`` with its ``rank`` column set to the rank this reader decided."""
+    column = pa.array(np.full(table.num_rows, rank, np.int32))
+    return table.set_column(table.schema.get_field_index("rank"), table.schema.field("rank"), column)
 
 
 def _empty(name: str) -> pa.Table:

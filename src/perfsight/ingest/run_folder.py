@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfsight.collect import run_folder as layout
+from perfsight import layout
 from perfsight.model import DeviceInfo, Trace
 
 

@@ -1,7 +1,7 @@
 """The data behind the overview, step-trace and memory pages, read from the analysis tables.
 
 Why only reads: every number here was computed once by ``perfsight.analysis`` and saved by the
-pipeline (``store.cache.save_tables``); the server selects, joins, sums over steps and reduces
+pipeline (``store.cache.save_tables``); the server selects, joins and reduces
 curves for drawing, and never re-derives a metric from raw events.  Timestamps are made relative to
 the run's origin (see ``models``) so the browser can hold them exactly.
 """
@@ -18,12 +18,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from perfsight import __version__, columns
-from perfsight.model import KIND_NAMES, SliceKind
+from perfsight.analysis.operators import RANKING_MEASURES
+from perfsight.analysis.overlap import SHARES
 from perfsight.server import models, queries
 from perfsight.server.registry import OpenedRun, RankData
 
 TOP_OPERATOR_TYPES = 20
-DATALOADER_TABLE = "dataloader"
 MEMO_ENTRIES = 64
 OVERVIEW_SUFFIX = ".idx"
 """The saved overview (first line: its key; then the body), in the server's cache folder of the run
@@ -73,47 +73,33 @@ def step_table(data: RankData, origin: int) -> pa.Table:
     return queries.arrow(sql, [origin, origin, origin, origin, str(st), str(ob)])
 
 
-def _total(table: pa.Table, name: str) -> int:
-    if name not in table.column_names:
-        return 0
-    return int(pc.sum(table.column(name)).as_py() or 0)
-
-
 def data_wait(data: RankData) -> dict[str, Any]:
-    """Time waiting for data per step: perfsight's data-loader capture (``dataloader`` table, rows
-    of kind ``wait``) when the run has one, else the trace's ``data_loading`` ranges
-    (``enumerate(DataLoader)...``) summed per step, else unknown."""
-    capture = data.cache_folder / f"{DATALOADER_TABLE}.parquet"
-    if capture.is_file():
-        rows = queries.rows(
-            capture, "WHERE kind = 'wait' AND step >= 0 GROUP BY step", "step, sum(dur_ns)::BIGINT AS ns"
-        )
-        if rows:
-            return {"source": "dataloader capture", "per_step": {str(r["step"]): int(r["ns"]) for r in rows}}
-    return _memoised(data, "data_wait", lambda: _data_loading_ranges(data))
-
-
-def _data_loading_ranges(data: RankData) -> dict[str, Any]:
-    """``data_loading`` slices summed per host step, from the timeline index (no table scan)."""
-    ix = data.timeline
-    positions = np.flatnonzero(ix.kind == KIND_NAMES.index(SliceKind.DATA_LOADING.value))
-    steps = pq.ParquetFile(data.cache_folder / "steps.parquet").read(columns=["step", "start_ns", "end_ns"])
-    if len(positions) == 0 or steps.num_rows == 0:
+    """Time waiting for data per step, from the ``data_wait`` analysis table (its ``source`` says
+    whether perfsight's data-loader capture or the trace's ``data_loading`` ranges gave it)."""
+    rows = queries.rows(data.table_path("data_wait"), "ORDER BY step", "step, data_wait_ns, source")
+    if not rows:
         return {"source": None, "per_step": {}}
-    order = np.argsort(columns.int64(steps.column("start_ns")), kind="stable")
-    numbers = columns.int64(steps.column("step"))[order]
-    lo, hi = columns.int64(steps.column("start_ns"))[order], columns.int64(steps.column("end_ns"))[order]
-    starts, durs = ix.start[positions], ix.dur[positions]
-    which = np.searchsorted(lo, starts, side="right") - 1
-    inside = (which >= 0) & (starts < hi[np.maximum(which, 0)])
-    sums = np.bincount(which[inside], weights=durs[inside], minlength=len(lo))
-    seen = np.bincount(which[inside], minlength=len(lo)) > 0
-    per_step = {str(int(numbers[i])): int(sums[i]) for i in np.flatnonzero(seen)}
-    return {"source": "data_loading ranges", "per_step": per_step}
+    return {"source": rows[0]["source"], "per_step": {str(r["step"]): int(r["data_wait_ns"]) for r in rows}}
 
 
-def _share(part: int, total: int) -> float:
-    return part / total if total > 0 else 0.0
+def _shares(data: RankData) -> dict[str, Any]:
+    """The ``time_shares`` analysis table as the overview's ``shares`` object (fractions and ns; all
+    0 when no step could be broken down)."""
+    rows = queries.rows(data.table_path("time_shares"), "", "share, ns, total_ns, fraction")
+    shares: dict[str, Any] = {"total_ns": rows[0]["total_ns"] if rows else 0}
+    shares |= {name: 0.0 for name, _ in SHARES} | {r["share"]: r["fraction"] for r in rows}
+    return shares | {f"{name}_ns": 0 for name, _ in SHARES} | {f"{r['share']}_ns": r["ns"] for r in rows}
+
+
+def _top_operators(data: RankData) -> tuple[str, list[dict[str, Any]]]:
+    """(what they are ranked by, the first rows of the ``operator_ranking`` analysis table)."""
+    rows = queries.rows(
+        data.table_path("operator_ranking"),
+        f"ORDER BY position LIMIT {TOP_OPERATOR_TYPES}",
+        "name, count, host_self_ns, device_total_ns, share, ranked_by",
+    )
+    top_by = rows[0]["ranked_by"] if rows else RANKING_MEASURES[-1]
+    return top_by, [{k: v for k, v in row.items() if k != "ranked_by"} for row in rows]
 
 
 def overview_json(opened: OpenedRun, data: RankData) -> bytes:
@@ -197,44 +183,8 @@ def overview(opened: OpenedRun, data: RankData) -> dict[str, Any]:
         if table.num_rows
         else []
     )
-    sums = {
-        k: _total(table, k)
-        for k in (
-            "step_ns",
-            "computing_ns",
-            "overlapped_ns",
-            "communication_not_overlapped_ns",
-            "free_ns",
-            "preparing_ns",
-        )
-    }
-    total = sums["step_ns"]
-    shares = {
-        "total_ns": total,
-        "computing": _share(sums["computing_ns"], total),
-        "communication_overlapped": _share(sums["overlapped_ns"], total),
-        "communication_not_overlapped": _share(sums["communication_not_overlapped_ns"], total),
-        "free": _share(sums["free_ns"], total),
-        "preparing": _share(sums["preparing_ns"], total),
-        "computing_ns": sums["computing_ns"],
-        "communication_overlapped_ns": sums["overlapped_ns"],
-        "communication_not_overlapped_ns": sums["communication_not_overlapped_ns"],
-        "free_ns": sums["free_ns"],
-        "preparing_ns": sums["preparing_ns"],
-    }
-    stats = data.table_path("operator_stats")
-    device_total = queries.rows(stats, "", "coalesce(sum(device_total_ns), 0)::BIGINT AS d")
-    top_by = "device_total_ns" if device_total and device_total[0]["d"] > 0 else "host_self_ns"
-    top = queries.rows(
-        stats,
-        f'ORDER BY "{top_by}" DESC NULLS LAST, name LIMIT {TOP_OPERATOR_TYPES}',
-        "name, count, coalesce(host_self_ns, 0) AS host_self_ns, "
-        "coalesce(device_total_ns, 0) AS device_total_ns",
-    )
-    all_total = queries.rows(stats, "", f'coalesce(sum("{top_by}"), 0)::BIGINT AS t')
-    grand = all_total[0]["t"] if all_total else 0
-    for row in top:
-        row["share"] = _share(row[top_by], grand)
+    shares = _shares(data)
+    top_by, top = _top_operators(data)
     meta = data.timeline.meta
     tracks = data.tracks
     device = data.meta.devices[0].name if data.meta.devices else None

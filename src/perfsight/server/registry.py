@@ -19,6 +19,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from perfsight import layout
 from perfsight.model import RunMetadata
 from perfsight.server import models
 from perfsight.server.jobs import JobManager, Plan, plan
@@ -107,7 +108,7 @@ def open_ranks(dirs: dict[int, Path], saved_in: Path | None = None) -> tuple[dic
         if not timeline_index.is_current(folder):
             continue
         try:
-            meta_data = json.loads((folder / cache.META_FILE).read_text(encoding="utf-8"))
+            meta_data = json.loads((folder / layout.CACHE_META_FILE).read_text(encoding="utf-8"))
             ranks[rank] = RankData(
                 rank=rank,
                 cache_folder=folder,
@@ -129,7 +130,9 @@ def _written(root: Path) -> tuple[int, ...]:
     """When the rank caches under ``root`` were last written (their ``meta.json``, which every
     analysis rewrites): a damaged analysis written again since is considered again."""
     stamps = []
-    for meta in sorted(root.glob(f"*/cache/{cache.META_FILE}")) + [root / "cache" / cache.META_FILE]:
+    for meta in sorted(root.glob(f"*/cache/{layout.CACHE_META_FILE}")) + [
+        root / "cache" / layout.CACHE_META_FILE
+    ]:
         try:
             stamps.append(meta.stat().st_mtime_ns)
         except OSError:

@@ -30,10 +30,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from perfsight import layout
 from perfsight.api import default_output_root
 from perfsight.ingest import ASCEND_OUTPUT_DIR, TRACE_SUFFIXES, find_traces
 from perfsight.server.security import inside, relative_id
-from perfsight.store import cache
 
 TIMELINE_DIR = "timeline"
 _RANK_DIR = re.compile(r"^rank(\d+)(_.*)?$")
@@ -101,7 +101,7 @@ def rank_dirs(root: Path, roots: tuple[Path, ...] | None = None) -> dict[int, Pa
     whose ``cache/`` or ``PROFILER_OUTPUT/`` holds a path resolving outside them is left out."""
 
     def readable(rank_dir: Path) -> bool:
-        if not (rank_dir / "cache" / cache.META_FILE).is_file():
+        if not (rank_dir / "cache" / layout.CACHE_META_FILE).is_file():
             return False
         if roots is None:
             return True
@@ -115,7 +115,7 @@ def rank_dirs(root: Path, roots: tuple[Path, ...] | None = None) -> dict[int, Pa
         return found
     if readable(root):
         try:
-            meta = json.loads((root / "cache" / cache.META_FILE).read_text(encoding="utf-8"))
+            meta = json.loads((root / "cache" / layout.CACHE_META_FILE).read_text(encoding="utf-8"))
             found[int(meta.get("rank", 0))] = root
         except (OSError, ValueError, TypeError):
             pass
@@ -129,7 +129,7 @@ def rank_dirs(root: Path, roots: tuple[Path, ...] | None = None) -> dict[int, Pa
 def cache_sources(rank_dir: Path) -> list[Path]:
     """The input files a rank's cache was made from (empty if unknown)."""
     try:
-        saved = json.loads((rank_dir / "cache" / cache.SOURCE_FILE).read_text(encoding="utf-8"))
+        saved = json.loads((rank_dir / "cache" / layout.CACHE_SOURCE_FILE).read_text(encoding="utf-8"))
         return [Path(f["path"]) for f in saved.get("files", [])]
     except (OSError, ValueError, KeyError, TypeError):
         return []
@@ -141,7 +141,7 @@ def _is_trace(path: Path) -> bool:
         name.endswith(TRACE_SUFFIXES)
         and not name.startswith(".")
         and not name.startswith("profiler_info")
-        and name not in {"profiler_metadata.json", cache.META_FILE, cache.SOURCE_FILE}
+        and name not in {"profiler_metadata.json", layout.CACHE_META_FILE, layout.CACHE_SOURCE_FILE}
     )
 
 
@@ -377,7 +377,7 @@ class Discovery:
                 continue
             if root in defaults:
                 continue  # the default output of a raw run whose inputs changed: shown as that run
-            mtime, size = _stat_sum([d / "cache" / cache.META_FILE for d in dirs.values()])
+            mtime, size = _stat_sum([d / "cache" / layout.CACHE_META_FILE for d in dirs.values()])
             runs.append(
                 self._run(
                     id=relative_id(root, self.base),

@@ -5,6 +5,7 @@ every request.  After the first read, a rank's :class:`~perfsight.model.Trace` i
 folder the caller chooses::
 
     {folder}/slices.parquet, tracks.parquet, ...   one file per Trace table (zstd)
+    {folder}/vendor/{name}.parquet                 Trace.vendor: step_trace and its other tables
     {folder}/meta.json                             RunMetadata.to_dict()
     {folder}/source.json                           fingerprint of the inputs (written last)
     {folder}/analysis/{name}.parquet               analysis outputs (save_tables / load_tables)
@@ -35,18 +36,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from perfsight.columns import is_text
-from perfsight.ingest.heap import return_freed_memory
-from perfsight.model import TABLE_SCHEMAS, RunMetadata, Trace, conform
+from perfsight.heap import return_freed_memory
+from perfsight.layout import CACHE_META_FILE, CACHE_SOURCE_FILE
+from perfsight.model import STEP_PHASES_SCHEMA, TABLE_SCHEMAS, RunMetadata, Trace, VendorResults, conform
 
-CACHE_FORMAT = 1
-"""Bump when the layout of a cache folder changes."""
+CACHE_FORMAT = 2
+"""Bump when the layout of a cache folder changes (2: Trace.vendor in vendor/, meta.compute_recorded)."""
 
-META_FILE = "meta.json"
-SOURCE_FILE = "source.json"
-MARKERS = (META_FILE, SOURCE_FILE, "slices.parquet")
-"""Files of which any one marks a folder as a perfsight cache, even a damaged one (meta.json lost):
-trace discovery must not take its JSON files for traces, and loading it must say what is missing."""
 ANALYSIS_DIR = "analysis"
+VENDOR_DIR = "vendor"
+VENDOR_STEP_TRACE = "step_trace"
+"""File stem of ``Trace.vendor.step_trace`` under :data:`VENDOR_DIR`; its other tables keep their names."""
 COMPRESSION = "zstd"
 
 
@@ -114,20 +114,21 @@ def save_trace(
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / SOURCE_FILE).unlink(missing_ok=True)  # not fresh while being rewritten
+    (folder / CACHE_SOURCE_FILE).unlink(missing_ok=True)  # not fresh while being rewritten
     for name in TABLE_SCHEMAS:
         _write_parquet(folder / f"{name}.parquet", getattr(trace, name))
+    _save_vendor(trace.vendor, folder / VENDOR_DIR)
     return_freed_memory()  # the encoder's buffers: gone before the next writer grows the heap
-    _write_bytes(folder / META_FILE, json.dumps(trace.meta.to_dict(), indent=1, default=str).encode())
+    _write_bytes(folder / CACHE_META_FILE, json.dumps(trace.meta.to_dict(), indent=1, default=str).encode())
     inputs = list(trace.meta.sources if sources is None else sources)
-    _write_bytes(folder / SOURCE_FILE, json.dumps(fingerprint(inputs), indent=1).encode())
+    _write_bytes(folder / CACHE_SOURCE_FILE, json.dumps(fingerprint(inputs), indent=1).encode())
     return folder
 
 
 def load_trace(folder: str | Path) -> Trace:
     """The :class:`Trace` saved by :func:`save_trace` in ``folder``; :class:`CacheError` if incomplete."""
     folder = Path(folder)
-    meta_path = folder / META_FILE
+    meta_path = folder / CACHE_META_FILE
     try:
         meta = RunMetadata.from_dict(json.loads(meta_path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError) as error:
@@ -141,19 +142,45 @@ def load_trace(folder: str | Path) -> Trace:
             tables[name] = conform(_read_parquet(path), schema)
         except (KeyError, pa.ArrowException) as error:
             raise CacheError(f"{path}: does not match the trace model ({error})") from error
-    return Trace(meta=meta, **tables)
+    return Trace(meta=meta, vendor=_load_vendor(folder / VENDOR_DIR), **tables)
+
+
+def _save_vendor(vendor: VendorResults, target: Path) -> None:
+    """What the source's tool recorded, one Parquet file per non-empty table (none: no folder)."""
+    named = {VENDOR_STEP_TRACE: vendor.step_trace, **vendor.tables}
+    named = {name: table for name, table in named.items() if table.num_rows}
+    for stale in target.glob("*.parquet") if target.is_dir() else ():
+        stale.unlink()  # a re-read source may have recorded less
+    if named:
+        target.mkdir(exist_ok=True)
+    for name, table in named.items():
+        _write_parquet(target / f"{name}.parquet", table)
+
+
+def _load_vendor(target: Path) -> VendorResults:
+    vendor = VendorResults()
+    for path in sorted(target.glob("*.parquet")) if target.is_dir() else ():
+        table = _read_parquet(path)
+        if path.stem == VENDOR_STEP_TRACE:
+            try:
+                vendor.step_trace = conform(table, STEP_PHASES_SCHEMA)
+            except (KeyError, pa.ArrowException) as error:
+                raise CacheError(f"{path}: does not match the trace model ({error})") from error
+        else:
+            vendor.tables[path.stem] = table
+    return vendor
 
 
 def is_fresh(folder: str | Path, sources: Iterable[str | os.PathLike[str]]) -> bool:
     """True when ``folder`` holds a complete cache made from ``sources`` exactly as they are now."""
     folder = Path(folder)
     try:
-        saved = json.loads((folder / SOURCE_FILE).read_text(encoding="utf-8"))
+        saved = json.loads((folder / CACHE_SOURCE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     if saved != fingerprint(sources):
         return False
-    return (folder / META_FILE).is_file() and all(
+    return (folder / CACHE_META_FILE).is_file() and all(
         (folder / f"{name}.parquet").is_file() for name in TABLE_SCHEMAS
     )
 

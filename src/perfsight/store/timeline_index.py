@@ -54,9 +54,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from perfsight import columns
+from perfsight import columns, layout
 from perfsight.model import KIND_NAMES, Trace
-from perfsight.store import cache
 
 FOLDER = "timeline"
 FORMAT = 3
@@ -75,7 +74,7 @@ LEVEL_MAX_RATIO = 0.75
 def stamp_of(cache_folder: Path) -> str:
     """A digest of the cache's ``source.json`` (empty when the cache has none)."""
     try:
-        data = (Path(cache_folder) / cache.SOURCE_FILE).read_bytes()
+        data = (Path(cache_folder) / layout.CACHE_SOURCE_FILE).read_bytes()
     except OSError:
         return ""
     return hashlib.sha256(data + f"/timeline{FORMAT}".encode()).hexdigest()[:16]

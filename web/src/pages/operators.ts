@@ -3,7 +3,7 @@
  * table of every type with drill-down to its instances (shapes, dtypes, FLOPs, host and device
  * time), and the GPU kernel tables when the trace has kernels.
  */
-import { get, type PageOf } from "../api";
+import { get, type Overview, type PageOf } from "../api";
 import { card, chartBox, segmented } from "../components/card";
 import { serverTable, type Column, type PageQuery, type Row } from "../components/table";
 import { chart, tooltip } from "../charts";
@@ -38,9 +38,9 @@ export async function operatorsPage(ctx: PageContext): Promise<void> {
   const opsT = t.operators;
   const drill = ctx.params.get("type");
 
-  const probe = await get<PageOf<Row>>("run/operator-types", { run: ctx.run, rank: ctx.rank, limit: 1, sort: "device_total_ns" });
-  const hasDevice = probe.rows.length > 0 && Number(probe.rows[0].device_total_ns) > 0;
-  let measure: Measure = hasDevice ? "device_total_ns" : "host_self_ns";
+  // the ranking (what operators are ranked by, and their order) is the server's operator_ranking table
+  const overview = await get<Overview>("run/overview", { run: ctx.run, rank: ctx.rank });
+  let measure: Measure = overview.top_by;
   let shape: "pie" | "bar" = "pie";
 
   const topEl = chartBox("chart-top-types", true);
@@ -134,8 +134,11 @@ export async function operatorsPage(ctx: PageContext): Promise<void> {
 
   let topChart: ReturnType<typeof chart> | null = null;
   async function drawTop(): Promise<void> {
-    const top = await get<PageOf<Row>>("run/operator-types", { run: ctx.run, rank: ctx.rank, limit: 20, sort: measure, order: "desc" });
-    const rows = top.rows.filter((r) => Number(r[measure]) > 0);
+    const ranked: Row[] =
+      measure === overview.top_by
+        ? (overview.operator_types as unknown as Row[])
+        : (await get<PageOf<Row>>("run/operator-types", { run: ctx.run, rank: ctx.rank, limit: 20, sort: measure, order: "desc" })).rows;
+    const rows = ranked.filter((r) => Number(r[measure]) > 0);
     const label = measure === "device_total_ns" ? opsT.byDevice : opsT.byHost;
     const onClick = (p: any) => {
       if (p?.name) window.location.hash = ctx.link("operators", { type: p.name });

@@ -17,8 +17,14 @@ Conventions
   merge into ``[0, 9)``.
 * Lengths are integer nanoseconds; nothing is converted or rounded.
 
+One question is about *nesting* rather than sets: :func:`outermost` says which of
+a group's intervals no other one of the same group encloses (the group is any key
+array, such as a track id).
+
 This module must not know about traces, tables, kinds or steps; it takes arrays
-and returns arrays.  Callers choose which intervals mean what.
+and returns arrays.  Callers choose which intervals mean what.  It is a leaf of the
+package (it imports nothing of perfsight), so readers, analyses and writers may all
+use it.
 """
 
 from __future__ import annotations
@@ -160,3 +166,32 @@ def contains(merged: Intervals, points: ArrayLike) -> NDArray[np.bool_]:
         return np.zeros(x.shape, dtype=bool)
     k = np.searchsorted(s, x, side="right") - 1
     return (k >= 0) & (x < e[np.maximum(k, 0)])
+
+
+def outermost(
+    track: np.ndarray, start: np.ndarray, end: np.ndarray, mask: np.ndarray, depth: np.ndarray | None = None
+) -> NDArray[np.bool_]:
+    """True for masked intervals that no other masked interval of the same ``track`` (a group key)
+    encloses.
+
+    Used to count nested instrumentation once (a collective's host wrappers, a
+    matmul's inner calls).  Loops over tracks; within a track, sorted by start and
+    longest first, a running maximum of end times says whether an earlier slice
+    still covers this one.  Of identical intervals the first row (or, given
+    ``depth``, the shallowest) is the outer one.
+    """
+    result = np.zeros(len(mask), bool)
+    rows = np.flatnonzero(mask)
+    if not len(rows):
+        return result
+    t, s, e = track[rows], start[rows], end[rows]
+    keys = (-e, s, t) if depth is None else (depth[rows], -e, s, t)
+    order = np.lexsort(keys)
+    t, s, e = t[order], s[order], e[order]
+    bounds = np.flatnonzero(np.diff(t)) + 1
+    outer = np.ones(len(t), bool)
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(t)], strict=True):
+        reach = np.maximum.accumulate(e[lo:hi])
+        outer[lo + 1 : hi] = s[lo + 1 : hi] >= reach[:-1]
+    result[rows[order[outer]]] = True
+    return result

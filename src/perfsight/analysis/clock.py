@@ -1,15 +1,15 @@
-"""Which timeline a rank is judged on, what counts as its work, and where each step lies on it.
+"""Which clock a rank is judged on, what counts as its work, and where each step lies on it.
 
 Step trace and overlap breakdown must agree on three things, so they are
 decided here once:
 
-* **The timeline.**  A rank that has device slices (``is_device`` and kind
-  kernel/memcpy/memset/communication) is judged on its device timeline; a rank
-  without any (a CPU-only gloo job) on its host timeline.
-* **Its work.**  Device timeline: *compute* is every device kernel, memcpy and
-  memset (``kind`` in :data:`perfsight.model.DEVICE_KINDS`; communication kernels
+* **The clock.**  A rank that has device slices (``is_device`` and kind
+  kernel/memcpy/memset/communication) is judged on its device clock; a rank
+  without any (a CPU-only gloo job) on its host clock.
+* **Its work.**  Device clock: *compute* is every device kernel, memcpy and
+  memset (``kind`` in :data:`perfsight.model.DEVICE_COMPUTE_KINDS`; communication kernels
   have kind ``communication`` and are not compute); *communication* is every
-  device slice of kind ``communication``.  Host timeline: *communication* is every
+  device slice of kind ``communication``.  Host clock: *communication* is every
   host slice of kind ``communication`` (``gloo:all_reduce`` on gloo's threads,
   ``c10d::allreduce_`` on the caller's); *compute* is, per host thread, the union
   of its ``cpu_op`` slices minus the time that thread spends inside its own
@@ -21,13 +21,13 @@ decided here once:
   receive ops (pipeline parallelism): a communication slice whose name, whose
   ``comm`` row's ``collective``, or whose host op (same ``external_id``, directly
   or through the runtime call that launched it) says ``recv``/``irecv``.
-* **Step windows.**  Host timeline: the host step marker ``[start_ns, end_ns)``.
-  Device timeline: a step's device work runs after the host issued it, so the
+* **Step windows.**  Host clock: the host step marker ``[start_ns, end_ns)``.
+  Device clock: a step's device work runs after the host issued it, so the
   window of step *i* is ``[max(host_start_i, end_(i-1)), max(host_end_i,
   device_end_i, last end of device work launched during host step i, end_(i-1)))``.
   The start of the later step is clipped, never the end of the earlier one:
   all device work a step launched stays in that step, windows never overlap,
-  and every nanosecond of the timeline belongs to at most one step.  When the
+  and every nanosecond of the clock belongs to at most one step.  When the
   device runs behind the host (GPU-bound), steps are therefore back to back on
   the device clock.
 
@@ -47,16 +47,14 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from perfsight import columns
-from perfsight.analysis import intervals as iv
+from perfsight import intervals as iv
 from perfsight.analysis.hierarchy import launcher
 from perfsight.analysis.index import dictionary_mask, index_of
-from perfsight.model import DEVICE_KINDS, NO_ID, SliceKind, Trace
+from perfsight.model import DEVICE_ACTIVITY_KINDS, DEVICE_COMPUTE_KINDS, NO_ID, SliceKind, Trace
 
-Timeline = Literal["device", "host"]
+Clock = Literal["device", "host"]
 
 COMMUNICATION = SliceKind.COMMUNICATION.value
-DEVICE_ACTIVITY_KINDS: tuple[str, ...] = (*DEVICE_KINDS, COMMUNICATION)
-"""Kinds of device slices that occupy the device timeline."""
 
 RECEIVE_PATTERN = r"(?i)(^|[^a-z_])i?recv([^a-z]|$)"
 """A point-to-point receive by name or collective: ``nccl:recv``, ``c10d::irecv_``, ``recv``
@@ -66,7 +64,7 @@ WINDOW_SCHEMA = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
         pa.field("step", pa.int32(), nullable=False),
-        pa.field("start_ns", pa.int64(), nullable=False),  # window on the chosen timeline
+        pa.field("start_ns", pa.int64(), nullable=False),  # window on the chosen clock
         pa.field("end_ns", pa.int64(), nullable=False),
         pa.field("host_start_ns", pa.int64(), nullable=False),  # the host step marker
         pa.field("host_end_ns", pa.int64(), nullable=False),
@@ -95,25 +93,25 @@ def _matches(pattern: str) -> Callable[[pa.Array], pa.Array]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The timeline and its work
+# The clock and its work
 
 
 @dataclasses.dataclass(frozen=True)
 class Activity:
-    """Merged interval sets of one rank's work on its chosen timeline."""
+    """Merged interval sets of one rank's work on its chosen clock."""
 
-    timeline: Timeline
+    clock: Clock
     compute: iv.Intervals
     communication: iv.Intervals
     receive: iv.Intervals  # a subset of communication
 
 
 def device_activity_mask(trace: Trace) -> NDArray[np.bool_]:
-    """Rows that occupy the device timeline."""
+    """Rows that occupy the device clock."""
     return index_of(trace).kind_mask(DEVICE_ACTIVITY_KINDS, is_device=True)
 
 
-def choose_timeline(trace: Trace) -> Timeline:
+def choose_clock(trace: Trace) -> Clock:
     """``"device"`` when the rank has any device work, else ``"host"``."""
     return "device" if bool(device_activity_mask(trace).any()) else "host"
 
@@ -161,27 +159,27 @@ def _host_compute(trace: Trace, comm_rows: NDArray[np.int64]) -> iv.Intervals:
     return iv.subtract((np.concatenate(parts_s), np.concatenate(parts_e)), (start[loading], end[loading]))
 
 
-def activity(trace: Trace, timeline: Timeline | None = None) -> Activity:
-    """Compute, communication and receive intervals of ``trace`` on its timeline."""
-    timeline = timeline or choose_timeline(trace)
-    return index_of(trace).derived(("activity", timeline), lambda: _activity(trace, timeline))
+def activity(trace: Trace, clock: Clock | None = None) -> Activity:
+    """Compute, communication and receive intervals of ``trace`` on its clock."""
+    clock = clock or choose_clock(trace)
+    return index_of(trace).derived(("activity", clock), lambda: _activity(trace, clock))
 
 
-def _activity(trace: Trace, timeline: Timeline) -> Activity:
+def _activity(trace: Trace, clock: Clock) -> Activity:
     ix = index_of(trace)
     if ix.n == 0:
-        return Activity(timeline, iv.empty(), iv.empty(), iv.empty())
+        return Activity(clock, iv.empty(), iv.empty(), iv.empty())
     start, end = ix.start, ix.end
-    on_device = timeline == "device"
+    on_device = clock == "device"
     comm_rows = np.flatnonzero(ix.kind_mask([COMMUNICATION], is_device=on_device))
     if on_device:
-        compute_rows = ix.kind_mask(DEVICE_KINDS, is_device=True)
+        compute_rows = ix.kind_mask(DEVICE_COMPUTE_KINDS, is_device=True)
         compute = iv.union(start[compute_rows], end[compute_rows])
     else:
         compute = _host_compute(trace, comm_rows)
     recv = _receive_mask(trace, comm_rows)
     return Activity(
-        timeline=timeline,
+        clock=clock,
         compute=compute,
         communication=iv.union(start[comm_rows], end[comm_rows]),
         receive=iv.union(start[comm_rows[recv]], end[comm_rows[recv]]),
@@ -212,22 +210,22 @@ def _last_launched_end(trace: Trace, lo: NDArray[np.int64], hi: NDArray[np.int64
     return out
 
 
-def step_windows(trace: Trace, timeline: Timeline | None = None) -> pa.Table:
-    """The window of every step of ``trace`` on ``timeline`` (see the module docstring)."""
+def step_windows(trace: Trace, clock: Clock | None = None) -> pa.Table:
+    """The window of every step of ``trace`` on ``clock`` (see the module docstring)."""
     if trace.steps.num_rows == 0:
         return WINDOW_SCHEMA.empty_table()
-    timeline = timeline or choose_timeline(trace)
-    return index_of(trace).derived(("step_windows", timeline), lambda: _step_windows(trace, timeline))
+    clock = clock or choose_clock(trace)
+    return index_of(trace).derived(("step_windows", clock), lambda: _step_windows(trace, clock))
 
 
-def _step_windows(trace: Trace, timeline: Timeline) -> pa.Table:
+def _step_windows(trace: Trace, clock: Clock) -> pa.Table:
     steps = trace.steps
     order = np.lexsort((columns.int64(steps.column("step")), columns.int64(steps.column("start_ns"))))
     steps = steps.take(pa.array(order))
     host_start = columns.int64(steps.column("start_ns"))
     host_end = np.maximum(columns.int64(steps.column("end_ns")), host_start)
     raw_end = host_end.copy()
-    if timeline == "device":
+    if clock == "device":
         dev_end = columns.int64(steps.column("device_end_ns"), NO_ID)
         raw_end = np.maximum(raw_end, np.where(dev_end == NO_ID, raw_end, dev_end))
         raw_end = np.maximum(raw_end, _last_launched_end(trace, host_start, host_end))
