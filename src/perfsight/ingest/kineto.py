@@ -67,8 +67,9 @@ _CATEGORY_KIND = {
 }
 """Kineto category (lower-cased) -> kind; unknown categories become OTHER."""
 
-PROCESS_METADATA = pa.array(["process_name", "process_labels"])
-"""Metadata events that name a process (what :mod:`perfsight.ingest.kineto_devices` reads)."""
+PROCESS_METADATA = ("process_name", "process_labels")
+"""Metadata events that name or label a process (what :mod:`perfsight.ingest.kineto_devices`
+reads); a tuple, since a ``pa.array`` built at import would load pandas (see ``lazy_pandas``)."""
 
 _DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation")
 
@@ -211,7 +212,7 @@ class _Parts:
             self.thread_names.append(
                 pa.table({"pid": names.column("pid"), "tid": names.column("tid"), "label": names.column(2)})
             )
-        is_process = pc.and_(pc.equal(ph, "M"), pc.is_in(raw.column("name"), PROCESS_METADATA))
+        is_process = pc.and_(pc.equal(ph, "M"), pc.is_in(raw.column("name"), pa.array(PROCESS_METADATA)))
         procs = raw.select(["pid", "args.name", "args.labels"]).filter(is_process)
         if procs.num_rows:
             label = pc.coalesce(procs.column("args.labels"), procs.column("args.name"))
