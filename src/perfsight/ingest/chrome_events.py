@@ -319,7 +319,7 @@ def _one_by_one(
             stripped = len(text) - len(text.lstrip())
             if rows:
                 out.append(_rows_table(rows))
-            return batch.offset + start + stripped, f"event #{i} is not valid JSON ({exc})"
+            return batch.offset + start + stripped, f"an event is not valid JSON ({exc})"
         row = _coerce(event)
         if row is not None:
             rows.append(row)
