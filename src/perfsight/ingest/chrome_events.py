@@ -340,12 +340,30 @@ def _loads(text: bytes) -> tuple[Any, int]:
     own) for text that is not JSON.
     """
     try:
-        return orjson.loads(text), 0
+        event, lone = orjson.loads(text), 0
     except orjson.JSONDecodeError as refused:
         try:
             event = json.loads(text.decode("utf-8"), parse_constant=_not_json)
         except (ValueError, RecursionError):
             raise refused from None
+        event, lone = _without_surrogates(event)
+    if isinstance(event, dict) and (_inexact(event.get("ts")) or _inexact(event.get("dur"))):
+        # a double cannot hold 1712195495520924.289 us: read the times again as exact decimals
+        exact = json.loads(text.decode("utf-8"), parse_float=decimal.Decimal, parse_constant=_not_json)
+        event.update({key: exact[key] for key in ("ts", "dur") if key in exact})
+    return event, lone
+
+
+_EXACT_MICROS = 1e12
+"""A double keeps 15 significant digits: the nanoseconds of times below 1e12 us (11 days) survive it."""
+
+
+def _inexact(value: Any) -> bool:
+    return isinstance(value, float) and not abs(value) < _EXACT_MICROS
+
+
+def _without_surrogates(event: Any) -> tuple[Any, int]:
+    """``event`` with each lone surrogate in its strings (keys too) replaced by U+FFFD, and how many."""
     count = [0]
 
     def clean(value: Any) -> Any:
@@ -463,7 +481,10 @@ def _micros(value: Any) -> decimal.Decimal | None:
     if value is None or isinstance(value, bool):
         return None
     try:
-        number = decimal.Decimal(value.strip() if isinstance(value, str) else repr(value))
+        if isinstance(value, decimal.Decimal):
+            number = value
+        else:
+            number = decimal.Decimal(value.strip() if isinstance(value, str) else repr(value))
     except (decimal.InvalidOperation, AttributeError):
         return None
     if not number.is_finite() or abs(number) > _MICROS_LIMIT:  # 1e300 would not even quantize

@@ -266,8 +266,8 @@ class _Scanner:
 
 class _KinetoLineScanner:
     """Fast path for Kineto's own pretty-printing, where every event closes on a line
-    that reads exactly ``  },`` (the last one ``  }``).  JSON strings cannot hold a raw
-    newline, so such a line is always structural.  Blocks must end at a newline."""
+    that starts ``  }`` (reading ``  },``, the last one ``  }``).  JSON strings cannot hold
+    a raw newline, so such a line is always structural.  Blocks must end at a newline."""
 
     @staticmethod
     def applies(body_head: bytes) -> bool:
@@ -284,14 +284,17 @@ class _KinetoLineScanner:
         if self.after_last:
             return none, none, _first_closing_bracket(block, 0)
         closes = np.flatnonzero(block == ord("}"))
-        closes = closes[(closes >= 2) & (closes + 1 < len(block))]
+        closes = closes[closes >= 2]  # one at the very end: a file cut just after an event
         line_start = closes - 2
         ok = (block[line_start] == 0x20) & (block[line_start + 1] == 0x20)
         ok &= (line_start == 0) | (block[np.maximum(line_start - 1, 0)] == 0x0A)
         closes = closes[ok]
-        after = block[closes + 1]
+        after = block[np.minimum(closes + 1, len(block) - 1)].copy()
+        after[closes + 1 >= len(block)] = 0  # nothing follows: not a comma, not the last line
         commas = closes[(after == ord(",")) & (block[np.minimum(closes + 2, len(block) - 1)] == 0x0A)] + 1
-        ends = commas.copy()  # an event ends where its separating comma stands
+        # a "}" opening its line after two spaces closes an event whatever follows it: damage
+        # right after an event (a flipped comma) belongs to the next event, never to this one
+        ends = closes + 1
         last = closes[after == 0x0A]  # a line that reads exactly "  }": the last event
         if not len(last):
             return ends, commas, None
