@@ -23,7 +23,7 @@ from _damage import Original, inflated_prefix, reader_path, slice_keys
 from conftest import kineto_file, raw_events
 from perfsight.api import analyse
 from perfsight.cluster.job import analyse_job
-from perfsight.ingest import eventscan, read_trace
+from perfsight.ingest import TraceReadError, eventscan, read_trace
 
 NCCL = "nccl_parser_config/nccl_data.json.gz"
 
@@ -183,6 +183,30 @@ def test_cat_of_two_gzip_files_is_read_to_the_end(
     trace = read_trace(path)
     assert slice_keys(trace) == nccl_slices
     assert not [w for w in trace.meta.warnings if "truncated" in w or "gzip" in w]
+
+
+def test_zero_padding_after_the_last_member_is_silent_and_other_bytes_are_named(
+    tmp_path: Path, nccl_text: bytes, nccl_slices: Counter
+) -> None:
+    padded = tmp_path / "padded.json.gz"
+    padded.write_bytes(gzip.compress(nccl_text) + bytes(512))  # as tape and block writers leave
+    trace = read_trace(padded)
+    assert slice_keys(trace) == nccl_slices and not trace.meta.warnings
+    trailing = tmp_path / "trailing.json.gz"
+    trailing.write_bytes(gzip.compress(nccl_text) + b"not gzip at all")
+    trace = read_trace(trailing)
+    assert slice_keys(trace) == nccl_slices
+    _one_warning(trace, trailing, "after gzip member 1 are not gzip data")
+
+
+def test_a_damaged_gzip_header_is_a_one_line_error(tmp_path: Path, nccl_text: bytes) -> None:
+    data = bytearray(gzip.compress(nccl_text))
+    data[2] = 7  # compression method 7 does not exist
+    path = tmp_path / "header.json.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(TraceReadError) as info:
+        read_trace(path)
+    assert str(path) in str(info.value) and "compression method" in str(info.value)
 
 
 # --- 6. bad values are counted, not replaced silently -------------------------------------------

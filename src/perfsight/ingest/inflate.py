@@ -34,6 +34,8 @@ except ImportError:  # pragma: no cover - isal is a dependency; platforms withou
     _fast = zlib  # type: ignore[assignment]
     _FAST_ERRORS = (zlib.error,)
 
+_crc32 = getattr(_fast, "crc32", zlib.crc32)  # ISA-L's: 10x zlib's (2 ms for a 54 MB trace)
+
 GZIP_MAGIC = b"\x1f\x8b"
 
 _FTEXT, _FHCRC, _FEXTRA, _FNAME, _FCOMMENT = 1, 2, 4, 8, 16
@@ -176,7 +178,7 @@ class _Members:
                     out = inflater.decompress(chunk, self.max_block)
                     chunk = inflater.unconsumed_tail
                     if out:
-                        crc = zlib.crc32(out, crc)
+                        crc = _crc32(out, crc)
                         size += len(out)
                         yield out
                 if not inflater.eof:
