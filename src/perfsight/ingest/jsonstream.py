@@ -395,7 +395,7 @@ class EventStream:
         report = self.report
         report.truncated = True
         report.damage_offset = offset
-        report.problem = f"file ends inside the event array after {report.events} complete events" + (
+        report.problem = f"the event array stops after {report.events} complete events" + (
             f"; {len(leftover)} bytes of a cut event were dropped" if leftover else ""
         )
         report.header = _parse_header(self.header_text, b"", self.bare)

@@ -120,8 +120,8 @@ def read_kineto(path: str | Path, rank: int | None = None) -> Trace:
     except OSError as exc:
         damage.append(f"read error after {parts.events} events: {exc}")
     damaged = bool(damage)
-    if report.truncated and not damaged:
-        damage.append(f"truncated: {report.problem}")
+    if report.truncated and not damaged:  # a cut gzip says "truncated" itself, below
+        damage.append(report.problem if report.compression is not None else f"truncated: {report.problem}")
     if report.compression is not None:
         if not damage:
             damage.append(f"every event of the array was read ({report.events})")
