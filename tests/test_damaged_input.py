@@ -331,7 +331,7 @@ def test_ctrl_c_during_a_job_leaves_each_folder_complete_or_absent(tmp_path: Pat
     )
     assert done.returncode == 0, done.stderr
     out = tmp_path / "out"
-    _interrupt_while_writing([str(job), "--executor", "serial"], out)
+    assert _interrupt_while_writing([str(job), "--executor", "serial"], out) in (0, 130)
     for folder in ("rank0/PROFILER_OUTPUT", "rank0/cache", "rank1/PROFILER_OUTPUT", "rank1/cache"):
         if (out / folder).exists():  # complete: the same files as an uninterrupted analysis
             assert sorted(_files(out / folder)) == sorted(_files(reference / folder)), folder
@@ -339,4 +339,4 @@ def test_ctrl_c_during_a_job_leaves_each_folder_complete_or_absent(tmp_path: Pat
         assert sorted(_files(out / "cluster_analysis_output")) == sorted(
             _files(reference / "cluster_analysis_output")
         )
-    assert not [p for p in out.rglob("*") if p.name.startswith(".perfsight-partial-")]
+    assert not [p for p in out.rglob("*") if p.name.startswith((".perfsight-partial-", ".perfsight-claims"))]

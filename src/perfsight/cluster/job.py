@@ -97,14 +97,14 @@ def analyse_job(
     runner = make_executor(executor) if owned else executor  # type: ignore[arg-type]
     try:
         results = runner.map(run_rank, inputs, task)
-    finally:
+    finally:  # Ctrl-C included: the executor has waited for its workers
         if owned:
             runner.close()
+        if task.out_root is not None:  # the claims only mattered while the workers ran
+            shutil.rmtree(Path(task.out_root) / ".perfsight-claims", ignore_errors=True)
     job = discovery.assess(results)
     if not job.ranks:
         raise JobInputError("; ".join(job.problems()) or f"{location}: nothing readable")
-    if task.out_root is not None:  # the claims only mattered while the workers ran
-        shutil.rmtree(Path(task.out_root) / ".perfsight-claims", ignore_errors=True)
     for line in job.problems():
         log.warning("%s", line)
     result = cross_rank(location, job, runner.name)
