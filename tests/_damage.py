@@ -37,6 +37,7 @@ class Original:
     starts: list[int]  # byte offset of each event's "{"
     slices: list[SliceKey | None]  # the event's identity if it is an X event, else None
     array_end: int  # offset of the array's "]"
+    memory: list[tuple[int, int] | None]  # (ts ns, Bytes) of a "[memory]" event, else None
 
     @classmethod
     def of(cls, text: bytes) -> Original:
@@ -44,7 +45,7 @@ class Original:
         source = text.decode("utf-8")
         key = source.index('"traceEvents"')
         pos = source.index("[", key) + 1
-        starts, ends, slices = [], [], []
+        starts, ends, slices, memory = [], [], [], []
         byte = len(source[:pos].encode())
         while True:
             while source[pos] in " \t\r\n,":
@@ -59,11 +60,17 @@ class Original:
             pos = end
             is_x = isinstance(event, dict) and event.get("ph") == "X"
             slices.append((event["name"], nanos(event["ts"]), nanos(event["dur"])) if is_x else None)
-        return cls(text=text, ends=ends, starts=starts, slices=slices, array_end=byte)
+            is_memory = isinstance(event, dict) and event.get("ph") == "i" and event.get("name") == "[memory]"
+            memory.append((nanos(event["ts"]), event["args"]["Bytes"]) if is_memory else None)
+        return cls(text=text, ends=ends, starts=starts, slices=slices, array_end=byte, memory=memory)
 
     def slices_before(self, offset: int) -> Counter[SliceKey]:
         """X events that end at or before ``offset`` (the damage), by identity."""
         return Counter(s for s, end in zip(self.slices, self.ends, strict=True) if s and end <= offset)
+
+    def memory_before(self, offset: int) -> Counter[tuple[int, int]]:
+        """Allocator events that end at or before ``offset``, by (ts ns, bytes)."""
+        return Counter(m for m, end in zip(self.memory, self.ends, strict=True) if m and end <= offset)
 
     @property
     def all_slices(self) -> Counter[SliceKey]:
@@ -91,6 +98,11 @@ def slice_list(trace: Any) -> list[SliceKey]:
             strict=True,
         )
     )
+
+
+def memory_keys(trace: Any) -> Counter[tuple[int, int]]:
+    m = trace.memory
+    return Counter(zip(m.column("ts_ns").to_pylist(), m.column("bytes").to_pylist(), strict=True))
 
 
 def slice_keys(trace: Any) -> Counter[SliceKey]:

@@ -21,7 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from _damage import Original, SliceKey, inflated_prefix, read_original, reader_path, slice_list
+from _damage import (
+    Original,
+    SliceKey,
+    inflated_prefix,
+    memory_keys,
+    read_original,
+    reader_path,
+    slice_list,
+)
 from conftest import KINETO
 from perfsight.ingest import TraceReadError, eventscan
 from perfsight.ingest.kineto import read_kineto
@@ -37,8 +45,10 @@ SOURCES = {
     "triton_example": ("triton_example/triton_example.json.gz", None),
     "nccl_slice": ("nccl_parser_config/nccl_data.json.gz", 120),
     "ns_slice": ("ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", 120),
+    "memory_slice": ("df_index_resolver/df_index_resolver.json.gz", b'"name": "[memory]"'),
 }
-"""Small shared traces, and the first events of larger ones (a slice keeps Kineto's layout)."""
+"""Small shared traces, the first events of larger ones, and the events around the first allocator
+event of the one trace that has them (a slice keeps Kineto's layout)."""
 
 JUNK = b'{}[]",:\\ \n0123456789.-eE\x00\xff\xc3tfnul'
 BAD_TEXT = [
@@ -62,6 +72,15 @@ def _slice_of(original: Original, events: int) -> bytes:
     return original.text[:cut] + b"\n  ]\n}\n"
 
 
+def _window_around(text: bytes, marker: bytes, size: int = 40_000) -> bytes:
+    """The header and about ``size`` bytes of whole events from a little before ``marker`` on,
+    cut on Kineto's event lines (the oracle parses the result, so a bad cut cannot go unseen)."""
+    array = text.index(b"[", text.index(b'"traceEvents"')) + 1
+    start = text.rindex(b"\n  {\n", array, max(text.index(marker) - size // 4, array + 1)) + 1
+    end = text.rindex(b"\n  },\n", start, start + size) + 4
+    return text[:array] + b"\n" + text[start:end] + b"\n  ]\n}\n"
+
+
 @pytest.fixture(scope="module")
 def originals() -> dict[str, tuple[Original, bytes]]:
     found = {}
@@ -69,9 +88,12 @@ def originals() -> dict[str, tuple[Original, bytes]]:
         path = KINETO / relative
         if not path.is_file():
             continue
-        original = read_original(path)
-        if events is not None:
-            original = Original.of(_slice_of(original, events))
+        if isinstance(events, bytes):
+            original = Original.of(_window_around(gzip.decompress(path.read_bytes()), events))
+        else:
+            original = read_original(path)
+            if events is not None:
+                original = Original.of(_slice_of(original, events))
         found[name] = (original, gzip.compress(original.text, 6, mtime=0))
     if len(found) < 3:
         pytest.skip("the shared Kineto traces are not on this machine")
@@ -167,11 +189,13 @@ has to give up.  For these the two paths must agree on what both keep (one's sli
 start of the other's); for every other kind they must keep exactly the same slices."""
 
 
-def _read(path: Path) -> list[SliceKey] | None:
+def _read(path: Path) -> tuple[list[SliceKey], Counter] | None:
+    """The slices (in file order) and allocator events the reader keeps; None for a refusal."""
     try:
-        return slice_list(read_kineto(path))
+        trace = read_kineto(path)
     except TraceReadError:
         return None  # a one-line error: allowed only when nothing before the damage was complete
+    return slice_list(trace), memory_keys(trace)
 
 
 def test_damaged_variants_keep_every_event_before_the_damage(
@@ -193,24 +217,26 @@ def test_damaged_variants_keep_every_event_before_the_damage(
                 gzip.compress(data, 1, mtime=0) if zipped and not kind.startswith("gzip") else data
             )
             expected = original.slices_before(damage_at)
+            expected_memory = original.memory_before(damage_at)
             everything = original.all_slices
             results = []
             for native in paths:
                 with reader_path(native):
                     try:
-                        kept = _read(path)
+                        read = _read(path)
                     except Exception as exc:  # noqa: BLE001 - the failure this test looks for
                         failures.append(f"#{i} {name} {kind} native={native}: {type(exc).__name__}: {exc}")
                         continue
-                results.append(kept)
+                results.append(read[0] if read else None)
                 label = f"#{i} {name} {kind} at {damage_at} native={native}"
-                if kept is None:
-                    if expected:
-                        failures.append(
-                            f"{label}: refused a file with {sum(expected.values())} intact slices"
-                        )
+                if read is None:
+                    if expected or expected_memory:
+                        failures.append(f"{label}: refused a file with intact events before the damage")
                     continue
-                kept = Counter(kept)
+                kept = Counter(read[0])
+                if expected_memory - read[1]:
+                    lost = sum((expected_memory - read[1]).values())
+                    failures.append(f"{label}: lost {lost} memory events before the damage")
                 if expected - kept:
                     failures.append(
                         f"{label}: lost {sum((expected - kept).values())} slices before the damage"
