@@ -340,3 +340,14 @@ def test_ctrl_c_during_a_job_leaves_each_folder_complete_or_absent(tmp_path: Pat
             _files(reference / "cluster_analysis_output")
         )
     assert not [p for p in out.rglob("*") if p.name.startswith((".perfsight-partial-", ".perfsight-claims"))]
+
+
+def test_text_that_is_not_utf8_in_a_table_is_written_as_u_fffd_not_a_traceback() -> None:
+    """The writers' JSON encoder (jsontext.json_strings) on strings no reader repaired: a table
+    from elsewhere (a cache written before the fix) must not fail the whole export."""
+    import pyarrow as pa
+
+    from perfsight.jsontext import json_strings
+
+    names = pa.array([b"ok", b"bad \xff byte", None]).cast(pa.string(), safe=False)
+    assert json_strings(names).to_pylist() == ['"ok"', '"bad \ufffd byte"', None]
