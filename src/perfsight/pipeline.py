@@ -162,12 +162,12 @@ def analyse_and_write(trace: Trace, rank_dir: Path, options: Options, progress: 
     ``PROFILER_OUTPUT/`` and ``cache/`` are each complete or absent (see export/staging.py):
     they are written aside and renamed into ``rank_dir`` once every writer has finished.
     """
-    from perfsight.export.staging import staged
+    from perfsight.export.staging import background_writer, staged
     from perfsight.store import cache
 
     with (
         staged(rank_dir, (OUTPUT_DIR, CACHE_DIR)) as stage,
-        ThreadPoolExecutor(max_workers=1, thread_name_prefix="perfsight-writer") as background,
+        background_writer("perfsight-writer") as background,
     ):
         trace_cached = background.submit(cache.save_trace, trace, stage / CACHE_DIR)
         result = analyse_trace(trace, options)

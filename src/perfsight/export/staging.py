@@ -22,6 +22,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 STAGING_PREFIX = ".perfsight-partial-"
@@ -36,10 +37,10 @@ def staged(folder: Path, names: tuple[str, ...]) -> Iterator[Path]:
     when the block fails and they are still empty.
     """
     created = _missing_ancestors(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     stage = folder / f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}"
-    stage.mkdir()
-    try:
+    try:  # from the first mkdir: a Ctrl-C landing just after it must clean up too
+        folder.mkdir(parents=True, exist_ok=True)
+        stage.mkdir()
         yield stage
         for name in names:
             if (stage / name).exists():
@@ -51,6 +52,30 @@ def staged(folder: Path, names: tuple[str, ...]) -> Iterator[Path]:
                 path.rmdir()  # only when empty
         raise
     shutil.rmtree(stage, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def background_writer(name: str) -> Iterator[ThreadPoolExecutor]:
+    """A one-thread executor for writers into a staging folder, stopped before the block is left.
+
+    Why: a Ctrl-C that lands while the main thread waits for the writer used to leave the
+    writer running, so it went on writing into a staging folder already deleted (re-creating
+    it).  Here the thread is always waited for, a Ctrl-C during the wait included (it is raised
+    once the writer has stopped); writes not yet started are cancelled.
+    """
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+    interrupted: BaseException | None = None
+    try:
+        yield pool
+    finally:
+        while True:
+            try:
+                pool.shutdown(wait=True, cancel_futures=True)
+                break
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+        if interrupted is not None:
+            raise interrupted
 
 
 def _missing_ancestors(folder: Path) -> list[Path]:
