@@ -28,9 +28,19 @@ def json_strings(values: ArrayOrChunked) -> pa.Array:
     arr = combined(values)
     if not pa.types.is_dictionary(arr.type):
         arr = pc.dictionary_encode(arr.cast(pa.string()))
-    uniques = arr.dictionary.cast(pa.string()).to_pylist()  # one Python string per distinct value
+    uniques = _texts(arr.dictionary.cast(pa.string()))  # one Python string per distinct value
     escaped = pa.array([None if u is None else orjson.dumps(u).decode() for u in uniques], pa.string())
     return escaped.take(arr.indices)
+
+
+def _texts(strings: pa.Array) -> list[str | None]:
+    """The values as Python strings; bytes that are not UTF-8 (a table from elsewhere than our
+    readers, which repair them) become U+FFFD instead of failing the whole export."""
+    try:
+        return strings.to_pylist()
+    except UnicodeDecodeError:
+        raw = strings.cast(pa.binary()).to_pylist()
+        return [None if b is None else b.decode("utf-8", "replace") for b in raw]
 
 
 def _scalar_text(values: pa.Array) -> pa.Array:

@@ -154,18 +154,29 @@ def analyse_and_write(trace: Trace, rank_dir: Path, options: Options, progress: 
     releases the GIL), instead of after them.  (The timeline index could go there too, but its
     level building beside the analyses' transients would raise the peak memory.)
     ``progress`` (tqdm-like, optional) gets ``update(1)`` once analysed and once written.
+    ``PROFILER_OUTPUT/`` and ``cache/`` are each complete or absent (see export/staging.py):
+    they are written aside and renamed into ``rank_dir`` once every writer has finished.
     """
+    from perfsight.export.staging import background_writer, staged
     from perfsight.store import cache
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="perfsight-writer") as background:
-        trace_cached = background.submit(cache.save_trace, trace, rank_dir / "cache")
+    with (
+        staged(rank_dir, (OUTPUT_DIR, CACHE_DIR)) as stage,
+        background_writer("perfsight-writer") as background,
+    ):
+        trace_cached = background.submit(cache.save_trace, trace, stage / CACHE_DIR)
         result = analyse_trace(trace, options)
         if progress is not None:
             progress.update(1)
-        _write_tables(result, rank_dir, options, background, trace_cached)
+        _write_tables(result, stage, options, background, trace_cached)
+    result.output_dir = rank_dir / OUTPUT_DIR
     if progress is not None:
         progress.update(1)
     return result
+
+
+OUTPUT_DIR, CACHE_DIR = "PROFILER_OUTPUT", "cache"
+"""The two folders a rank's analysis writes in its rank folder."""
 
 
 def _write_tables(
@@ -183,7 +194,7 @@ def _write_tables(
     from perfsight.export.communication_json import write_communication_json
     from perfsight.store import cache, timeline_index
 
-    out = rank_dir / "PROFILER_OUTPUT"
+    out = rank_dir / OUTPUT_DIR
     out.mkdir(parents=True, exist_ok=True)
     tables = result.tables
     waiting = [trace_cached]
@@ -192,7 +203,7 @@ def _write_tables(
         waiting.append(
             background.submit(trace_view.write_trace_view, out / "trace_view.json", result.trace, overlap)
         )
-    write_index = functools.partial(timeline_index.write_timeline_index, result.trace, rank_dir / "cache")
+    write_index = functools.partial(timeline_index.write_timeline_index, result.trace, rank_dir / CACHE_DIR)
     indexed = background.submit(write_index)
     if "text" in options.export_types:
         mindspore_csv.write_all(out, tables)
@@ -201,12 +212,11 @@ def _write_tables(
     if "db" in options.export_types:
         db_tables = {**tables, "slices": result.trace.slices}
         sqlite_db.write_db(out / f"perfsight_{result.trace.rank}.db", db_tables)
-    cache.save_tables(rank_dir / "cache", tables)
+    cache.save_tables(rank_dir / CACHE_DIR, tables)
     if indexed.cancel():  # the background thread is still busy: write the index here
         write_index()
     else:
         waiting.append(indexed)
     for future in waiting:
         future.result()  # raises what the background writer raised
-    result.output_dir = out
     return out

@@ -97,14 +97,14 @@ def analyse_job(
     runner = make_executor(executor) if owned else executor  # type: ignore[arg-type]
     try:
         results = runner.map(run_rank, inputs, task)
-    finally:
+    finally:  # Ctrl-C included: the executor has waited for its workers
         if owned:
             runner.close()
+        if task.out_root is not None:  # the claims only mattered while the workers ran
+            shutil.rmtree(Path(task.out_root) / ".perfsight-claims", ignore_errors=True)
     job = discovery.assess(results)
     if not job.ranks:
         raise JobInputError("; ".join(job.problems()) or f"{location}: nothing readable")
-    if task.out_root is not None:  # the claims only mattered while the workers ran
-        shutil.rmtree(Path(task.out_root) / ".perfsight-claims", ignore_errors=True)
     for line in job.problems():
         log.warning("%s", line)
     result = cross_rank(location, job, runner.name)
@@ -155,10 +155,12 @@ def write_cluster_outputs(result: ClusterResult, out: str | Path) -> Path:
     from perfsight.cluster import summary
     from perfsight.export import cluster_csv
     from perfsight.export.communication_matrix_json import write_communication_matrix
+    from perfsight.export.staging import staged
 
-    with OutputError.naming(out):
-        folder = Path(out) / discovery.CLUSTER_OUTPUT_DIR
-        folder.mkdir(parents=True, exist_ok=True)
+    name = discovery.CLUSTER_OUTPUT_DIR
+    with OutputError.naming(out), staged(Path(out), (name,)) as stage:  # complete or absent
+        folder = stage / name
+        folder.mkdir()
         cluster_csv.write_step_trace(folder / "cluster_step_trace_time.csv", result)
         cluster_csv.write_table(folder / "cluster_communication_ops.csv", cluster_csv.ops_table(result))
         cluster_csv.write_table(folder / "clock_alignment.csv", result.alignment.table())
@@ -167,4 +169,4 @@ def write_cluster_outputs(result: ClusterResult, out: str | Path) -> Path:
         cluster_csv.write_table(folder / "cluster_resources.csv", result.resources)
         write_communication_matrix(folder / "communication_matrix.json", result.matrix)
         summary.write_json(folder / "cluster_summary.json", summary.cluster_summary(result))
-        return folder
+    return Path(out) / name

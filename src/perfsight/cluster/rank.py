@@ -217,8 +217,7 @@ def _claim_rank_dir(root: Path, rank: int, label: str, token: str) -> Path:
         name = f"rank{rank}"
     except FileExistsError:
         name = f"rank{rank}_{_safe(label)}"
-    (root / name).mkdir(parents=True, exist_ok=True)
-    return root / name
+    return root / name  # made by the writer, which removes it again if writing fails
 
 
 def _safe(label: str) -> str:

@@ -74,6 +74,7 @@ typedef struct {
     int64_t slow;   /* slow rows */
     int32_t status;
     int32_t full_column; /* SCAN_FULL: the column out of room, -1 for rows */
+    int64_t lone_surrogates; /* \uD800-\uDFFF escapes without their pair, in whole events */
 } result_t;
 
 typedef struct {
@@ -93,6 +94,7 @@ typedef struct {
     int16_t table[2][HASH_SIZE]; /* per scope: key hash -> spec key index + 1 (0 = empty) */
     uint32_t gen;
     int32_t bad_key; /* an escaped key: its meaning needs a general decoder */
+    int64_t lone;    /* lone surrogate escapes seen in the current event */
 } scan_t;
 
 /* ---------- validation ---------- */
@@ -145,8 +147,14 @@ static int utf8_len(const uint8_t *b, int64_t p, int64_t n) {
     return len;
 }
 
-/* b[p] == '"'; returns the offset after the closing quote. */
-static int64_t scan_string(const uint8_t *b, int64_t p, int64_t n, int32_t *escaped) {
+static inline int64_t hex4(const uint8_t *b, int64_t p) {
+    int a = hexval(b[p]), c = hexval(b[p + 1]), d = hexval(b[p + 2]), e = hexval(b[p + 3]);
+    return (a | c | d | e) < 0 ? -1 : (int64_t)(a << 12 | c << 8 | d << 4 | e);
+}
+
+/* b[p] == '"'; returns the offset after the closing quote.  Counts in *lone the \u escapes of
+ * surrogates that are not a high-low pair (valid JSON; decoded as U+FFFD by the caller). */
+static int64_t scan_string(const uint8_t *b, int64_t p, int64_t n, int32_t *escaped, int64_t *lone) {
     p++;
     for (;;) {
         while (p < n && str_class[b[p]] == 0) p++;
@@ -161,12 +169,25 @@ static int64_t scan_string(const uint8_t *b, int64_t p, int64_t n, int32_t *esca
             case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
                 p += 2;
                 break;
-            case 'u':
+            case 'u': {
                 if (p + 6 > n) return NEED_MORE;
-                for (int i = 2; i < 6; i++)
-                    if (hexval(b[p + i]) < 0) return INVALID;
+                int64_t cp = hex4(b, p + 2);
+                if (cp < 0) return INVALID;
                 p += 6;
+                if (cp >= 0xDC00 && cp <= 0xDFFF) (*lone)++;
+                else if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    /* paired when a low surrogate escape follows at once */
+                    if (p + 2 > n) return NEED_MORE;
+                    if (b[p] == '\\' && b[p + 1] == 'u') {
+                        if (p + 6 > n) return NEED_MORE;
+                        int64_t low = hex4(b, p + 2);
+                        if (low < 0) return INVALID;
+                        if (low >= 0xDC00 && low <= 0xDFFF) p += 6;
+                        else (*lone)++;
+                    } else (*lone)++;
+                }
                 break;
+            }
             default:
                 return INVALID;
             }
@@ -260,7 +281,7 @@ static int64_t scan_container(scan_t *s, int64_t p, int depth, int is_object, in
         if (is_object) {
             if (b[p] != '"') return INVALID;
             int32_t key_escaped = 0;
-            int64_t key_end = scan_string(b, p, n, &key_escaped);
+            int64_t key_end = scan_string(b, p, n, &key_escaped, &s->lone);
             if (key_end < 0) return key_end;
             if (scope >= 0) {
                 if (key_escaped) s->bad_key = 1;
@@ -308,7 +329,7 @@ static int64_t scan_value(scan_t *s, int64_t p, int depth, int32_t *type, int32_
     switch (b[p]) {
     case '"':
         *type = T_STR;
-        return scan_string(b, p, n, escaped);
+        return scan_string(b, p, n, escaped, &s->lone);
     case '{':
         *type = T_OBJ;
         return scan_container(s, p, depth, 1, -1);
@@ -750,6 +771,7 @@ int64_t es_scan(const uint8_t *b, int64_t n, int64_t pos, const spec_t *spec, re
     r->events = 0;
     r->slow = 0;
     r->full_column = -1;
+    r->lone_surrogates = 0;
     int64_t p = pos;
     for (;;) {
         while (p < n && (is_ws(b[p]) || b[p] == ',')) p++;
@@ -771,6 +793,7 @@ int64_t es_scan(const uint8_t *b, int64_t n, int64_t pos, const spec_t *spec, re
             s->gen = 1;
         }
         s->bad_key = 0;
+        s->lone = 0;
         int64_t end = scan_container(s, p, 1, 1, 0);
         if (end == NEED_MORE) {
             r->status = SCAN_NEED_MORE;
@@ -787,6 +810,7 @@ int64_t es_scan(const uint8_t *b, int64_t n, int64_t pos, const spec_t *spec, re
         }
         r->rows += kept;
         r->events++;
+        r->lone_surrogates += s->lone;
         p = end;
     }
     r->pos = p;

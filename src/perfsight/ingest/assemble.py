@@ -29,6 +29,14 @@ from perfsight.model import (
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 
+MAX_RANK = np.iinfo(np.int32).max
+"""Ranks are int32 in every table (model.py): a rank past this cannot be stored."""
+
+
+def is_rank(value: object) -> bool:
+    """True for a whole number a rank can be: 0 to :data:`MAX_RANK` (bools are not ranks)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_RANK
+
 
 def assign_tracks(
     rank: int,
@@ -37,7 +45,12 @@ def assign_tracks(
     is_device: np.ndarray,
     names: dict[tuple[int, int, bool], str],
 ) -> tuple[np.ndarray, pa.Table]:
-    """Number each (pid, tid, is_device) lane; return per-slice track ids and the track table."""
+    """Number each (pid, tid, is_device) lane; return per-slice track ids and the track table.
+
+    ``rank`` must pass :func:`is_rank` (readers check what a file says before calling): a
+    ValueError saying so, not numpy's OverflowError, is what a caller that did not check gets."""
+    if not is_rank(rank):
+        raise ValueError(f"rank {rank!r} is outside 0..{MAX_RANK}")
     # factorise each column first: np.unique over rows (axis=0) is ten times slower
     pid_values, pid_code = np.unique(pid, return_inverse=True)
     tid_values, tid_code = np.unique(tid, return_inverse=True)

@@ -19,6 +19,12 @@ Dims``, a decimal-string timestamp on the portable path) is decoded alone with
 everything before it is kept, the rest is dropped, and the caller is told
 where.  Timestamps are read as exact decimals of microseconds, so
 nanosecond-resolution traces lose nothing.
+
+Valid JSON that ``orjson`` refuses -- a lone surrogate escape (``"\\ud800"``), a number
+past a double's range (``1e400``) -- is decoded by the standard library instead; each lone
+surrogate becomes U+FFFD and is counted in the report (never damage).  A value that is not a
+number where one is expected, or one out of range, becomes null here; what that means for
+the event is the reader's rule (see :mod:`perfsight.ingest.kineto`).
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from __future__ import annotations
 import dataclasses
 import decimal
 import io
+import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -111,6 +119,7 @@ class ParseResult:
     table: pa.Table  # RAW_SCHEMA rows of kept events, in file order
     damage_offset: int | None = None  # file offset of the first event that is not valid JSON
     problem: str | None = None
+    replaced: int = 0  # lone surrogates replaced by U+FFFD in this table's events
 
 
 def read_events(path: Path, native: bool | None = None) -> tuple[Iterator[ParseResult], StreamReport]:
@@ -131,6 +140,7 @@ def _portable(stream: EventStream, batches: Iterator[EventBatch]) -> Iterator[Pa
     try:
         for batch in batches:
             result = parse_batch(batch)
+            stream.report.replaced += result.replaced
             if result.problem:
                 stream.abandon()
                 yield result
@@ -155,6 +165,7 @@ def _scanned(stream: EventStream, scanner: eventscan.Scanner) -> Iterator[ParseR
         while True:
             scan = scanner.scan(window, pos)
             report.events += scan.events
+            report.replaced += scan.lone_surrogates
             if scan.table.num_rows:
                 result = _with_slow_rows(scan, window, base)
                 if result.problem:
@@ -189,7 +200,9 @@ def _with_slow_rows(scan: eventscan.Scan, window: eventscan.Window, base: int) -
     rows = []
     for i, (start, end) in enumerate(scan.slow_spans.tolist()):
         try:
-            rows.append(_coerce(orjson.loads(window.bytes(start, end))))
+            rows.append(
+                _coerce(_loads(window.bytes(start, end))[0])
+            )  # lone surrogates: counted by the scanner
         except orjson.JSONDecodeError as exc:  # the scanner's JSON is stricter; this is a safety net
             keep = int(scan.slow_rows[i])
             head = _merge(table.slice(0, keep), scan.slow_rows[:i], rows)
@@ -210,12 +223,15 @@ def _merge(table: pa.Table, slow_rows: np.ndarray, rows: list[dict[str, Any] | N
 def parse_batch(batch: EventBatch) -> ParseResult:
     """Parse every event of ``batch`` (portable path); stop at the first undecodable one."""
     tables: list[pa.Table] = []
-    result = _parse_range(batch, 0, len(batch.ends), tables)
+    replaced = [0]
+    result = _parse_range(batch, 0, len(batch.ends), tables, replaced)
     table = pa.concat_tables(tables) if tables else RAW_SCHEMA.empty_table()
-    return ParseResult(table=table, damage_offset=result[0], problem=result[1])
+    return ParseResult(table=table, damage_offset=result[0], problem=result[1], replaced=replaced[0])
 
 
-def _parse_range(batch: EventBatch, lo: int, hi: int, out: list[pa.Table]) -> tuple[int | None, str | None]:
+def _parse_range(
+    batch: EventBatch, lo: int, hi: int, out: list[pa.Table], replaced: list[int]
+) -> tuple[int | None, str | None]:
     start = int(batch.ends[lo - 1]) if lo else 0
     stop = int(batch.ends[hi - 1])
     try:
@@ -224,12 +240,12 @@ def _parse_range(batch: EventBatch, lo: int, hi: int, out: list[pa.Table]) -> tu
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
     if hi - lo <= _SMALL:
-        return _one_by_one(batch, lo, hi, out)
+        return _one_by_one(batch, lo, hi, out, replaced)
     mid = (lo + hi) // 2
-    damage = _parse_range(batch, lo, mid, out)
+    damage = _parse_range(batch, lo, mid, out, replaced)
     if damage[0] is not None:
         return damage
-    return _parse_range(batch, mid, hi, out)
+    return _parse_range(batch, mid, hi, out, replaced)
 
 
 _JSON_SCHEMA = pa.schema(
@@ -290,24 +306,83 @@ def _flat(parsed: pa.Table) -> pa.Table:
     return pa.table(columns, schema=RAW_SCHEMA)
 
 
-def _one_by_one(batch: EventBatch, lo: int, hi: int, out: list[pa.Table]) -> tuple[int | None, str | None]:
+def _one_by_one(
+    batch: EventBatch, lo: int, hi: int, out: list[pa.Table], replaced: list[int]
+) -> tuple[int | None, str | None]:
     rows = []
     for i in range(lo, hi):
         start = int(batch.ends[i - 1]) if i else 0
         text = batch.data[start : int(batch.ends[i])]
         try:
-            event = orjson.loads(text)
+            event, lone = _loads(text)
+            replaced[0] += lone
         except orjson.JSONDecodeError as exc:
             stripped = len(text) - len(text.lstrip())
             if rows:
                 out.append(_rows_table(rows))
-            return batch.offset + start + stripped, f"event #{i} is not valid JSON ({exc})"
+            return batch.offset + start + stripped, f"an event is not valid JSON ({exc})"
         row = _coerce(event)
         if row is not None:
             rows.append(row)
     if rows:
         out.append(_rows_table(rows))
     return None, None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _loads(text: bytes) -> tuple[Any, int]:
+    """One event decoded, and how many lone surrogates in it became U+FFFD.
+
+    ``orjson`` first; what it refuses is tried with the standard library, which accepts all of
+    JSON (lone surrogate escapes, numbers past a double's range) and nothing more here (its
+    ``NaN``/``Infinity`` extensions are refused).  Raises ``orjson.JSONDecodeError`` (orjson's
+    own) for text that is not JSON.
+    """
+    try:
+        event, lone = orjson.loads(text), 0
+    except orjson.JSONDecodeError as refused:
+        try:
+            event = json.loads(text.decode("utf-8"), parse_constant=_not_json)
+        except (ValueError, RecursionError):
+            raise refused from None
+        event, lone = _without_surrogates(event)
+    if isinstance(event, dict) and (_inexact(event.get("ts")) or _inexact(event.get("dur"))):
+        # a double cannot hold 1712195495520924.289 us: read the times again as exact decimals
+        exact = json.loads(text.decode("utf-8"), parse_float=decimal.Decimal, parse_constant=_not_json)
+        event.update({key: exact[key] for key in ("ts", "dur") if key in exact})
+    return event, lone
+
+
+_EXACT_MICROS = 1e12
+"""A double keeps 15 significant digits: the nanoseconds of times below 1e12 us (11 days) survive it."""
+
+
+def _inexact(value: Any) -> bool:
+    return isinstance(value, float) and not abs(value) < _EXACT_MICROS
+
+
+def _without_surrogates(event: Any) -> tuple[Any, int]:
+    """``event`` with each lone surrogate in its strings (keys too) replaced by U+FFFD, and how many."""
+    count = [0]
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            fixed, n = _SURROGATE.subn("\ufffd", value)
+            count[0] += n
+            return fixed
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        if isinstance(value, dict):
+            return {clean(k): clean(v) for k, v in value.items()}
+        return value
+
+    return clean(event), count[0]
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 _RAW_STRUCT = pa.struct(list(RAW_SCHEMA))
@@ -397,15 +472,23 @@ def _integer(value: Any) -> int | None:
     return number
 
 
+_MICROS_LIMIT = decimal.Decimal(_INT64_MAX) / 1000
+"""Microseconds beyond this are past int64 nanoseconds: not a time this reader can hold."""
+
+
 def _micros(value: Any) -> decimal.Decimal | None:
-    """Microseconds as an exact decimal with three places (nanoseconds); tolerates strings."""
+    """Microseconds as an exact decimal with three places (nanoseconds); tolerates strings.
+    None for anything else: text that is not a number, NaN, infinities, values past int64 ns."""
     if value is None or isinstance(value, bool):
         return None
     try:
-        number = decimal.Decimal(value.strip() if isinstance(value, str) else repr(value))
+        if isinstance(value, decimal.Decimal):
+            number = value
+        else:
+            number = decimal.Decimal(value.strip() if isinstance(value, str) else repr(value))
     except (decimal.InvalidOperation, AttributeError):
         return None
-    if not number.is_finite():
+    if not number.is_finite() or abs(number) > _MICROS_LIMIT:  # 1e300 would not even quantize
         return None
     return number.quantize(decimal.Decimal("0.001"), rounding=decimal.ROUND_HALF_EVEN)
 

@@ -82,6 +82,7 @@ class _Result(ctypes.Structure):
         ("slow", ctypes.c_int64),
         ("status", ctypes.c_int32),
         ("full_column", ctypes.c_int32),
+        ("lone_surrogates", ctypes.c_int64),
     ]
 
 
@@ -207,6 +208,7 @@ class Scan:
     events: int  # whole events consumed, kept or not
     slow_rows: np.ndarray  # rows whose values did not fit their columns (all null here)
     slow_spans: np.ndarray  # (k, 2) byte spans of those events in the buffer
+    lone_surrogates: int  # \uD800-\uDFFF escapes without their pair in the whole events scanned
 
 
 class Scanner:
@@ -319,6 +321,7 @@ class Scanner:
             events=int(result.events),
             slow_rows=self._slow[0, :k].copy(),
             slow_spans=self._slow[1:, :k].T.copy(),
+            lone_surrogates=int(result.lone_surrogates),
         )
 
 

@@ -7,8 +7,11 @@ structural scan (NumPy over the raw bytes) finds where each top-level event
 ends, and complete events are handed on in batches of raw bytes whose
 separating commas are blanked, ready for a columnar JSON parser.
 
-Decompression runs in a background thread, a couple of blocks ahead of the
-consumer (zlib and ISA-L release the GIL), so it overlaps with parsing.  Callers that
+Decompression (:mod:`perfsight.ingest.inflate`: every gzip member, every byte before
+damage to the container) runs in a background thread, a couple of blocks ahead of the
+consumer (zlib and ISA-L release the GIL), so it overlaps with parsing.  The blocks are
+made valid UTF-8 on the way (invalid sequences become U+FFFD, counted in the report), so
+both parsers see the same text and no undecodable string reaches a table.  Callers that
 split and parse in one pass themselves (the native scanner) take the raw blocks
 from :func:`open_events` and come back here for the header, the truncation
 report, or -- when they meet text they do not handle -- to split the rest.
@@ -24,10 +27,10 @@ This module knows nothing about Kineto fields; it only splits JSON.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import queue
 import threading
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -35,15 +38,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import orjson
 
-try:  # ISA-L's inflate: the same output as zlib's, in a third of the CPU time
-    from isal import isal_zlib as _inflate
-
-    _GZIP_WBITS = 31  # gzip only: the reader inflates after seeing gzip's magic bytes
-    _INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _inflate.error)
-except ImportError:  # pragma: no cover - isal is a dependency; platforms without a wheel fall back
-    _inflate = zlib  # type: ignore[assignment]
-    _GZIP_WBITS = 47
-    _INFLATE_ERRORS = (zlib.error,)
+from perfsight.ingest import inflate
 
 READ_BLOCK = 4 << 20
 """Compressed bytes read per I/O call.  4 MiB: a cluster job's typical rank trace (2-3 MB) is read
@@ -81,6 +76,8 @@ class StreamReport:
     truncated: bool = False  # the file ended inside the event array
     damage_offset: int | None = None  # decompressed byte offset where parsing stopped
     problem: str | None = None  # one line describing the damage
+    compression: inflate.Damage | None = None  # damage to the gzip container (bytes before it are kept)
+    replaced: int = 0  # invalid UTF-8 sequences and lone surrogates replaced by U+FFFD
 
 
 @dataclasses.dataclass
@@ -92,35 +89,64 @@ class EventBatch:
     offset: int  # decompressed offset of data[0] in the file
 
 
-def _decompressed_blocks(handle: BinaryIO) -> Iterator[bytes]:
-    """Yield decompressed blocks of a plain, gzip or zlib file; stops quietly at a cut.
+def _decompressed_blocks(handle: BinaryIO, report: StreamReport) -> Iterator[bytes]:
+    """Decompressed blocks of a plain or gzip file, as valid UTF-8 (see :func:`_valid_utf8`); damage
+    to the gzip container stops them after every byte that precedes it and is noted in ``report``.
     Closes ``handle`` when done or closed."""
-    with handle:
-        head = handle.read(READ_BLOCK)
-        if head[:2] != b"\x1f\x8b":
-            chunk = head
-            while chunk:
-                yield chunk
-                chunk = handle.read(READ_BLOCK)
-            return
-        inflater = _inflate.decompressobj(wbits=_GZIP_WBITS)
-        chunk = head
-        while chunk:
-            try:
-                while chunk:
-                    out = inflater.decompress(chunk, MAX_BLOCK)
-                    chunk = inflater.unconsumed_tail
-                    if out:
-                        yield out
-            except _INFLATE_ERRORS:
-                return
-            chunk = handle.read(READ_BLOCK)
-        try:
-            tail = inflater.flush()
-        except _INFLATE_ERRORS:
-            tail = b""
-        if tail:
-            yield tail
+
+    def noted(damage: inflate.Damage) -> None:
+        report.compression = damage
+
+    return _valid_utf8(inflate.blocks(handle, READ_BLOCK, MAX_BLOCK, noted), report)
+
+
+_REPAIRS = threading.local()
+
+
+def _count_replacement(error: UnicodeError) -> tuple[str, int]:
+    _REPAIRS.count = getattr(_REPAIRS, "count", 0) + 1
+    return "\ufffd", error.end  # type: ignore[attr-defined]
+
+
+codecs.register_error("perfsight-count-replace", _count_replacement)
+
+
+def _valid_utf8(blocks: Iterator[bytes], report: StreamReport) -> Iterator[bytes]:
+    """``blocks`` with each invalid UTF-8 sequence replaced by U+FFFD, counted in ``report.replaced``.
+
+    Why here, before any parsing: one stray byte in a name made the native scanner hand the
+    rest to the portable path, which let it into Arrow strings that failed later, far from the
+    file.  Replacing it keeps the event, on both paths alike.  ASCII blocks (most of a trace)
+    pass untouched; others are decoded incrementally, so a character cut by a block boundary
+    is not mistaken for damage.
+    """
+    decoder = None
+    try:
+        for block in blocks:
+            if (decoder is None or not decoder.getstate()[0]) and block.isascii():
+                yield block
+                continue
+            if decoder is None:
+                try:
+                    block.decode()
+                    yield block
+                    continue
+                except UnicodeDecodeError:
+                    decoder = codecs.getincrementaldecoder("utf-8")("perfsight-count-replace")
+            _REPAIRS.count = 0
+            text = decoder.decode(block)
+            report.replaced += _REPAIRS.count
+            yield text.encode()
+        if decoder is not None:
+            _REPAIRS.count = 0
+            text = decoder.decode(b"", final=True)
+            report.replaced += _REPAIRS.count
+            if text:
+                yield text.encode()
+    finally:
+        close = getattr(blocks, "close", None)
+        if close is not None:
+            close()
 
 
 PREFETCH_BLOCKS = 1
@@ -240,8 +266,8 @@ class _Scanner:
 
 class _KinetoLineScanner:
     """Fast path for Kineto's own pretty-printing, where every event closes on a line
-    that reads exactly ``  },`` (the last one ``  }``).  JSON strings cannot hold a raw
-    newline, so such a line is always structural.  Blocks must end at a newline."""
+    that starts ``  }`` (reading ``  },``, the last one ``  }``).  JSON strings cannot hold
+    a raw newline, so such a line is always structural.  Blocks must end at a newline."""
 
     @staticmethod
     def applies(body_head: bytes) -> bool:
@@ -258,14 +284,17 @@ class _KinetoLineScanner:
         if self.after_last:
             return none, none, _first_closing_bracket(block, 0)
         closes = np.flatnonzero(block == ord("}"))
-        closes = closes[(closes >= 2) & (closes + 1 < len(block))]
+        closes = closes[closes >= 2]  # one at the very end: a file cut just after an event
         line_start = closes - 2
         ok = (block[line_start] == 0x20) & (block[line_start + 1] == 0x20)
         ok &= (line_start == 0) | (block[np.maximum(line_start - 1, 0)] == 0x0A)
         closes = closes[ok]
-        after = block[closes + 1]
+        after = block[np.minimum(closes + 1, len(block) - 1)].copy()
+        after[closes + 1 >= len(block)] = 0  # nothing follows: not a comma, not the last line
         commas = closes[(after == ord(",")) & (block[np.minimum(closes + 2, len(block) - 1)] == 0x0A)] + 1
-        ends = commas.copy()  # an event ends where its separating comma stands
+        # a "}" opening its line after two spaces closes an event whatever follows it: damage
+        # right after an event (a flipped comma) belongs to the next event, never to this one
+        ends = closes + 1
         last = closes[after == 0x0A]  # a line that reads exactly "  }": the last event
         if not len(last):
             return ends, commas, None
@@ -366,7 +395,7 @@ class EventStream:
         report = self.report
         report.truncated = True
         report.damage_offset = offset
-        report.problem = f"file ends inside the event array after {report.events} complete events" + (
+        report.problem = f"the event array stops after {report.events} complete events" + (
             f"; {len(leftover)} bytes of a cut event were dropped" if leftover else ""
         )
         report.header = _parse_header(self.header_text, b"", self.bare)
@@ -387,8 +416,9 @@ def open_events(path: Path) -> EventStream:
 
     Raises :class:`NotATraceError` at once if the file does not look like a trace.
     """
+    report = StreamReport()
     handle = open(path, "rb")  # noqa: SIM115 - closed by the block generator
-    blocks = _decompressed_blocks(handle)
+    blocks = _decompressed_blocks(handle, report)
     prefix = b""
     start: tuple[int, bool] | None = None
     try:
@@ -405,6 +435,8 @@ def open_events(path: Path) -> EventStream:
         raise NotATraceError(f"cannot be read: {exc}") from exc
     if start is None:
         blocks.close()
+        if report.compression is not None:
+            raise NotATraceError(f"{report.compression.message}, before its event array begins")
         if not prefix.strip():
             raise NotATraceError("is empty")
         if b'"traceEvents"' not in prefix and prefix.lstrip()[:1] == b"{":
@@ -417,7 +449,7 @@ def open_events(path: Path) -> EventStream:
         blocks=_prefetched(blocks),
         bare=bare,
         header_text=prefix[:body_start],
-        report=StreamReport(),
+        report=report,
     )
 
 

@@ -112,24 +112,30 @@ def read_kineto(path: str | Path, rank: int | None = None) -> Trace:
         raise TraceReadError(f"{path}: cannot open: {exc.strerror or exc}") from None
     parts = _Parts()
     warnings: list[str] = []
-    damaged = False
+    damage: list[str] = []
     try:
         for parsed in results:
             parts.add(parsed.table)
             if parsed.problem:
-                damaged = True
-                warnings.append(
-                    f"{path}: damaged at byte {parsed.damage_offset} of the decompressed JSON "
+                damage.append(
+                    f"damaged at byte {parsed.damage_offset} of the decompressed JSON "
                     f"({parsed.problem}); kept the {parts.events} events before it"
                 )
                 break
     except OSError as exc:
-        damaged = True
-        warnings.append(f"{path}: read error after {parts.events} events: {exc}")
-    if report.truncated:
-        warnings.append(f"{path}: truncated: {report.problem}")
+        damage.append(f"read error after {parts.events} events: {exc}")
+    damaged = bool(damage)
+    if report.truncated and not damaged:  # a cut gzip says "truncated" itself, below
+        damage.append(report.problem if report.compression is not None else f"truncated: {report.problem}")
+    if report.compression is not None:
+        if not damage:
+            damage.append(f"every event of the array was read ({report.events})")
+        damage.insert(0, report.compression.message)
+    if damage:  # one line: what was wrong with the file and what was kept
+        warnings.append(f"{path}: " + "; ".join(damage))
     if (report.truncated or damaged) and parts.events == 0:
-        raise TraceReadError(f"{path}: truncated or damaged before its first complete event")
+        raise TraceReadError(f"{path}: {'; '.join(damage)}: nothing before the damage is a complete event")
+    warnings.extend(f"{path}: {line}" for line in parts.value_warnings(report.replaced))
     meta = _metadata(path, report.header, rank, warnings)
     trace = _build(parts, meta, truncated=report.truncated or damaged)
     del parts
@@ -159,10 +165,26 @@ _MEMORY_ARGS = (
 _ARG_COLUMNS = tuple(f"args.{key}" for key in _SLICE_ARGS + _COMM_ARGS)
 
 
+TIME_LIMIT_NS = 1 << 62
+"""Largest ``|ts|`` and ``dur`` the reader accepts (146 years): a start plus a duration stays
+inside int64 nanoseconds, so no analysis overflows."""
+
+
+def _usable_time(column: pa.ChunkedArray, low: int) -> pa.ChunkedArray:
+    """True where a time column holds a value in [low, TIME_LIMIT_NS] (null: not a usable time)."""
+    inside = pc.and_(pc.greater_equal(column, low), pc.less_equal(column, TIME_LIMIT_NS))
+    return pc.fill_null(inside, False)
+
+
 @dataclasses.dataclass
 class _Parts:
     """Each parsed batch, cut at once into the few columns we keep, so that the wide raw
-    table of one batch is the largest transient and memory stays bounded on huge files."""
+    table of one batch is the largest transient and memory stays bounded on huge files.
+
+    The rule for bad times (docs/RELIABILITY.md): a slice or memory event whose ``ts`` is
+    missing, not a number or out of range cannot be placed in time and is dropped; a slice whose
+    ``dur`` is missing, not a number, negative or out of range is kept with duration 0.  Both
+    are counted and named in a warning, never replaced silently."""
 
     complete: list[pa.Table] = dataclasses.field(default_factory=list)
     comm_args: list[pa.Table] = dataclasses.field(default_factory=list)
@@ -171,6 +193,28 @@ class _Parts:
     process_labels: list[pa.Table] = dataclasses.field(default_factory=list)
     events: int = 0
     slices: int = 0
+    bad_ts: int = 0  # slices and memory events dropped for their "ts"
+    bad_dur: int = 0  # slices kept with duration 0 for their "dur"
+
+    def value_warnings(self, replaced: int) -> list[str]:
+        """One line per kind of bad value met (no file name)."""
+        lines = []
+        if self.bad_ts:
+            lines.append(
+                f'{self.bad_ts} events dropped: their "ts" is missing, not a number of microseconds '
+                f"or out of range (|ts| up to {TIME_LIMIT_NS // 1000} us)"
+            )
+        if self.bad_dur:
+            lines.append(
+                f'{self.bad_dur} complete events (ph "X") kept with duration 0: their "dur" is missing, '
+                "negative, not a number of microseconds or out of range"
+            )
+        if replaced:
+            lines.append(
+                f"{replaced} invalid UTF-8 sequences or lone surrogates in strings were replaced by "
+                "U+FFFD; every event was kept"
+            )
+        return lines
 
     def add(self, raw: pa.Table) -> None:
         self.events += raw.num_rows
@@ -180,13 +224,22 @@ class _Parts:
         is_x = pc.equal(ph, "X")
         x = raw.select(["cat", "name", "pid", "tid", "ts_ns", "dur_ns", *_ARG_COLUMNS]).filter(is_x)
         if x.num_rows:
+            placed = _usable_time(x.column("ts_ns"), -TIME_LIMIT_NS)
+            dropped = x.num_rows - pc.sum(placed).as_py()
+            if dropped:
+                self.bad_ts += dropped
+                x = x.filter(placed)
+        if x.num_rows:
+            dur = x.column("dur_ns")
+            usable_dur = _usable_time(dur, 0)
+            self.bad_dur += x.num_rows - pc.sum(usable_dur).as_py()
             columns: dict[str, Any] = {
                 "cat": x.column("cat").fill_null("").dictionary_encode(),
                 "name": x.column("name").fill_null("").dictionary_encode(),
                 "pid": x.column("pid"),
                 "tid": x.column("tid"),
-                "start_ns": x.column("ts_ns").fill_null(0),
-                "dur_ns": pc.max_element_wise(x.column("dur_ns").fill_null(0), 0),
+                "start_ns": x.column("ts_ns"),
+                "dur_ns": pc.if_else(usable_dur, dur, 0),
             }
             columns.update({key: x.column(f"args.{key}") for key in _SLICE_ARGS})
             self.complete.append(pa.table(columns))
@@ -203,7 +256,13 @@ class _Parts:
         is_mem = pc.and_(pc.equal(ph, "i"), pc.equal(raw.column("name"), "[memory]"))
         mem = raw.select(["ts_ns", "tid", *(f"args.{key}" for key in _MEMORY_ARGS)]).filter(is_mem)
         if mem.num_rows:
-            columns = {"ts_ns": mem.column("ts_ns").fill_null(0), "tid": mem.column("tid")}
+            placed = _usable_time(mem.column("ts_ns"), -TIME_LIMIT_NS)
+            dropped = mem.num_rows - pc.sum(placed).as_py()
+            if dropped:
+                self.bad_ts += dropped
+                mem = mem.filter(placed)
+        if mem.num_rows:
+            columns = {"ts_ns": mem.column("ts_ns"), "tid": mem.column("tid")}
             columns.update({key: mem.column(f"args.{key}") for key in _MEMORY_ARGS})
             self.memory.append(pa.table(columns))
         is_name = pc.and_(pc.equal(ph, "M"), pc.equal(raw.column("name"), "thread_name"))
@@ -258,19 +317,26 @@ def _dictionary_values(column: pa.ChunkedArray) -> pa.Array:
 def _metadata(path: Path, header: dict[str, Any], rank: int | None, warnings: list[str]) -> RunMetadata:
     dist = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
     meta = RunMetadata(sources=[str(path)], warnings=warnings, framework="pytorch")
+    recorded = dist.get("rank")
+    missing = "no distributedInfo.rank"
+    if recorded is not None and not assemble.is_rank(recorded):
+        missing = f"distributedInfo.rank {_shown(recorded)} is not a rank (0 to {assemble.MAX_RANK})"
     if rank is not None:
         meta.rank, meta.rank_source = int(rank), "option"
-    elif isinstance(dist.get("rank"), int):
-        meta.rank, meta.rank_source = dist["rank"], "trace"
+    elif assemble.is_rank(recorded):
+        meta.rank, meta.rank_source = recorded, "trace"
     else:
         match = re.search(r"rank[-_]?(\d+)", path.name)
         if match:
             meta.rank, meta.rank_source = int(match.group(1)), "file name"
-            warnings.append(f"{path}: no distributedInfo.rank; rank {meta.rank} taken from the file name")
+            warnings.append(f"{path}: {missing}; rank {meta.rank} taken from the file name")
         else:
-            warnings.append(f"{path}: no distributedInfo.rank and none in the file name; assuming rank 0")
-    if isinstance(dist.get("world_size"), int):
-        meta.world_size = dist["world_size"]
+            warnings.append(f"{path}: {missing} and none in the file name; assuming rank 0")
+    world_size = dist.get("world_size")
+    if assemble.is_rank(world_size) and world_size > 0:
+        meta.world_size = world_size
+    elif world_size is not None:
+        warnings.append(f"{path}: distributedInfo.world_size {_shown(world_size)} is not a job size; ignored")
     meta.backend = dist.get("backend")
     groups = dist.get("pg_config")
     if isinstance(groups, list):
@@ -296,6 +362,12 @@ def _metadata(path: Path, header: dict[str, Any], rank: int | None, warnings: li
                 )
             )
     return meta
+
+
+def _shown(value: Any) -> str:
+    """A header value for a warning, cut short (a hostile header may hold anything)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _ints(array: pa.ChunkedArray | pa.Array, default: int = NO_ID) -> np.ndarray:
