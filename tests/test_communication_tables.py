@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import perfsight
-from conftest import DATA
 from perfsight.store import cache
+from shared_data import DATA, require
 
 LEVEL1 = DATA / "ascend_pt" / "level1"
 TABLES = (
@@ -30,12 +30,6 @@ TIMES = {
 }
 
 
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"{path} is not available (../shared/data is outside the repo)")
-    return path
-
-
 def _kind(row: dict) -> str:
     return "p2p" if row["is_p2p"] else "collective"
 
@@ -50,7 +44,7 @@ def _assert_times(info: dict, row: dict) -> None:
 @pytest.fixture(scope="module")
 def analysed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("level1")
-    perfsight.analyse(_need(LEVEL1), out)
+    perfsight.analyse(require(LEVEL1), out)
     return out
 
 
@@ -89,7 +83,7 @@ def test_the_tables_are_cached_with_the_other_analyses(analysed: Path) -> None:
 
 
 def test_a_trace_loaded_without_a_cache_has_the_same_tables(analysed: Path) -> None:
-    trace = _need(LEVEL1 / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")
+    trace = require(LEVEL1 / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")
     fresh = perfsight.load(trace)
     cached = perfsight.load(analysed / "rank0")
     for name in TABLES:
@@ -99,7 +93,7 @@ def test_a_trace_loaded_without_a_cache_has_the_same_tables(analysed: Path) -> N
 def test_send_recv_is_point_to_point_in_the_tables_and_in_communication_json(tmp_path: Path) -> None:
     """A NCCL ``SendRecv`` kernel (``batch_isend_irecv``) is filed under ``p2p``, as Ascend files
     ``hcom_batchSendRecv``, and the table says so."""
-    trace = _need(DATA / "kineto" / "two_ranks_ws128" / "sampled_rank-0.json.gz")
+    trace = require(DATA / "kineto" / "two_ranks_ws128" / "sampled_rank-0.json.gz")
     result = perfsight.analyse(trace, tmp_path)
     ops = result.table("communication_ops").to_pylist()
     send_recv = [r for r in ops if r["collective"] == "send_recv"]
@@ -115,7 +109,7 @@ def test_send_recv_is_point_to_point_in_the_tables_and_in_communication_json(tmp
 def test_the_db_export_holds_the_communication_tables(tmp_path: Path) -> None:
     import sqlite3
 
-    rank = _need(LEVEL1 / "rank0_ascend_pt")
+    rank = require(LEVEL1 / "rank0_ascend_pt")
     result = perfsight.analyse(rank, tmp_path, export_types=("db",))
     out = result.ranks[0].output_dir
     assert out is not None
@@ -137,7 +131,7 @@ def test_the_job_per_op_table_splits_an_ascend_op_by_its_tasks_as_the_vendor_doe
     recorded HCCL's tasks is split by them (not by when the last rank arrived)."""
     from perfsight.cluster.job import analyse_job
 
-    result = analyse_job(_need(LEVEL1), executor="serial", per_rank_outputs=False)
+    result = analyse_job(require(LEVEL1), executor="serial", per_rank_outputs=False)
     ops = result.matched.ops
     assert len(ops) == 8 and set(ops["basis"]) == {"tasks"}
     for rank in (0, 1):
@@ -160,7 +154,7 @@ def test_send_recv_exchanges_of_a_job_are_point_to_point_and_not_collectives_for
     order, having no single direction) but never count as collectives for slow-rank lateness."""
     from perfsight.cluster.job import analyse_job
 
-    job = _need(DATA / "kineto" / "two_ranks_ws128")
+    job = require(DATA / "kineto" / "two_ranks_ws128")
     result = analyse_job(job, executor="serial", per_rank_outputs=False)
     ops, instances = result.matched.ops, result.matched.instances
     exchanges = ops.loc[ops["collective"] == "send_recv"]

@@ -30,9 +30,9 @@ from _damage import (
     reader_path,
     slice_list,
 )
-from conftest import KINETO
 from perfsight.ingest import TraceReadError, eventscan
 from perfsight.ingest.kineto import read_kineto
+from shared_data import KINETO, require
 
 FUZZ_VARIANTS = 2000
 """Damaged variants per run, each read on both paths (the acceptance of issue 15 asks >= 2,000)."""
@@ -85,9 +85,7 @@ def _window_around(text: bytes, marker: bytes, size: int = 40_000) -> bytes:
 def originals() -> dict[str, tuple[Original, bytes]]:
     found = {}
     for name, (relative, events) in SOURCES.items():
-        path = KINETO / relative
-        if not path.is_file():
-            continue
+        path = require(KINETO / relative)
         if isinstance(events, bytes):
             original = Original.of(_window_around(gzip.decompress(path.read_bytes()), events))
         else:
@@ -95,8 +93,6 @@ def originals() -> dict[str, tuple[Original, bytes]]:
             if events is not None:
                 original = Original.of(_slice_of(original, events))
         found[name] = (original, gzip.compress(original.text, 6, mtime=0))
-    if len(found) < 3:
-        pytest.skip("the shared Kineto traces are not on this machine")
     return found
 
 
