@@ -216,6 +216,17 @@ class _Parts:
             )
         return lines
 
+    def _placed(self, events: pa.Table) -> pa.Table:
+        """``events`` without those whose ``ts_ns`` is unusable (counted in ``bad_ts``)."""
+        if events.num_rows == 0:
+            return events
+        placed = _usable_time(events.column("ts_ns"), -TIME_LIMIT_NS)
+        dropped = events.num_rows - pc.sum(placed).as_py()
+        if not dropped:
+            return events
+        self.bad_ts += dropped
+        return events.filter(placed)
+
     def add(self, raw: pa.Table) -> None:
         self.events += raw.num_rows
         if not raw.num_rows:
@@ -223,12 +234,7 @@ class _Parts:
         ph = raw.column("ph")
         is_x = pc.equal(ph, "X")
         x = raw.select(["cat", "name", "pid", "tid", "ts_ns", "dur_ns", *_ARG_COLUMNS]).filter(is_x)
-        if x.num_rows:
-            placed = _usable_time(x.column("ts_ns"), -TIME_LIMIT_NS)
-            dropped = x.num_rows - pc.sum(placed).as_py()
-            if dropped:
-                self.bad_ts += dropped
-                x = x.filter(placed)
+        x = self._placed(x)
         if x.num_rows:
             dur = x.column("dur_ns")
             usable_dur = _usable_time(dur, 0)
@@ -254,13 +260,9 @@ class _Parts:
                 )
             self.slices += x.num_rows
         is_mem = pc.and_(pc.equal(ph, "i"), pc.equal(raw.column("name"), "[memory]"))
-        mem = raw.select(["ts_ns", "tid", *(f"args.{key}" for key in _MEMORY_ARGS)]).filter(is_mem)
-        if mem.num_rows:
-            placed = _usable_time(mem.column("ts_ns"), -TIME_LIMIT_NS)
-            dropped = mem.num_rows - pc.sum(placed).as_py()
-            if dropped:
-                self.bad_ts += dropped
-                mem = mem.filter(placed)
+        mem = self._placed(
+            raw.select(["ts_ns", "tid", *(f"args.{key}" for key in _MEMORY_ARGS)]).filter(is_mem)
+        )
         if mem.num_rows:
             columns = {"ts_ns": mem.column("ts_ns"), "tid": mem.column("tid")}
             columns.update({key: mem.column(f"args.{key}") for key in _MEMORY_ARGS})
