@@ -83,8 +83,11 @@ def analyse_job(
     """
     location = str(location)
     inputs = discovery.list_inputs(location)
+    cut = discovery.cut_windows(location)
     if not inputs:
-        raise JobInputError(f"{location}: no trace files (*.json, *.json.gz) or run folders found")
+        raise JobInputError(
+            "; ".join(cut) or f"{location}: no trace files (*.json, *.json.gz) or run folders found"
+        )
     if per_rank_outputs is None:
         per_rank_outputs = len(inputs) <= PER_RANK_OUTPUTS_LIMIT
     if out is not None:  # a folder that cannot be made: say so now, not after reading every rank
@@ -101,16 +104,29 @@ def analyse_job(
         if owned:
             runner.close()
     job = discovery.assess(results)
+    job.cut_windows = cut
     if not job.ranks:
         raise JobInputError("; ".join(job.problems()) or f"{location}: nothing readable")
     if task.out_root is not None:  # the claims only mattered while the workers ran
         shutil.rmtree(Path(task.out_root) / ".perfsight-claims", ignore_errors=True)
+        _remove_outputs_of_set_aside(results, job, Path(task.out_root))
     for line in job.problems():
         log.warning("%s", line)
     result = cross_rank(location, job, runner.name)
     result.output_root = Path(out) if out is not None else None
     result.per_rank_outputs = task.out_root is not None
     return result
+
+
+def _remove_outputs_of_set_aside(results: list, job: discovery.JobAssessment, out_root: Path) -> None:
+    """A rank of another job gets no ``rank<N>/`` folder among this job's outputs: the folder's
+    name would say it belongs (analyse its input alone for its own outputs)."""
+    foreign = {aside.source for aside in job.set_aside}
+    for result in results:
+        folder = getattr(result, "output_dir", None)  # rank<N>/PROFILER_OUTPUT
+        if result.source not in foreign or not folder or not Path(folder).is_relative_to(out_root):
+            continue
+        shutil.rmtree(out_root / Path(folder).relative_to(out_root).parts[0], ignore_errors=True)
 
 
 def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "serial") -> ClusterResult:
