@@ -155,5 +155,7 @@ def test_a_truncated_rank_is_named_in_the_text_summary(jobs: dict[str, Path], tm
     trace.write_bytes(data[: len(data) * 2 // 3])  # the disk filled up two thirds into the file
     text = _analyse(str(job), "--out", str(tmp_path / "out"))
     assert text.returncode == 0, text.stderr[-3000:]
-    named = [line for line in text.stdout.splitlines() if line.startswith("  ! rank 1 is damaged")]
+    named = [
+        line for line in text.stdout.splitlines() if line.startswith("  ! rank 1 input damaged or cut short")
+    ]
     assert len(named) == 1 and str(trace) in named[0] and "truncated" in named[0], text.stdout

@@ -173,7 +173,7 @@ def assess(results: Iterable[RankDigest | RankFailure]) -> JobAssessment:
             how = "its file name" if meta.rank_source == "file name" else "nowhere (assumed 0)"
             inconsistent.append(f"{digest.source}: rank {rank} is taken from {how}, not from the trace")
         damaged.extend(
-            f"rank {rank} is damaged, analysed with what was kept: {warning}"
+            f"rank {rank} input damaged or cut short, analysed with what was kept: {warning}"
             for warning in meta.warnings
             if DAMAGE_WORDS.search(warning)
         )
