@@ -159,3 +159,53 @@ def test_a_truncated_rank_is_named_in_the_text_summary(jobs: dict[str, Path], tm
         line for line in text.stdout.splitlines() if line.startswith("  ! rank 1 input damaged or cut short")
     ]
     assert len(named) == 1 and str(trace) in named[0] and "truncated" in named[0], text.stdout
+
+
+TWO_WINDOWS = """
+import sys, time
+from pathlib import Path
+import torch
+from torch.nn.parallel import DistributedDataParallel
+sys.path.insert(0, sys.argv[2])
+import _cluster_job
+import perfsight
+
+
+def train(rank, world_size, out, args):
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with perfsight.profile(
+        schedule=perfsight.schedule(wait=1, active=2, repeat=2),
+        on_trace_ready=perfsight.tensorboard_trace_handler(str(out), worker_name=f"rank{rank}"),
+    ) as prof:
+        for step in range(6):  # step 0 waits, 1-2 recorded, 3 waits, 4-5 recorded
+            if step == 3:
+                time.sleep(12)  # the second window starts well after the first one ended
+            model(torch.randn(8, 16)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+
+
+if __name__ == "__main__":
+    _cluster_job.launch(train, 2, Path(sys.argv[1]), None)
+"""
+
+
+def test_a_later_window_of_the_same_launch_is_set_aside_as_such(tmp_path: Path) -> None:
+    script, out = tmp_path / "two_windows.py", tmp_path / "job"
+    script.write_text(TWO_WINDOWS)
+    run = subprocess.run(
+        [sys.executable, str(script), str(out), str(EXAMPLES)],
+        capture_output=True, text=True, timeout=JOB_TIMEOUT, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert len(list(out.glob("rank*_perfsight"))) == 4  # two windows of two ranks
+    result = analyse_job(out, executor="serial", per_rank_outputs=False)
+    assert result.ranks == [0, 1] and result.job.duplicates == {}
+    first = {rank: sorted(out.glob(f"rank{rank}_*_perfsight"))[0].name for rank in (0, 1)}
+    assert {r: Path(d.source).parent.name for r, d in result.job.ranks.items()} == first
+    lines = [aside.line() for aside in result.job.set_aside]
+    assert len(lines) == 2 and all("another profiling window of this job" in line for line in lines)
+    assert result.matched.instances["complete"].all()

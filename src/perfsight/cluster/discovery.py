@@ -143,7 +143,7 @@ class JobAssessment:
             f"unreadable input {f.source}: {f.message}"
             for f in self.failures
         )  # fmt: skip
-        lines.extend(f"no trace from {line}" for line in self.cut_windows)
+        lines.extend(self.cut_windows)  # each names its folder and says "no trace written"
         lines.extend(self.damaged)
         lines.extend(self.inconsistent)
         return lines

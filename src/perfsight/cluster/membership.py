@@ -68,6 +68,7 @@ class SetAside:
     source: str
     rank: int
     reasons: tuple[str, ...]
+    same_launch: bool = False  # only its time differs, and it records the job's id or rendezvous
 
     @property
     def where(self) -> str:
@@ -76,8 +77,13 @@ class SetAside:
         return folder if folder.endswith(RUN_FOLDER_SUFFIX) else self.source
 
     def line(self) -> str:
+        what = (
+            "was recorded in another profiling window of this job"
+            if self.same_launch
+            else "is from another job"
+        )
         return (
-            f"set aside {self.where}: its rank {self.rank} is from another job and is not analysed "
+            f"set aside {self.where}: its rank {self.rank} {what} and is not analysed "
             f"with this one ({'; '.join(self.reasons)})"
         )
 
@@ -209,7 +215,11 @@ def decide(digests: Sequence[RankDigest]) -> Membership:
         if job.world_size is not None and digest.rank >= job.world_size:
             reasons.append(f"rank {digest.rank} is beyond the job's {job.world_size} ranks")
         if reasons:
-            aside.append(SetAside(digest.source, digest.rank, tuple(reasons)))
+            launch = (mine.job_id is not None and mine.job_id == job.job_id) or (
+                mine.rendezvous is not None and mine.rendezvous == job.rendezvous
+            )
+            only_time = all(r.startswith("recorded ") for r in reasons)
+            aside.append(SetAside(digest.source, digest.rank, tuple(reasons), launch and only_time))
         else:
             members.setdefault(digest.rank, []).append((digest, mine))
     kept: dict[int, RankDigest] = {}
