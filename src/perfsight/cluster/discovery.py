@@ -104,7 +104,7 @@ def _is_trace(parts: Sequence[str]) -> bool:
     return len(parts) < 2 or parts[-2] != ASCEND_OUTPUT_DIR or name == "trace_view.json"
 
 
-DAMAGE_WORDS = re.compile(r"truncat|damage|corrupt|incomplete|read error", re.IGNORECASE)
+DAMAGE_WORDS = re.compile(r"truncat|damage|corrupt|incomplete|read error|crc", re.IGNORECASE)
 """Reader warnings that say a rank's input lost events: named in the job's problems, not only in
 that rank's own warnings (the text summary shows the problems)."""
 
