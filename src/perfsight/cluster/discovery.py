@@ -3,8 +3,10 @@
 A job is the set of rank outputs under a folder or an fsspec URL (``s3://bucket/job/``,
 ``memory://job``): perfsight run folders, Kineto traces of many ranks, Ascend rank folders.  This
 module only lists inputs (``list_inputs``) and, once each input has been read, judges the set
-(``assess``).  Rank, world size and host come from each input's metadata (``RunMetadata``), never
-from its file name alone: a rank whose number only its file name gave is reported as such.
+(``assess``): which inputs belong to the job is decided in ``cluster.membership``; what is missing,
+twice, damaged or cut is reported here.  Rank, world size and host come from each input's
+metadata (``RunMetadata``), never from its file name alone: a rank whose number only its file
+name gave is reported as such.
 """
 
 from __future__ import annotations
