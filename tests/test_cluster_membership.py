@@ -140,6 +140,15 @@ def test_of_two_inputs_of_one_rank_the_one_that_agrees_with_the_job_is_kept(
     assert result.matched.instances["complete"].all()
     assert list(result.slow_ranks.slow["rank"]) == [SLOW_RANK]  # not rank 1
 
+    # the stranger was read first and took rank0/; the job's own rank 0 is moved there
+    out = tmp_path / "out"
+    cli = _analyse(str(mixed), "--out", str(out), "--json")
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("rank")) == ["rank0", "rank1"]
+    assert json.loads(cli.stdout)["ranks"][0]["output_dir"] == str(out / "rank0" / "PROFILER_OUTPUT")
+    (read,) = json.loads((out / "rank0" / "cache" / "source.json").read_text())["files"]
+    assert Path(read["path"]).parent.name == _folder(jobs["job"], 0).name
+
 
 def test_ranks_that_record_world_size_1_are_still_one_job() -> None:
     # Ascend's db_level0 ranks record world size 1 in a job of 2: no contradiction, one job

@@ -120,13 +120,28 @@ def analyse_job(
 
 def _remove_outputs_of_set_aside(results: list, job: discovery.JobAssessment, out_root: Path) -> None:
     """A rank of another job gets no ``rank<N>/`` folder among this job's outputs: the folder's
-    name would say it belongs (analyse its input alone for its own outputs)."""
+    name would say it belongs (analyse its input alone for its own outputs).  When it had taken
+    ``rank<N>/`` (it was read first), the job's own rank ``N`` moves there from ``rank<N>_<label>/``."""
     foreign = {aside.source for aside in job.set_aside}
     for result in results:
-        folder = getattr(result, "output_dir", None)  # rank<N>/PROFILER_OUTPUT
-        if result.source not in foreign or not folder or not Path(folder).is_relative_to(out_root):
+        if result.source in foreign and (folder := _rank_folder(result, out_root)) is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+    for rank, digest in job.ranks.items():
+        folder, wanted = _rank_folder(digest, out_root), out_root / f"rank{rank}"
+        if folder is None or folder == wanted or wanted.exists():
             continue
-        shutil.rmtree(out_root / Path(folder).relative_to(out_root).parts[0], ignore_errors=True)
+        folder.rename(wanted)
+        digest.output_dir = str(wanted / Path(digest.output_dir).relative_to(folder))
+        if digest.summary is not None:
+            digest.summary["output_dir"] = digest.output_dir
+
+
+def _rank_folder(result: object, out_root: Path) -> Path | None:
+    """``out_root/rank<N>[_label]`` holding a rank's outputs (its ``output_dir`` lies inside)."""
+    output = getattr(result, "output_dir", None)  # rank<N>/PROFILER_OUTPUT
+    if not output or not Path(output).is_relative_to(out_root) or Path(output) == out_root:
+        return None
+    return out_root / Path(output).relative_to(out_root).parts[0]
 
 
 def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "serial") -> ClusterResult:
