@@ -35,6 +35,7 @@ def test_a_local_host_is_copied_and_its_names_are_replaced_by_aliases(tmp_path: 
     remote = tmp_path / "remote"
     (remote / "rank0_x_perfsight").mkdir(parents=True)
     info = {"rank": 0, "host": "gpu-node-7.corp", "addresses": ["10.0.0.7"], "note": "gpu-node-7.corp-backup"}
+    info["rendezvous"] = "10.0.0.7:29500"  # as run folders record MASTER_ADDR:MASTER_PORT
     (remote / "rank0_x_perfsight" / "profiler_info_0.json").write_text(json.dumps(info))
     trace = '{"distributedInfo": {"rank": 0}, "host_name": "gpu-node-7.corp", "traceEvents": []}'
     (remote / "rank0_x_perfsight" / "rank0.pt.trace.json").write_text(trace)
@@ -49,6 +50,7 @@ def test_a_local_host_is_copied_and_its_names_are_replaced_by_aliases(tmp_path: 
     info_after = json.loads((copied / "profiler_info_0.json").read_text())
     assert info_after["host"] == "host-1" and info_after["addresses"] == ["addr-1"]
     assert info_after["note"] == "gpu-node-7.corp-backup"  # only whole names are replaced
+    assert info_after["rendezvous"] == "addr-1:29500"
     assert json.loads((copied / "rank0.pt.trace.json").read_text())["host_name"] == "host-1"
     assert "gpu-node-7" not in (copied / "rank0.pt.trace.json").read_text()
     assert not any("aliases" in p.name for p in job.rglob("*"))  # the map stays with the user

@@ -56,6 +56,7 @@ def test_the_real_two_rank_pair_of_a_128_rank_job_is_analysed_as_one_job() -> No
     folder = need_file(KINETO / "two_ranks_ws128" / "sampled_rank-0.json.gz").parent
     result = analyse_job(folder, executor="serial", per_rank_outputs=False)
     assert result.ranks == [0, 1] and result.job.world_size == 128
+    assert result.job.set_aside == []  # two sampled ranks of a bigger job are not strangers
     assert result.job.missing == list(range(2, 128))
     assert any("2-127" in line for line in result.job.problems())
     instances = result.matched.instances

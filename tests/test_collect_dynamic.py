@@ -280,3 +280,107 @@ def test_trigger_from_another_process_gives_every_rank_exactly_the_requested_win
         # aligned once by the monitor, recorded in every window of every rank
         clock = info["clock"]
         assert isinstance(clock["offset_ns"], int) and isinstance(clock["uncertainty_ns"], int)
+
+
+class FifoWatchdog:
+    """Unblocks a reader stuck on a FIFO after ``after`` seconds and remembers it had to.
+
+    Opening a FIFO for writing without blocking fails (ENXIO) while nobody is reading it, so a
+    successful open proves a reader was waiting: the test then fails instead of hanging.
+    """
+
+    def __init__(self, fifo: Path, after: float) -> None:
+        import threading
+
+        self.fifo, self.after, self.rescued = fifo, after, False
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        if self.stop.wait(self.after):
+            return
+        while not self.stop.is_set():
+            try:
+                fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                self.stop.wait(0.05)
+                continue
+            self.rescued = True
+            os.write(fd, b"{}")
+            os.close(fd)
+            return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
+@pytest.mark.timeout(120)
+def test_a_fifo_at_the_config_path_never_blocks_training_and_a_later_file_is_read(tmp_path: Path) -> None:
+    cfg, out = tmp_path / "cfg", tmp_path / "out"
+    cfg.mkdir()
+    fifo = cfg / CONFIG_NAME
+    os.mkfifo(fifo)
+    watchdog = FifoWatchdog(fifo, after=30)
+    training = TinyTraining()
+    started = time.monotonic()
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            monitor = DynamicProfilerMonitor(cfg, out)
+            for step in range(1, 9):
+                training.step()
+                monitor.step()
+                if step == 3:  # the FIFO is replaced by a real request: it is read and honoured
+                    fifo.unlink()
+                    write_config(cfg, start_step=6, stop_step=7)
+            monitor.close()
+    finally:
+        watchdog.close()
+    assert not watchdog.rescued, "the monitor blocked on the FIFO until the watchdog wrote to it"
+    assert time.monotonic() - started < 30
+    caught = [str(w.message) for w in seen if issubclass(w.category, DynamicConfigWarning)]
+    assert len([m for m in caught if "a FIFO" in m]) == 1, caught  # one warning, not one per step
+    assert any(str(fifo) in m and "previous configuration stays in force" in m for m in caught)
+    assert monitor.enabled and monitor.step_num == 8
+    windows = window_folders(out)
+    assert list(windows) == ["rank0_start6_stop7"]
+    assert profiled_steps(windows["rank0_start6_stop7"][0]) == [6, 7]
+
+
+def test_a_config_nested_too_deeply_keeps_the_previous_request_in_force(tmp_path: Path) -> None:
+    cfg, out = tmp_path / "cfg", tmp_path / "out"
+    cfg.mkdir()
+    write_config(cfg, start_step=4, stop_step=5)
+    monitor = DynamicProfilerMonitor(cfg, out)
+    training = TinyTraining()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for step in range(1, 8):
+            training.step()
+            monitor.step()
+            if step == 1:
+                (cfg / CONFIG_NAME).write_text("[" * 200_000)
+        caught = [str(w.message) for w in seen if issubclass(w.category, DynamicConfigWarning)]
+    monitor.close()
+    assert any("nested too deeply" in m and CONFIG_NAME in m for m in caught), caught
+    assert not [w for w in seen if "profiling turned off" in str(w.message)]
+    assert monitor.enabled and monitor.step_num == 7
+    windows = window_folders(out)
+    assert list(windows) == ["rank0_start4_stop5"]  # the request made before the bad edit
+    assert profiled_steps(windows["rank0_start4_stop5"][0]) == [4, 5]
+
+
+def test_an_oversized_config_is_refused_without_being_read_whole(tmp_path: Path) -> None:
+    cfg, out = tmp_path / "cfg", tmp_path / "out"
+    cfg.mkdir()
+    (cfg / CONFIG_NAME).write_text('{"start_step": 2, "stop_step": 3, "pad": "' + "x" * (2 << 20) + '"}')
+    training = TinyTraining()
+    with pytest.warns(DynamicConfigWarning, match=r"larger than the 1048576"):
+        monitor = DynamicProfilerMonitor(cfg, out)
+    for _ in range(4):
+        training.step()
+        monitor.step()
+    monitor.close()
+    assert monitor.enabled and not out.exists()

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,73 @@ def test_a_rank_killed_mid_window_leaves_earlier_windows_intact_and_the_cut_one_
     )
     assert cli.returncode == 2
     assert str(cut[0]) in cli.stderr and "no trace written" in cli.stderr
+
+
+@pytest.mark.skipif(not _user_namespaces(), reason="needs unprivileged user+mount namespaces for a tmpfs")
+def test_a_disk_already_full_leaves_an_empty_marker_that_analyse_names(tmp_path: Path) -> None:
+    disk, kept = tmp_path / "full", tmp_path / "kept"
+    disk.mkdir()
+    # a 16 KiB tmpfs filled by a ballast file: nothing of the window's fits, not even its marker's text
+    script = (
+        f"mount -t tmpfs -o size=16k tmpfs {disk} && (head -c 1000000 /dev/zero > {disk}/ballast; true) && "
+        f"{sys.executable} {JOB} --out {disk}/run --steps 8 --active 2 --wrap; rc=$?; "
+        f"cp -r {disk}/run {kept}; exit $rc"
+    )
+    result = subprocess.run(
+        ["unshare", "-Urm", "sh", "-c", script], capture_output=True, text=True, timeout=150, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "trained 8 steps; profiling off" in result.stdout and "disk full" in result.stderr
+    (folder,) = kept.glob("*_perfsight")
+    assert [p.name for p in folder.iterdir()] == ["WINDOW_INCOMPLETE"]
+    assert (folder / "WINDOW_INCOMPLETE").stat().st_size == 0  # what the full disk let through
+
+    cli = subprocess.run(
+        [sys.executable, "-m", "perfsight.cli", "analyse", str(kept), "--no-progress"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert cli.returncode == 2 and "Traceback" not in cli.stderr
+    assert f"{folder}: window incomplete, no trace written" in cli.stderr
+    assert "WINDOW_INCOMPLETE marker is empty" in cli.stderr
+
+
+def test_a_window_killed_while_a_wrapped_handler_exports_it_is_named_beside_the_good_one(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "run"
+    # the user's own on_trace_ready calls perfsight's handler; many small ops make each export last
+    job = subprocess.Popen(
+        [sys.executable, str(JOB), "--out", str(out), "--steps", "6", "--active", "3", "--wrap"]
+        + ["--extra-ops", "10000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 240
+    try:
+        while job.poll() is None and time.monotonic() < deadline:
+            written = list(out.glob("*_perfsight/kineto_trace_0.json"))
+            if written and list(out.glob("*_perfsight/.kineto_trace_0.json.tmp*")):
+                job.kill()  # SIGKILL while Kineto writes the second window
+                break
+            time.sleep(0.001)
+        job.wait(30)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == -9, "the second window's export was not caught in progress"
+    folders = sorted(out.glob("*_perfsight"))
+    assert len(folders) == 2
+    good, cut = folders
+    assert (good / "kineto_trace_0.json").is_file() and not (cut / "kineto_trace_0.json").exists()
+    assert list(cut.glob(".kineto_trace_0.json.tmp*"))
+
+    cli = subprocess.run(
+        [sys.executable, "-m", "perfsight.cli", "analyse", str(out), "--no-progress"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    named = [line for line in cli.stdout.splitlines() if str(cut) in line]
+    assert len(named) == 1 and "no trace written" in named[0] and ".kineto_trace_0.json.tmp" in named[0]
+    assert "the trace export was cut" in named[0]
+    analysed = perfsight.load(out)
+    assert sorted(analysed.trace(0).steps.column("step").to_pylist()) == [0, 1, 2]

@@ -29,8 +29,12 @@ def info_file(rank: int) -> str:
     return f"profiler_info_{rank}.json"
 
 
+TRACE_PREFIX = "kineto_trace_"
+"""Start of a rank's trace file name (a cut export leaves ``.kineto_trace_<rank>.json.tmp*``)."""
+
+
 def trace_file(rank: int) -> str:
-    return f"kineto_trace_{rank}.json"
+    return f"{TRACE_PREFIX}{rank}.json"
 
 
 def sidecar_file(name: str, rank: int) -> str:

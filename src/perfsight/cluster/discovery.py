@@ -3,18 +3,23 @@
 A job is the set of rank outputs under a folder or an fsspec URL (``s3://bucket/job/``,
 ``memory://job``): perfsight run folders, Kineto traces of many ranks, Ascend rank folders.  This
 module only lists inputs (``list_inputs``) and, once each input has been read, judges the set
-(``assess``).  Rank, world size and host come from each input's metadata (``RunMetadata``), never
-from its file name alone: a rank whose number only its file name gave is reported as such.
+(``assess``): which inputs belong to the job is decided in ``cluster.membership``; what is missing,
+twice, damaged or cut is reported here.  Rank, world size and host come from each input's
+metadata (``RunMetadata``), never from its file name alone: a rank whose number only its file
+name gave is reported as such.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import posixpath
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from perfsight.cluster import membership
+from perfsight.cluster.membership import SetAside
 from perfsight.cluster.rank import RankDigest, RankFailure
 from perfsight.ingest import ASCEND_OUTPUT_DIR, TRACE_SUFFIXES, find_traces
 
@@ -79,6 +84,18 @@ def list_inputs(location: str | Path) -> list[RankInput]:
     return inputs
 
 
+def cut_windows(location: str | Path) -> list[str]:
+    """The profiling windows under a local job folder that were cut before their trace was
+    written (``perfsight.ingest.run_folder.incomplete_windows``); nothing for a URL."""
+    location = str(location)
+    if is_remote(location):
+        return []
+    from perfsight.ingest import run_folder
+
+    path = Path(location.removeprefix("file://"))
+    return run_folder.incomplete_windows(path) if path.is_dir() else []
+
+
 def _is_trace(parts: Sequence[str]) -> bool:
     """The same choice ``perfsight.ingest.find_traces`` makes, for a remote listing."""
     name = parts[-1].rsplit("/", 1)[-1]
@@ -89,24 +106,32 @@ def _is_trace(parts: Sequence[str]) -> bool:
     return len(parts) < 2 or parts[-2] != ASCEND_OUTPUT_DIR or name == "trace_view.json"
 
 
+DAMAGE_WORDS = re.compile(r"truncat|damage|corrupt|incomplete|read error|crc", re.IGNORECASE)
+"""Reader warnings that say a rank's input lost events: named in the job's problems, not only in
+that rank's own warnings (the text summary shows the problems)."""
+
+
 @dataclasses.dataclass
 class JobAssessment:
     """The ranks of a job as its inputs describe them."""
 
-    ranks: dict[int, RankDigest]  # one input per rank, the first in listing order
+    ranks: dict[int, RankDigest]  # one input per rank, chosen by agreement with the job
     world_size: int
     missing: list[int]
-    duplicates: dict[int, list[str]]  # rank -> the inputs ignored because an earlier one had it
+    duplicates: dict[int, list[str]]  # rank -> the inputs ignored because another one was kept
     failures: list[RankFailure]
     inconsistent: list[str]  # one line per problem, naming the input
+    set_aside: list[SetAside] = dataclasses.field(default_factory=list)  # another job's inputs
+    damaged: list[str] = dataclasses.field(default_factory=list)  # one line per damaged input
+    cut_windows: list[str] = dataclasses.field(default_factory=list)  # windows that left no trace
 
     @property
     def hosts(self) -> dict[int, str | None]:
         return {rank: d.meta.host for rank, d in self.ranks.items()}
 
     def problems(self) -> list[str]:
-        """Every problem as one line each, ranks named by number."""
-        lines = []
+        """Every problem as one line each, ranks named by number; inputs set aside first."""
+        lines = [aside.line() for aside in self.set_aside]
         if self.missing:
             lines.append(
                 f"ranks missing from this job of {self.world_size}: {rank_ranges(self.missing)} "
@@ -120,25 +145,25 @@ class JobAssessment:
             f"unreadable input {f.source}: {f.message}"
             for f in self.failures
         )  # fmt: skip
+        lines.extend(self.cut_windows)  # each names its folder and says "no trace written"
+        lines.extend(self.damaged)
         lines.extend(self.inconsistent)
         return lines
 
 
 def assess(results: Iterable[RankDigest | RankFailure]) -> JobAssessment:
-    """Judge the inputs of a job once read: ranks, world size, missing/duplicate/inconsistent ranks."""
-    ranks: dict[int, RankDigest] = {}
-    duplicates: dict[int, list[str]] = {}
+    """Judge the inputs of a job once read: which belong (``membership``), world size, and the
+    missing, duplicate, damaged and inconsistent ranks."""
+    digests: list[RankDigest] = []
     failures: list[RankFailure] = []
     for result in results:
-        if isinstance(result, RankFailure):
-            failures.append(result)
-        elif result.rank in ranks:
-            duplicates.setdefault(result.rank, []).append(result.source)
-        else:
-            ranks[result.rank] = result
+        (failures if isinstance(result, RankFailure) else digests).append(result)
+    members = membership.decide(digests)
+    ranks = members.ranks
     sizes = Counter(d.meta.world_size for d in ranks.values())
     world_size = max(sizes.most_common(1)[0][0] if sizes else 1, max(ranks, default=-1) + 1)
     inconsistent = []
+    damaged = []
     for rank, digest in sorted(ranks.items()):
         meta = digest.meta
         if meta.world_size != world_size:
@@ -149,8 +174,15 @@ def assess(results: Iterable[RankDigest | RankFailure]) -> JobAssessment:
         if meta.rank_source in {"file name", "default"}:
             how = "its file name" if meta.rank_source == "file name" else "nowhere (assumed 0)"
             inconsistent.append(f"{digest.source}: rank {rank} is taken from {how}, not from the trace")
+        damaged.extend(
+            f"rank {rank} input damaged or cut short, analysed with what was kept: {warning}"
+            for warning in meta.warnings
+            if DAMAGE_WORDS.search(warning)
+        )
     missing = sorted(set(range(world_size)) - set(ranks))
-    return JobAssessment(ranks, world_size, missing, duplicates, failures, inconsistent)
+    return JobAssessment(
+        ranks, world_size, missing, members.duplicates, failures, inconsistent, members.set_aside, damaged
+    )
 
 
 def rank_ranges(ranks: Iterable[int]) -> str:

@@ -121,25 +121,29 @@ def run_plan(copy: CopyPlan, remote_dir: str, timeout: float = 3600) -> None:
 
 def apply_aliases(folder: Path, aliases: Mapping[str, str]) -> list[Path]:
     """Replace mapped host names/addresses by their aliases in the copied metadata; returns the
-    files changed.  Only whole JSON string values are replaced (``"node7"``, not ``node7x``)."""
+    files changed.  Only whole JSON string values are replaced (``"node7"``, not ``node7x``), also
+    with a port (the run folder's ``"rendezvous": "10.0.0.7:29500"`` becomes ``"addr-1:29500"``)."""
     if not aliases:
         return []
-    pattern = re.compile(
-        "|".join(re.escape(json.dumps(name)) for name in sorted(aliases, key=len, reverse=True))
-    )
-    quoted = {json.dumps(name): json.dumps(alias) for name, alias in aliases.items()}
+    inner = {json.dumps(name)[1:-1]: json.dumps(alias)[1:-1] for name, alias in aliases.items()}
+    names = "|".join(re.escape(name) for name in sorted(inner, key=len, reverse=True))
+    pattern = re.compile(f'"({names})(:[0-9]+)?"')
+
+    def alias(match: re.Match[str]) -> str:
+        return f'"{inner[match.group(1)]}{match.group(2) or ""}"'
+
     changed = []
     for path in sorted(folder.rglob("*.json")):
         if path.name.startswith("profiler_info") or path.name == "profiler_metadata.json":
             text = path.read_text()
-            new = pattern.sub(lambda m: quoted[m.group(0)], text)
+            new = pattern.sub(alias, text)
             if new != text:
                 path.write_text(new)
                 changed.append(path)
         elif path.stat().st_size > 0:  # a trace: only its header carries the host name
             with path.open("r+b") as handle:
                 head = handle.read(HEADER_BYTES).decode("utf-8", "replace")
-                new = pattern.sub(lambda m: quoted[m.group(0)], head)
+                new = pattern.sub(alias, head)
                 if new != head and len(new.encode()) == len(head.encode()):
                     handle.seek(0)
                     handle.write(new.encode())

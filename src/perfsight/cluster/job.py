@@ -83,8 +83,11 @@ def analyse_job(
     """
     location = str(location)
     inputs = discovery.list_inputs(location)
+    cut = discovery.cut_windows(location)
     if not inputs:
-        raise JobInputError(f"{location}: no trace files (*.json, *.json.gz) or run folders found")
+        raise JobInputError(
+            "; ".join(cut) or f"{location}: no trace files (*.json, *.json.gz) or run folders found"
+        )
     if per_rank_outputs is None:
         per_rank_outputs = len(inputs) <= PER_RANK_OUTPUTS_LIMIT
     if out is not None:  # a folder that cannot be made: say so now, not after reading every rank
@@ -103,14 +106,43 @@ def analyse_job(
         if task.out_root is not None:  # the claims only mattered while the workers ran
             shutil.rmtree(Path(task.out_root) / ".perfsight-claims", ignore_errors=True)
     job = discovery.assess(results)
+    job.cut_windows = cut
     if not job.ranks:
         raise JobInputError("; ".join(job.problems()) or f"{location}: nothing readable")
+    if task.out_root is not None:
+        _remove_outputs_of_set_aside(results, job, Path(task.out_root))
     for line in job.problems():
         log.warning("%s", line)
     result = cross_rank(location, job, runner.name)
     result.output_root = Path(out) if out is not None else None
     result.per_rank_outputs = task.out_root is not None
     return result
+
+
+def _remove_outputs_of_set_aside(results: list, job: discovery.JobAssessment, out_root: Path) -> None:
+    """A rank of another job gets no ``rank<N>/`` folder among this job's outputs: the folder's
+    name would say it belongs (analyse its input alone for its own outputs).  When it had taken
+    ``rank<N>/`` (it was read first), the job's own rank ``N`` moves there from ``rank<N>_<label>/``."""
+    foreign = {aside.source for aside in job.set_aside}
+    for result in results:
+        if result.source in foreign and (folder := _rank_folder(result, out_root)) is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+    for rank, digest in job.ranks.items():
+        folder, wanted = _rank_folder(digest, out_root), out_root / f"rank{rank}"
+        if folder is None or folder == wanted or wanted.exists():
+            continue
+        folder.rename(wanted)
+        digest.output_dir = str(wanted / Path(digest.output_dir).relative_to(folder))
+        if digest.summary is not None:
+            digest.summary["output_dir"] = digest.output_dir
+
+
+def _rank_folder(result: object, out_root: Path) -> Path | None:
+    """``out_root/rank<N>[_label]`` holding a rank's outputs (its ``output_dir`` lies inside)."""
+    output = getattr(result, "output_dir", None)  # rank<N>/PROFILER_OUTPUT
+    if not output or not Path(output).is_relative_to(out_root) or Path(output) == out_root:
+        return None
+    return out_root / Path(output).relative_to(out_root).parts[0]
 
 
 def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "serial") -> ClusterResult:

@@ -54,6 +54,7 @@ class RankDigest:
     tables: dict[str, pa.Table]
     output_dir: str | None = None
     summary: dict[str, Any] | None = None  # the single-rank summary, when the rank was fully analysed
+    span_ns: tuple[int, int] | None = None  # first start and last end of its slices (trace clock)
 
     @property
     def rank(self) -> int:
@@ -188,7 +189,18 @@ def run_rank(item: RankInput, task: RankTask) -> RankDigest | RankFailure:
         tables=tables,
         output_dir=output_dir,
         summary=summary,
+        span_ns=time_span(trace),
     )
+
+
+def time_span(trace: Trace) -> tuple[int, int] | None:
+    """When the rank recorded (trace clock, ns): what tells a rank of another run apart in time."""
+    slices = trace.slices
+    if not slices.num_rows:
+        return None
+    first = pc.min(slices.column("start_ns")).as_py()
+    last = pc.max(pc.add(slices.column("start_ns"), slices.column("dur_ns"))).as_py()
+    return (int(first), int(last)) if first is not None and last is not None else None
 
 
 def _cluster_tables(trace: Trace, options: Options, analyses: dict) -> dict[str, pa.Table]:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from perfsight.cluster.job import ClusterResult
 
 TOP = 5
+MAX_PROBLEM_LINES = 10
 
 
 def _clean(value: Any) -> Any:
@@ -62,6 +63,9 @@ def cluster_summary(result: ClusterResult) -> dict[str, Any]:
         "hosts": len({h for h in job.hosts.values() if h}),
         "missing_ranks": job.missing,
         "duplicate_ranks": sorted(job.duplicates),
+        "set_aside": [
+            {"source": a.source, "rank": a.rank, "reasons": list(a.reasons)} for a in job.set_aside
+        ],
         "problems": job.problems(),
         "executor": result.executor,
         "clock_alignment": {
@@ -129,7 +133,10 @@ def format_text(summary: dict[str, Any]) -> str:
         f"== cluster: {summary['ranks']} of {summary['world_size']} ranks on "
         f"{summary['hosts'] or 'unknown'} host(s) (executor: {summary['executor']})"
     ]
-    lines += [f"  ! {p}" for p in summary["problems"][:10]]
+    problems = summary["problems"]
+    lines += [f"  ! {p}" for p in problems[:MAX_PROBLEM_LINES]]
+    if len(problems) > MAX_PROBLEM_LINES:
+        lines.append(f"  ! ... and {len(problems) - MAX_PROBLEM_LINES} more problems (see --json)")
     align = summary["clock_alignment"]
     residual = align["max_residual_ns"]
     lines.append(

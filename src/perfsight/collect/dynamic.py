@@ -13,8 +13,9 @@ network filesystems.
 
 Rules that keep the training job safe:
 
-* a bad file (not JSON, a wrong value) gets one warning naming the file and the key, and the
-  previous configuration stays in force;
+* a bad file (not JSON, nested too deeply to parse, a wrong value; a FIFO, device or folder,
+  which are never opened blocking; more than 1 MiB) gets one warning naming the file and the
+  key, and the previous configuration stays in force;
 * a window whose ``start_step`` has already run is refused with a warning (as the seed: a new
   ``start_step`` must lie after the previous window);
 * changes made while a window records are read when it ends;

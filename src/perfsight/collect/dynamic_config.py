@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +26,8 @@ from perfsight.collect.options import CollectOptions, OptionError, int_value, pa
 
 CONFIG_NAME = "profiler_config.json"
 WINDOW_KEYS = frozenset({"start_step", "stop_step"})
+MAX_CONFIG_BYTES = 1 << 20
+"""A config is a few hundred bytes; anything above 1 MiB is not one (and is not read whole)."""
 
 
 class ConfigFileError(ValueError):
@@ -82,15 +85,59 @@ def parse_config(doc: Any, source: str) -> tuple[DynamicConfig, list[str]]:
 
 def read_config(path: Path) -> tuple[DynamicConfig, list[str]]:
     """Parse the file; raises :class:`ConfigFileError` or :class:`OptionError` naming it."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigFileError(f"{path}: cannot be read ({exc})") from None
+    text = _read_small_regular_file(path)
     try:
         doc = json.loads(text)
     except ValueError as exc:
         raise ConfigFileError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:  # "[[[[…" nested deeper than Python's stack: bad input, not our failure
+        raise ConfigFileError(f"{path}: not valid JSON (nested too deeply to read)") from None
     return parse_config(doc, str(path))
+
+
+def _read_small_regular_file(path: Path) -> str:
+    """The file's text, read without ever blocking the training loop.
+
+    Why not ``read_text``: the monitor reads from the training thread, and opening a FIFO (or a
+    device) there waits for a writer forever.  The file is opened non-blocking, must be a regular
+    file (checked on the open descriptor, so a swap after the check cannot fool it), and at most
+    :data:`MAX_CONFIG_BYTES` are read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: cannot be read ({exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigFileError(f"{path}: not a regular file ({_file_kind(st.st_mode)}); not read")
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise ConfigFileError(
+                f"{path}: {st.st_size} bytes, larger than the {MAX_CONFIG_BYTES} a config may have; not read"
+            )
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: cannot be read ({exc})") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:  # grew after the fstat
+        raise ConfigFileError(f"{path}: larger than the {MAX_CONFIG_BYTES} bytes a config may have; not read")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigFileError(f"{path}: cannot be read ({exc})") from None
+
+
+def _file_kind(mode: int) -> str:
+    kinds = {
+        stat.S_ISFIFO: "a FIFO",
+        stat.S_ISDIR: "a folder",
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+        stat.S_ISSOCK: "a socket",
+    }
+    return next((name for test, name in kinds.items() if test(mode)), "not a regular file")
 
 
 def signature(path: Path) -> tuple[int, int, int, int] | None:

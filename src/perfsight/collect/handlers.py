@@ -60,9 +60,12 @@ class TraceHandler:
         folder = self._new_folder(when)
         if window is not None:
             window.folder = folder
-        run_folder.write_bytes_atomic(
-            folder / layout.INCOMPLETE_MARKER, b"recording: the window has not finished yet\n"
-        )
+        self._mark_recording(prof, folder, b"recording: the window has not finished yet\n")
+
+    def _mark_recording(self, prof: Any, folder: Path, why: bytes) -> None:
+        """The marker and ``"complete": false`` first: a process killed after this leaves a
+        folder that says what happened."""
+        run_folder.write_bytes_atomic(folder / layout.INCOMPLETE_MARKER, why)
         run_folder.write_json_atomic(
             folder / layout.info_file(_identity(prof)["rank"]), self._info(prof, status="recording")
         )
@@ -82,11 +85,14 @@ class TraceHandler:
         """The window ended: write everything, then analyse (or start the analysis)."""
         window = getattr(prof, "current_window", None)
         folder = window.folder if window is not None and window.folder is not None else None
-        if folder is None or not folder.exists():
+        prepared = folder is not None and folder.exists()
+        if not prepared:  # wrapped by the user's own on_trace_ready, or given to torch's profiler
             folder = self._new_folder(window.started if window else datetime.datetime.now(datetime.UTC))
             if window is not None:
                 window.folder = folder
         try:
+            if not prepared:
+                self._mark_recording(prof, folder, b"writing: the trace export had not finished\n")
             self._write_window(prof, folder)
         except BaseException as exc:
             _mark_failed(folder, exc)

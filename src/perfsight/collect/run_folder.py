@@ -164,7 +164,29 @@ def identity() -> dict[str, Any]:
         "rank_source": source,
         "host": socket.gethostname(),
         "pid": os.getpid(),
+        **job_identity(),
     }
+
+
+JOB_ID_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "LSB_JOBID", "PBS_JOBID")
+"""Where launchers and schedulers put the id of the job a process belongs to (first one set wins)."""
+
+
+def job_identity() -> dict[str, str | None]:
+    """What tells this job from another one, recorded so that a rank copied into the wrong job
+    folder can be set aside when analysed (docs/CLUSTER.md, "Which ranks make a job").
+
+    ``job_id``: the launcher's or scheduler's id (torchrun writes ``none`` when it has no id: not
+    an id).  ``rendezvous``: ``MASTER_ADDR:MASTER_PORT``, the one address every rank of a job met
+    at; two launches of the same script get different ports, so it tells them apart even
+    without a scheduler.
+    """
+    job_id = next(
+        (os.environ[name] for name in JOB_ID_VARIABLES if os.environ.get(name, "none").lower() != "none"),
+        None,
+    )
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    return {"job_id": job_id, "rendezvous": f"{addr}:{port}" if addr and port else None}
 
 
 def _env_int(name: str, default: int) -> int:

@@ -116,6 +116,10 @@ def apply(trace: Trace, info: RunInfo, rank_from_option: bool = False) -> Trace:
     meta.versions = {**meta.versions, **{str(k): str(v) for k, v in versions.items()}}
     if not meta.devices:
         meta.devices = _devices(_typed(data, "devices", list, bad) or [], bad)
+    for key in ("job_id", "rendezvous"):  # what tells this job from another (cluster membership)
+        value = _typed(data, key, str, bad)
+        if value:
+            meta.extra[key] = value
     meta.complete = info.complete
     if not info.complete:
         reason = data.get("incomplete_reason") or data.get("status") or "incomplete"
@@ -200,16 +204,21 @@ def _merge_sidecars(trace: Trace, info: RunInfo) -> Trace:
 
 
 def incomplete_windows(root: Path) -> list[str]:
-    """One line per run folder under ``root`` whose window has no readable trace.
+    """One line per window under ``root`` that left no readable trace, saying what is known.
 
-    A window killed mid-recording leaves its folder with ``"status": "recording"`` and no trace:
-    ``perfsight analyse`` names it instead of skipping it silently.
+    Three kinds of leftovers: a run folder whose ``profiler_info`` says ``"recording"`` (killed
+    mid-window); a run folder without ``profiler_info`` holding only a partial export
+    (``.kineto_trace_0.json.tmp.tmp``: a user-wrapped ``on_trace_ready`` killed while writing);
+    a folder holding only a ``WINDOW_INCOMPLETE`` marker, maybe empty (the disk was full when the
+    collector tried to say why).  ``perfsight analyse`` names each instead of skipping it silently.
     """
     lines = []
+    described: set[Path] = set()
     for info_path in sorted(root.rglob("profiler_info_*.json")):
         if layout.OUTPUT_DIR in info_path.parts:
             continue
         info = _load_info(info_path)
+        described.add(info.folder)
         if info.problem:
             continue
         trace_name = info.trace_name or layout.trace_file(info.rank)
@@ -217,8 +226,51 @@ def incomplete_windows(root: Path) -> list[str]:
             status = (
                 _marker_text(info.folder) or info.data.get("incomplete_reason") or info.data.get("status")
             )
-            lines.append(f"{info.folder}: rank {info.rank}: no trace written ({status})")
+            lines.append(
+                f"{info.folder}: rank {info.rank}: no trace written ({status}){_partial(info.folder)}"
+            )
+    for folder in _undescribed_window_folders(root, described):
+        marker = folder / layout.INCOMPLETE_MARKER
+        if marker.is_file():
+            why = _marker_text(folder) or (
+                "its WINDOW_INCOMPLETE marker is empty: the collector was cut off while writing it, "
+                "as on a full disk"
+            )
+        else:
+            why = "no WINDOW_INCOMPLETE marker and no profiler_info"
+        lines.append(f"{folder}: window incomplete, no trace written ({why}){_partial(folder)}")
     return lines
+
+
+def _undescribed_window_folders(root: Path, described: set[Path]) -> list[Path]:
+    """Folders without ``profiler_info`` and without a trace that only a cut window leaves: a
+    ``WINDOW_INCOMPLETE`` marker or a partial trace export inside."""
+    candidates = {p.parent for p in root.rglob(layout.INCOMPLETE_MARKER)}
+    candidates |= {p.parent for p in root.rglob(f".{layout.TRACE_PREFIX}*.tmp")}
+    if root.is_dir() and root.name.endswith(layout.RUN_FOLDER_SUFFIX):
+        candidates.add(root)
+    found = []
+    for folder in sorted(candidates - described):
+        if layout.OUTPUT_DIR in folder.parts or any(folder.glob(f"{layout.TRACE_PREFIX}*.json*")):
+            continue
+        found.append(folder)
+    return found
+
+
+def _partial(folder: Path) -> str:
+    """What a cut trace export left (Kineto writes ``<name>.tmp`` and renames it when done)."""
+    leftovers = sorted(folder.glob(f".{layout.TRACE_PREFIX}*.tmp"))
+    if not leftovers:
+        return ""
+    sizes = ", ".join(f"{p.name} ({_size(p)} bytes)" for p in leftovers)
+    return f"; the trace export was cut: only {sizes} left"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _marker_text(folder: Path) -> str | None:
