@@ -39,7 +39,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from perfsight.cluster.rank import RankDigest
-from perfsight.collect.run_folder import RUN_FOLDER_SUFFIX
+from perfsight.layout import RUN_FOLDER_SUFFIX
 
 TIME_TOLERANCE_NS = 10_000_000_000
 """Recorded times closer than 10 s count as overlapping: hosts' clocks may differ by this much
