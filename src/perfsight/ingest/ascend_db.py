@@ -172,12 +172,15 @@ def _events(db: sqlite3.Connection, path: Path) -> tuple[pa.Table, list[str], di
         transport = _enum_sql(db, tables, "ENUM_HCCL_TRANSPORT_TYPE", "m.transportType")
         link = _enum_sql(db, tables, "ENUM_HCCL_LINK_TYPE", "m.linkType")
         rdma = _enum_sql(db, tables, "ENUM_HCCL_RDMA_TYPE", "m.rdmaType")
-        # a level0 export leaves m.taskType N/A: the hardware task's type names it ("Notify Wait" ->
-        # "Notify_Wait", as the JSON timeline's plane lanes write it)
-        plane_task = f"COALESCE({_known(s('m.taskType'))}, REPLACE({s('t.taskType')}, ' ', '_'))"
+        # a level0 export leaves m.taskType N/A: the hardware task's type names the slice ("Notify
+        # Wait" -> "Notify_Wait", as the JSON timeline's plane lanes write it), but the task type the
+        # communication analysis reads stays N/A (unknown): a hardware "SDMA" task does not say
+        # whether it moved data, so such an op is split as one without tasks (transit = elapse)
+        plane_name = f"COALESCE({_known(s('m.taskType'))}, REPLACE({s('t.taskType')}, ' ', '_'))"
+        plane_task = s("m.taskType")
         rows = _rows(
             db,
-            f"SELECT t.startNs, t.endNs, {len(groups)} + m.planeId, {plane_task}, {plane_task}, "
+            f"SELECT t.startNs, t.endNs, {len(groups)} + m.planeId, {plane_name}, {plane_task}, "
             f"{transport}, {link}, {rdma}, m.size, m.srcRank, m.dstRank, m.planeId "
             "FROM COMMUNICATION_TASK_INFO m JOIN TASK t ON t.globalTaskId = m.globalTaskId",
         )
