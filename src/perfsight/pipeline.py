@@ -168,6 +168,13 @@ def analyse_and_write(trace: Trace, rank_dir: Path, options: Options, progress: 
         if progress is not None:
             progress.update(1)
         _write_tables(result, rank_dir, options, background, trace_cached)
+    from perfsight import advisor  # the advisor reads the tables just analysed (it sits above the pipeline)
+
+    advisor.write_advisor_json(
+        rank_dir / "PROFILER_OUTPUT" / advisor.ADVISOR_JSON,
+        advisor.rank_findings(result.tables, result.trace),
+        "rank",
+    )
     if progress is not None:
         progress.update(1)
     return result

@@ -11,6 +11,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfsight import advisor
+from perfsight.advisor.text import lead_lines
 from perfsight.export import units
 from perfsight.pipeline import RankResult
 from perfsight.terminal import printable_line
@@ -76,6 +78,7 @@ def rank_summary(result: RankResult) -> dict[str, Any]:
         "flops": flops_rows,
         "output_dir": str(result.output_dir) if result.output_dir else None,
         "warnings": [*meta.warnings, *result.warnings],
+        "findings": advisor.rank_findings(t, result.trace),
     }
 
 
@@ -112,6 +115,7 @@ def format_text(summaries: list[dict[str, Any]]) -> str:
             f"== rank {s['rank']} of {s['world_size']}"
             + (f" on {', '.join(sorted(set(s['devices'])))}" if s["devices"] else "")
         )
+        lines += lead_lines(s.get("findings", []))  # the advisor's top findings lead
         lines.append(
             "step     total(ms)  gap(ms)  fwd+bwd(ms)  tail(ms)  compute(ms)  comm-exposed(ms)  free(ms)"
         )

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from perfsight import advisor
+from perfsight.advisor.text import lead_lines
 from perfsight.cluster.discovery import rank_ranges
 from perfsight.export.units import bytes_text, ms_text
 from perfsight.terminal import printable_line
@@ -85,6 +87,7 @@ def cluster_summary(result: ClusterResult) -> dict[str, Any]:
         "parallel": result.parallel.to_json(),
         "outputs": str(result.output_root / "cluster_analysis_output") if result.output_root else None,
         "per_rank_outputs": _per_rank_outputs(result),
+        "findings": advisor.job_findings(result),
     }
 
 
@@ -129,6 +132,7 @@ def format_text(summary: dict[str, Any]) -> str:
         f"== cluster: {summary['ranks']} of {summary['world_size']} ranks on "
         f"{summary['hosts'] or 'unknown'} host(s) (executor: {summary['executor']})"
     ]
+    lines += lead_lines(summary.get("findings", []))  # the advisor's top findings lead
     lines += [f"  ! {p}" for p in summary["problems"][:10]]
     align = summary["clock_alignment"]
     residual = align["max_residual_ns"]
