@@ -26,6 +26,12 @@ CAUSES = ("slow_rank", "stage_imbalance", "slow_link", "small_collectives")
 """Rules whose finding explains exposed communication elsewhere in the same run."""
 SYMPTOMS = ("exposed_communication", "exposed_communication_job")
 
+MIN_CONFIDENCE = 0.5
+"""Below this a finding is kept as "info" (``uncertain``): its effect is less than twice its
+measurement error (itself two standard errors of the step-to-step noise, or the clock residual).
+Why: on a busy machine a balanced job's ranks differ by a few milliseconds from step to step; a
+warning must stand well clear of that noise."""
+
 
 def advise_rank(tables: dict[str, pa.Table], trace: Trace) -> list[Finding]:
     """Every single-rank rule on one rank's tables, related and sorted."""
@@ -66,7 +72,10 @@ def merge_ranks(findings: list[Finding]) -> list[Finding]:
 
 
 def relate(findings: list[Finding]) -> list[Finding]:
-    """Mark symptoms explained by a cause (lowered to info), then sort most important first."""
+    """Lower uncertain findings and symptoms explained by a cause to info, then sort them."""
+    for f in findings:
+        if f.severity != "info" and f.confidence < MIN_CONFIDENCE:
+            f.severity, f.uncertain = "info", True
     causes = [f for f in findings if f.rule in CAUSES and f.severity != "info"]
     if causes:
         cause = min(causes, key=Finding.sort_key)

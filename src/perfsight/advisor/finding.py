@@ -60,6 +60,7 @@ class Finding:
     confidence: float
     ranks: list[int] = dataclasses.field(default_factory=list)  # where it was seen (empty: the job)
     explained_by: str | None = None  # a stronger finding's rule that accounts for this one
+    uncertain: bool = False  # lowered to info: the effect is not clear of the measurement error
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:
@@ -86,6 +87,7 @@ class Finding:
             confidence=float(doc["confidence"]),
             ranks=list(doc.get("ranks", [])),
             explained_by=doc.get("explained_by"),
+            uncertain=bool(doc.get("uncertain", False)),
         )
 
     def sort_key(self) -> tuple[int, float]:
@@ -119,6 +121,7 @@ class Finding:
             "confidence": round(self.confidence, 3),
             "ranks": list(self.ranks),
             "explained_by": self.explained_by,
+            "uncertain": self.uncertain,
         }
 
 
