@@ -115,7 +115,7 @@ def _params(name: str) -> dict[str, Any]:
         "straggler_rounds": 40 if name == "straggler" else 0,
         "bucket_cap_mb": 0.004 if name == "tiny_buckets" else 25.0,
         "layers": 8 if name == "tiny_buckets" else 4,
-        "casts": 6 if name == "dtype_casts" else 0,
+        "casts": 16 if name == "dtype_casts" else 0,
         "syncs": name == "host_syncs",
         "gc_heap": 1_500_000 if name == "gc_stall" else 0,
         "churn_buffers": 20 if name == "memory_churn" else 0,

@@ -26,11 +26,11 @@ CAUSES = ("slow_rank", "stage_imbalance", "slow_link", "small_collectives")
 """Rules whose finding explains exposed communication elsewhere in the same run."""
 SYMPTOMS = ("exposed_communication", "exposed_communication_job")
 
-MIN_CONFIDENCE = 0.5
-"""Below this a finding is kept as "info" (``uncertain``): its effect is less than twice its
-measurement error (itself two standard errors of the step-to-step noise, or the clock residual).
-Why: on a busy machine a balanced job's ranks differ by a few milliseconds from step to step; a
-warning must stand well clear of that noise."""
+MIN_CONFIDENCE = 1 / 3
+"""Below this a finding is kept as "info" (``uncertain``): its effect is less than 1.5 times its
+measurement error, which is itself two standard errors of the step-to-step noise (or the clock
+residual) -- the classic three-sigma rule.  Why: on a busy machine a balanced job's ranks differ by
+a few milliseconds from step to step; a warning must stand clear of that noise."""
 
 
 def advise_rank(tables: dict[str, pa.Table], trace: Trace) -> list[Finding]:

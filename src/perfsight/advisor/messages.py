@@ -34,9 +34,9 @@ MESSAGES: dict[str, dict[str, str]] = {
         "zh": "对取数据到前向计算之间的自定义逻辑(数据清洗转换、日志、保存检查点)打点计时,并将其移出迭代。",
     },
     "compute.casts": {
-        "en": "dtype conversions ({culprit}) take {cast_ms} ms a step ({share_pct}% of the step, "
+        "en": "dtype conversions ({culprit}) take {cast_ms} ms a step ({share_pct}% of computing time, "
         "{count} calls a step)",
-        "zh": "类型转换算子({culprit})每个迭代耗时 {cast_ms} ms(占迭代 {share_pct}%,每迭代 {count} 次)",
+        "zh": "类型转换算子({culprit})每个迭代耗时 {cast_ms} ms(占计算时间 {share_pct}%,每迭代 {count} 次)",
     },
     "compute.casts.fix": {
         "en": "Remove redundant .to(dtype)/.float()/.half() round trips: keep tensors in one dtype "

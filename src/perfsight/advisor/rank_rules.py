@@ -223,7 +223,8 @@ def dtype_casts(view: RankView) -> list[Finding]:
         return []
     time_ns, calls = _op_per_step(view, CAST_OPS)
     effect = float(time_ns.mean())
-    share = effect / view.mean_step_ns
+    computing = float(view.per_step("overlap_breakdown", "computing_ns").mean())
+    share = effect / computing if computing > 0 else 0.0  # of the compute time, as the seed reads it
     if share < threshold(rule, "min_share"):
         return []
     error = standard_error(time_ns.tolist())
@@ -247,7 +248,7 @@ def dtype_casts(view: RankView) -> list[Finding]:
             },
             evidence=[
                 Evidence("cast time per step", int(effect), "ns", None, src),
-                Evidence("cast share of step", share, "share", threshold(rule, "min_share"), src),
+                Evidence("cast share of computing time", share, "share", threshold(rule, "min_share"), src),
                 Evidence("cast calls per step", float(calls.mean()), "count", None, src),
             ],
             effect_ns=effect,

@@ -68,7 +68,7 @@ RULES: dict[str, Rule] = {
             "rank",
             {"min_share": 0.05, "warning": 0.05, "critical": 0.25},
             (OP_STATISTIC_CSV, "operator page"),
-            "Dtype conversions (aten::_to_copy) take more than min_share of the step.",
+            "Dtype conversions (aten::_to_copy) take more than min_share of the computing time.",
         ),
         Rule(
             "host_syncs",
