@@ -205,13 +205,16 @@ def data_wait(view: RankView) -> list[Finding]:
 
 
 def _op_per_step(view: RankView, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Host time and calls per used step of the operators named ``names`` (operator_instances)."""
+    """Time and calls per used step of the operators named ``names`` (operator_instances): host
+    time on a host-only trace, the device time of the kernels they launched when there is a device."""
     ops = view.tables.get("operator_instances")
     if ops is None or ops.num_rows == 0:
         return np.zeros(len(view.steps)), np.zeros(len(view.steps))
     picked = ops.filter(pc.is_in(pc.cast(ops.column("name"), pa.string()), pa.array(names)))
     step_of = columns.int64(picked.column("step"), null=-1)
-    dur = columns.int64(picked.column("dur_ns"), null=0).astype(np.float64)
+    on_device = "device_ns" in ops.column_names and (pc.sum(ops.column("device_ns")).as_py() or 0) > 0
+    # with a device, the time the ops cost the device (the kernels they launched), as computing_ns is
+    dur = columns.int64(picked.column("device_ns" if on_device else "dur_ns"), null=0).astype(np.float64)
     starts = columns.int64(picked.column("start_ns"))
     return view.sum_by_step(starts, dur, step_of), view.sum_by_step(starts, np.ones(len(dur)), step_of)
 
