@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from perfsight.cluster.job import ClusterResult
     from perfsight.model import Trace
 
-CAUSES = ("slow_rank", "stage_imbalance", "slow_link", "small_collectives")
+CAUSES = ("slow_rank", "waited_for", "stage_imbalance", "slow_link", "small_collectives")
 """Rules whose finding explains exposed communication elsewhere in the same run."""
 SYMPTOMS = ("exposed_communication", "exposed_communication_job")
 
@@ -51,6 +51,8 @@ def advise_job(result: ClusterResult, rank_findings: Iterable[dict[str, Any]] = 
     findings: list[Finding] = []
     for rule_id, rule in JOB_RULES.items():
         findings += rule(result, data_ranks) if rule_id == "slow_rank" else rule(result)
+    slow = {r for f in findings if f.rule == "slow_rank" for r in f.ranks}
+    findings = [f for f in findings if not (f.rule == "waited_for" and set(f.ranks) <= slow)]
     # a rank's data finding that the job's slow-rank rule already names adds nothing
     named = {(f.category, r) for f in findings if f.rule == "slow_rank" for r in f.ranks}
     from_ranks = [f for f in from_ranks if not all((f.category, r) in named for r in f.ranks)]

@@ -153,6 +153,69 @@ def slow_rank(result: ClusterResult, data_ranks: set[int] | None = None) -> list
     ]
 
 
+def waited_for(result: ClusterResult) -> list[Finding]:
+    """A rank the others wait for at collectives (seed 004: long wait time -> a slow node), by the
+    wait the matched ops attribute to their last arrival.  Wait is read across clocks, so its
+    error is the clock-alignment residual plus its step-to-step noise."""
+    rule = "waited_for"
+    ops = result.matched.ops
+    step_ns = median_step_ns(result)
+    if ops.empty or "wait_ns" not in ops or step_ns <= 0 or ops["rank"].nunique() < 2:
+        return []
+    used = _used(result)
+    keyed = ops.loc[(ops["instance"] >= 0) & ~ops["is_p2p"] & ops["step"].isin(set(used["step"].tolist()))]
+    keyed = keyed.loc[keyed["rank"] != keyed["last_rank"]]
+    if keyed.empty:
+        return []
+    others = max(ops["rank"].nunique() - 1, 1)
+    per_step = keyed.groupby(["last_rank", "step"])["wait_ns"].sum().unstack(fill_value=0) / others
+    per_step = per_step.reindex(columns=sorted(set(used["step"].tolist())), fill_value=0)
+    mean = per_step.mean(axis=1)
+    rank = int(mean.idxmax())
+    effect = float(mean.loc[rank])
+    residual = max_residual_ns(result)
+    error = standard_error(per_step.loc[rank].tolist()) + residual
+    share = effect / step_ns
+    conf = confidence(effect, error)
+    if share < threshold(rule, "min_share") or conf <= 0:
+        return []
+    instances = int(keyed.loc[keyed["last_rank"] == rank, "instance"].nunique())
+    total = int(keyed["instance"].nunique())
+    src = RULES[rule].sources
+    return [
+        Finding(
+            rule=rule,
+            category="scheduling",
+            severity=severity_for(share, threshold(rule, "warning"), threshold(rule, "critical")),
+            culprit_kind="rank",
+            culprit=str(rank),
+            key="rank.waited_for",
+            params={
+                "culprit": rank,
+                "wait_ms": _ms(effect),
+                "share_pct": _pct(share),
+                "late": instances,
+                "total": total,
+            },
+            evidence=[
+                Evidence(
+                    "others' wait for this rank per step",
+                    int(effect),
+                    "ns",
+                    int(threshold(rule, "min_share") * step_ns),
+                    src[0],
+                ),
+                Evidence("collectives it arrived last at", instances, "count", None, src[0]),
+                Evidence("clock-alignment residual (largest)", int(residual), "ns", None, src[1]),
+            ],
+            effect_ns=effect,
+            error_ns=error,
+            confidence=conf,
+            ranks=[rank],
+        )
+    ]
+
+
 def stage_imbalance(result: ClusterResult) -> list[Finding]:
     """Pipeline stages with unequal compute: the heaviest is the one the others wait for."""
     rule = "stage_imbalance"
@@ -450,6 +513,7 @@ def bound_job(result: ClusterResult) -> list[Finding]:
 
 JOB_RULES: dict[str, Callable[..., list[Finding]]] = {
     "slow_rank": slow_rank,
+    "waited_for": waited_for,
     "stage_imbalance": stage_imbalance,
     "small_collectives": small_collectives,
     "exposed_communication_job": exposed_communication_job,

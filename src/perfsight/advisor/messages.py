@@ -113,6 +113,18 @@ MESSAGES: dict[str, dict[str, str]] = {
         "en": "Open rank {culprit}'s own pages: {phase_fix}",
         "zh": "查看 rank {culprit} 的单卡页面:{phase_fix_zh}",
     },
+    "rank.waited_for": {
+        "en": "the other ranks wait {wait_ms} ms a step for rank {culprit} at collectives ({share_pct}% "
+        "of a step; it arrives last at {late} of {total}), with no phase of its own step standing out",
+        "zh": "其他卡在集合通信中每迭代等待 rank {culprit} {wait_ms} ms(占迭代 {share_pct}%;"
+        "{total} 次中 {late} 次最后到达),其自身各阶段无明显异常",
+    },
+    "rank.waited_for.fix": {
+        "en": "Look at what rank {culprit} does before those collectives (host work, launches, "
+        "synchronisations) on its timeline; if nothing, suspect its host or card.",
+        "zh": "在 rank {culprit} 的时间线上查看这些集合通信之前它在做什么(主机侧逻辑、下发、同步);"
+        "若都正常,排查其主机或卡。",
+    },
     "stage.imbalance": {
         "en": "pipeline stage {culprit} is overloaded: compute {compute_ms} ms a step vs {other_ms} ms "
         "(spread {spread_pct}%), FLOPs {flops} vs {other_flops}; the other stages wait for it",

@@ -60,6 +60,12 @@ class RankView:
     def mean_step_ns(self) -> float:
         return float(self.step_ns.mean()) if len(self.step_ns) else 0.0
 
+    @property
+    def on_device(self) -> bool:
+        """The steps are on a device timeline (perfsight.analysis.timeline), not the host's."""
+        st = self.tables.get("step_trace")
+        return bool(st is not None and st.num_rows and "device" in st.column("timeline").to_pylist())
+
     def per_step(self, table: str, column: str) -> np.ndarray:
         """``column`` of ``table`` for the used steps, in step order (0 where a step has no row)."""
         t = self.tables.get(table)
@@ -212,9 +218,9 @@ def _op_per_step(view: RankView, names: tuple[str, ...]) -> tuple[np.ndarray, np
         return np.zeros(len(view.steps)), np.zeros(len(view.steps))
     picked = ops.filter(pc.is_in(pc.cast(ops.column("name"), pa.string()), pa.array(names)))
     step_of = columns.int64(picked.column("step"), null=-1)
-    on_device = "device_ns" in ops.column_names and (pc.sum(ops.column("device_ns")).as_py() or 0) > 0
     # with a device, the time the ops cost the device (the kernels they launched), as computing_ns is
-    dur = columns.int64(picked.column("device_ns" if on_device else "dur_ns"), null=0).astype(np.float64)
+    column = "device_ns" if view.on_device and "device_ns" in ops.column_names else "dur_ns"
+    dur = columns.int64(picked.column(column), null=0).astype(np.float64)
     starts = columns.int64(picked.column("start_ns"))
     return view.sum_by_step(starts, dur, step_of), view.sum_by_step(starts, np.ones(len(dur)), step_of)
 
@@ -225,6 +231,10 @@ def dtype_casts(view: RankView) -> list[Finding]:
     if not len(view.steps) or view.mean_step_ns <= 0:
         return []
     time_ns, calls = _op_per_step(view, CAST_OPS)
+    if view.on_device and not time_ns.any():
+        # the device time of the casts is not linked (no launch ids): their host span cannot be held
+        # against device computing time, and a host-to-device copy (also aten::_to_copy) looks alike
+        return []
     effect = float(time_ns.mean())
     computing = float(view.per_step("overlap_breakdown", "computing_ns").mean())
     share = effect / computing if computing > 0 else 0.0  # of the compute time, as the seed reads it

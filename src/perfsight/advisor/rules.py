@@ -134,6 +134,16 @@ RULES: dict[str, Rule] = {
             "shown only when it exceeds the clock-alignment residual.",
         ),
         Rule(
+            "waited_for",
+            "scheduling",
+            "job",
+            {"min_share": 0.05, "warning": 0.05, "critical": 0.25},
+            (CLUSTER_OPS_CSV, CLOCK_ALIGNMENT_CSV, "communication page"),
+            "A rank the others wait for at collectives: the wait the matched ops attribute to it as "
+            "their last arrival, per step, above min_share of the median step and beyond the clock "
+            "residual plus the step-to-step noise (made only when no slow-rank finding names it).",
+        ),
+        Rule(
             "stage_imbalance",
             "compute",
             "job",
