@@ -146,6 +146,27 @@ def standard_error(values: Sequence[float]) -> float:
     return 2.0 * math.sqrt(var / n)
 
 
+def robust_effect(values: Sequence[float]) -> tuple[float, float, bool]:
+    """The median of per-step ``values``, its error, and whether every step agrees in sign.
+
+    Why robust: on a shared machine one step of one rank is sometimes descheduled for tens of
+    milliseconds; a mean would call that rank slow, the median of the steps does not.  The error is
+    twice the standard error estimated from the median absolute deviation (1.4826 * MAD / sqrt(n)),
+    never less than a tenth of the plain two standard errors (identical steps are not certainty).
+    """
+    clean = sorted(v for v in values if math.isfinite(v))
+    n = len(clean)
+    if n == 0:
+        return 0.0, 0.0, False
+    mid = n // 2
+    median = clean[mid] if n % 2 else (clean[mid - 1] + clean[mid]) / 2
+    deviations = sorted(abs(v - median) for v in clean)
+    mad = deviations[mid] if n % 2 else (deviations[mid - 1] + deviations[mid]) / 2
+    error = max(2.0 * 1.4826 * mad / math.sqrt(n), 0.1 * standard_error(clean)) if n > 1 else 0.0
+    consistent = all(v > 0 for v in clean) or all(v < 0 for v in clean)
+    return median, error, consistent
+
+
 def severity_for(share: float, warning: float, critical: float) -> str:
     """Severity of an anomaly from its share of the step (thresholds from the rule's data)."""
     if share >= critical:

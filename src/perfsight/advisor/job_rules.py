@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfsight.advisor.finding import Evidence, Finding, confidence, severity_for, standard_error
+from perfsight.advisor.finding import (
+    Evidence,
+    Finding,
+    confidence,
+    robust_effect,
+    severity_for,
+    standard_error,
+)
 from perfsight.advisor.messages import BOUND_ZH, PHASE_FIXES, PHASES
 from perfsight.advisor.rules import RULES, threshold
 
@@ -57,8 +64,9 @@ def slow_rank(result: ClusterResult, data_ranks: set[int] | None = None) -> list
 
     ``data_ranks``: ranks whose own analysis found their gap to be data loading (else a gap that
     stands out is host work).  Per step, each rank's phase is compared with the median of the
-    other ranks of its stage at that step; the excess must beat ``min_share`` of the median step
-    and twice its standard error over steps.
+    other ranks of its stage at that step; the rank must exceed them in every step, and the
+    median excess must beat ``min_share`` of the median step and its robust error
+    (:func:`perfsight.advisor.finding.robust_effect`).
     """
     rule = "slow_rank"
     used = _used(result)
@@ -77,14 +85,13 @@ def slow_rank(result: ClusterResult, data_ranks: set[int] | None = None) -> list
                 [np.nanmedian(np.delete(values, i, axis=1), axis=1) for i in range(values.shape[1])], axis=1
             )
             excess = values - others
-            mean = np.nanmean(excess, axis=0)
-            i = int(np.nanargmax(mean))
-            if best is None or mean[i] > best[0]:
-                best = (float(mean[i]), int(block.columns[i]), phase, excess[:, i])
+            for i in range(excess.shape[1]):  # a rank of the stage: a handful
+                effect, error, consistent = robust_effect(excess[:, i].tolist())
+                if consistent and (best is None or effect - error > best[0] - best[1]):
+                    best = (effect, error, int(block.columns[i]), phase)
     if best is None:
         return []
-    effect, rank, phase, per_step = best
-    error = standard_error([v for v in per_step.tolist() if np.isfinite(v)])
+    effect, error, rank, phase = best
     share = effect / step_ns
     conf = confidence(effect, error)
     if share < threshold(rule, "min_share") or conf <= 0:
@@ -170,15 +177,16 @@ def waited_for(result: ClusterResult) -> list[Finding]:
     others = max(ops["rank"].nunique() - 1, 1)
     per_step = keyed.groupby(["last_rank", "step"])["wait_ns"].sum().unstack(fill_value=0) / others
     per_step = per_step.reindex(columns=sorted(set(used["step"].tolist())), fill_value=0)
-    mean = per_step.mean(axis=1)
+    mean = per_step.median(axis=1)
     rank = int(mean.idxmax())
-    effect = float(mean.loc[rank])
+    effect, noise, _ = robust_effect(per_step.loc[rank].tolist())
     residual = max_residual_ns(result)
-    error = standard_error(per_step.loc[rank].tolist()) + residual
+    error = noise + residual
     share = effect / step_ns
     conf = confidence(effect, error)
     if share < threshold(rule, "min_share") or conf <= 0:
         return []
+    ranks_in_job = int(ops["rank"].nunique())
     instances = int(keyed.loc[keyed["last_rank"] == rank, "instance"].nunique())
     total = int(keyed["instance"].nunique())
     src = RULES[rule].sources
@@ -186,7 +194,10 @@ def waited_for(result: ClusterResult) -> list[Finding]:
         Finding(
             rule=rule,
             category="scheduling",
-            severity=severity_for(share, threshold(rule, "warning"), threshold(rule, "critical")),
+            # with two ranks one is always last: who waits cannot tell a slow rank from the noise
+            severity=severity_for(share, threshold(rule, "warning"), threshold(rule, "critical"))
+            if ranks_in_job >= threshold(rule, "min_ranks")
+            else "info",
             culprit_kind="rank",
             culprit=str(rank),
             key="rank.waited_for",
@@ -272,20 +283,25 @@ def stage_imbalance(result: ClusterResult) -> list[Finding]:
     ]
 
 
-def _exposed(result: ClusterResult) -> tuple[float, float, float]:
-    """Mean exposed communication per step (receives excluded), its share of the step, its noise."""
+def _exposed(result: ClusterResult) -> tuple[float, float, float, float]:
+    """Median exposed communication per step (receives excluded; mean over ranks), its share of the
+    step, its robust error, and the least exposed step's value."""
     used = _used(result)
     column = "communication_not_overlapped_exclude_receive_ns"
     per_step = used.groupby("step")[column].mean()
     step_ns = median_step_ns(result)
-    effect = float(per_step.mean()) if len(per_step) else 0.0
-    return effect, (effect / step_ns if step_ns else 0.0), standard_error(per_step.tolist())
+    effect, error, _ = robust_effect(per_step.tolist())
+    least = float(per_step.min()) if len(per_step) else 0.0
+    return effect, (effect / step_ns if step_ns else 0.0), error, least
 
 
 def small_collectives(result: ClusterResult) -> list[Finding]:
     """Many small collectives a step that leave communication exposed: DDP buckets too small."""
     rule = "small_collectives"
-    effect, share, error = _exposed(result)
+    effect, share, _, least = _exposed(result)
+    # the count of collectives is exact; what is uncertain is how much of them stays exposed: the
+    # error is how far below the median the least exposed step fell
+    error = max(effect - least, 0.0)
     if share < threshold(rule, "min_share") or confidence(effect, error) <= 0:
         return []
     inst = result.matched.instances
@@ -341,7 +357,7 @@ def small_collectives(result: ClusterResult) -> list[Finding]:
 def exposed_communication_job(result: ClusterResult) -> list[Finding]:
     """Exposed communication with its wait vs transit split (informative; see the engine)."""
     rule = "exposed_communication_job"
-    effect, share, error = _exposed(result)
+    effect, share, error, _ = _exposed(result)
     if share < threshold(rule, "min_share") or confidence(effect, error) <= 0:
         return []
     ops = result.matched.ops

@@ -137,11 +137,12 @@ RULES: dict[str, Rule] = {
             "waited_for",
             "scheduling",
             "job",
-            {"min_share": 0.05, "warning": 0.05, "critical": 0.25},
+            {"min_share": 0.05, "warning": 0.05, "critical": 0.25, "min_ranks": 3},
             (CLUSTER_OPS_CSV, CLOCK_ALIGNMENT_CSV, "communication page"),
             "A rank the others wait for at collectives: the wait the matched ops attribute to it as "
             "their last arrival, per step, above min_share of the median step and beyond the clock "
-            "residual plus the step-to-step noise (made only when no slow-rank finding names it).",
+            "residual plus the step-to-step noise (made only when no slow-rank finding names it; info "
+            "in a job of fewer than min_ranks ranks, where one rank is always last).",
         ),
         Rule(
             "stage_imbalance",
