@@ -404,6 +404,47 @@ def exposed_communication_job(result: ClusterResult) -> list[Finding]:
     ]
 
 
+def unaligned_collectives(result: ClusterResult) -> list[Finding]:
+    """Collectives whose message size is not a multiple of ``alignment`` bytes (msprof-analyze's
+    byte-alignment check: HCCL's SDMA and NCCL's copies run slower on unaligned sizes).
+    Informative: the cost is not measured here."""
+    rule = "unaligned_collectives"
+    inst = result.matched.instances
+    coll = inst.loc[inst["complete"] & ~inst["is_p2p"] & (inst["bytes"].fillna(0) > 0)]
+    if coll.empty:
+        return []
+    alignment = int(threshold(rule, "alignment"))
+    odd = coll.loc[coll["bytes"].astype("int64") % alignment != 0]
+    if odd.empty:
+        return []
+    kinds = ", ".join(sorted(odd["collective"].astype(str).unique()))
+    src = RULES[rule].sources[0]
+    return [
+        Finding(
+            rule=rule,
+            category="communication",
+            severity="info",
+            culprit_kind="op",
+            culprit=kinds,
+            key="communication.unaligned",
+            params={
+                "count": int(len(odd)),
+                "total": int(len(coll)),
+                "culprit": kinds,
+                "alignment": alignment,
+                "example": int(odd["bytes"].iloc[0]),
+            },
+            evidence=[
+                Evidence("collectives with unaligned sizes", int(len(odd)), "count", 0, src),
+                Evidence("example size", int(odd["bytes"].iloc[0]), "bytes", alignment, src),
+            ],
+            effect_ns=0.0,
+            error_ns=0.0,
+            confidence=1.0,
+        )
+    ]
+
+
 def slow_link(result: ClusterResult) -> list[Finding]:
     """Links the cluster analysis flagged as bandwidth outliers among links of their type and size."""
     links = result.slow_links
@@ -534,6 +575,7 @@ JOB_RULES: dict[str, Callable[..., list[Finding]]] = {
     "small_collectives": small_collectives,
     "exposed_communication_job": exposed_communication_job,
     "slow_link": slow_link,
+    "unaligned_collectives": unaligned_collectives,
     "memory_capacity_job": memory_capacity_job,
     "bound_job": bound_job,
 }

@@ -158,6 +158,17 @@ MESSAGES: dict[str, dict[str, str]] = {
         "sizes, or overlap communication with computation.",
         "zh": "以等待为主:排查慢卡;以传输为主:检查链路带宽和消息大小,或让通信与计算重叠。",
     },
+    "communication.unaligned": {
+        "en": "{count} of {total} collectives ({culprit}) move a size that is not a multiple of "
+        "{alignment} bytes (e.g. {example} bytes)",
+        "zh": "{total} 个集合通信中有 {count} 个({culprit})数据量未按 {alignment} 字节对齐"
+        "(如 {example} 字节)",
+    },
+    "communication.unaligned.fix": {
+        "en": "Pad the communicated tensors (or DDP buckets) to a multiple of {alignment} bytes; "
+        "unaligned sizes slow the copy engines (SDMA on Ascend).",
+        "zh": "将通信张量(或 DDP 桶)补齐到 {alignment} 字节的整数倍;未对齐会降低拷贝引擎(昇腾 SDMA)的性能。",
+    },
     "link.slow": {
         "en": "link {culprit} ({link_type}) runs at {bandwidth} GB/s, {drop_pct}% below the median "
         "{median} GB/s of its peers",

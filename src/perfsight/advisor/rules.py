@@ -186,6 +186,15 @@ RULES: dict[str, Rule] = {
             "A link whose bandwidth is an outlier among links of its type and size (slow_link.csv).",
         ),
         Rule(
+            "unaligned_collectives",
+            "communication",
+            "job",
+            {"alignment": 512},
+            (CLUSTER_OPS_CSV, "communication page"),
+            "Collectives whose size is not a multiple of alignment bytes (msprof-analyze's byte "
+            "alignment check; informative, the cost is not measured).",
+        ),
+        Rule(
             "memory_capacity_job",
             "memory",
             "job",
