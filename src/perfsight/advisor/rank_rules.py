@@ -342,9 +342,11 @@ def memory_churn(view: RankView) -> list[Finding]:
     churn = allocated / peak if peak > 0 else 0.0
     if churn < threshold(rule, "min_churn") or allocated < threshold(rule, "min_bytes_per_step"):
         return []
-    names = pc.cast(mem.column("name"), pa.string()).to_numpy(zero_copy_only=False)
+    names = _outermost_op(view, alloc)
+    fallback = pc.cast(mem.column("name"), pa.string()).to_numpy(zero_copy_only=False).astype(str)
+    names = np.where(names == "", fallback, names)
     used = np.isin(step_of, view.steps)
-    uniq, inverse = np.unique(names[used].astype(str), return_inverse=True)
+    uniq, inverse = np.unique(names[used], return_inverse=True)
     by_name = np.bincount(inverse, weights=size[used], minlength=len(uniq))
     culprit = str(uniq[int(np.argmax(by_name))]) if len(uniq) else "?"
     op_time, _ = _op_per_step(view, (culprit,))
@@ -392,6 +394,32 @@ def memory_churn(view: RankView) -> list[Finding]:
 
 
 OP_SOURCE = RULES["top_operator"].sources[0]
+
+
+def _outermost_op(view: RankView, at_ns: np.ndarray) -> np.ndarray:
+    """Name of the outermost operator on the main thread (the one with the most operators) running
+    at each instant of ``at_ns``, "" where none is.  Why: an allocation's innermost op is
+    ``aten::empty``; the op a user wrote (``torch.ones``, ``torch.cat``) is the outermost one, and its
+    time includes filling the fresh memory."""
+    ops = view.tables.get("operator_instances")
+    out = np.full(len(at_ns), "", dtype=object)
+    if ops is None or ops.num_rows == 0 or not len(at_ns):
+        return out.astype(str)
+    thread = columns.int64(ops.column("thread"))
+    values, counts = np.unique(thread, return_counts=True)
+    main = thread == values[int(np.argmax(counts))]
+    start = columns.int64(ops.column("start_ns"))[main]
+    end = start + columns.int64(ops.column("dur_ns"), null=0)[main]
+    name = pc.cast(ops.column("name"), pa.string()).to_numpy(zero_copy_only=False)[main].astype(str)
+    order = np.lexsort((-end, start))  # by start; the longer first among equal starts
+    start, end, name = start[order], end[order], name[order]
+    reach = np.maximum.accumulate(end)
+    outer = np.concatenate([[True], start[1:] >= reach[:-1]])  # not inside an earlier op
+    start, end, name = start[outer], end[outer], name[outer]
+    which = np.searchsorted(start, at_ns, side="right") - 1
+    inside = (which >= 0) & (at_ns < end[np.maximum(which, 0)])
+    out[inside] = name[which[inside]]
+    return out.astype(str)
 
 
 def memory_capacity(view: RankView) -> list[Finding]:
