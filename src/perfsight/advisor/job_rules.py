@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from perfsight.advisor.finding import (
+    SEVERITIES,
     Evidence,
     Finding,
     confidence,
@@ -99,6 +100,16 @@ def slow_rank(result: ClusterResult, data_ranks: set[int] | None = None) -> list
     category = PHASE_CATEGORY[phase]
     if category == "data" and data_ranks is not None and rank not in data_ranks:
         category = "host"
+    severity = severity_for(share, threshold(rule, "warning"), threshold(rule, "critical"))
+    flops_rank, flops_others = _flops(result, rank)
+    same_work = (
+        category == "compute"
+        and flops_rank > 0
+        and abs(flops_rank - flops_others) <= threshold(rule, "same_flops") * flops_others
+    )
+    if same_work:  # the same FLOPs, done slower: the card or its host, not the program
+        category = "host"
+        severity = SEVERITIES[min(SEVERITIES.index(severity) + 1, len(SEVERITIES) - 1)]
     residual = max_residual_ns(result)
     table = result.slow_ranks.table.set_index("rank")
     lateness = float(table["lateness_ns"].get(rank, np.nan)) if "lateness_ns" in table else np.nan
@@ -131,12 +142,22 @@ def slow_rank(result: ClusterResult, data_ranks: set[int] | None = None) -> list
     evidence.append(
         Evidence("clock-alignment residual (largest)", int(residual), "ns", None, RULES[rule].sources[2])
     )
-    fix_en, fix_zh = PHASE_FIXES[category] if category in PHASE_FIXES else PHASE_FIXES["host"]
+    if flops_rank > 0 and flops_others > 0:
+        evidence.append(
+            Evidence(
+                "FLOPs of this rank / the others' median",
+                flops_rank / flops_others,
+                "",
+                1 + threshold(rule, "same_flops"),
+                "cluster_analysis_output/cluster_resources.csv",
+            )
+        )
+    fix_en, fix_zh = PHASE_FIXES["same_work" if same_work else category]
     return [
         Finding(
             rule=rule,
             category=category,
-            severity=severity_for(share, threshold(rule, "warning"), threshold(rule, "critical")),
+            severity=severity,
             culprit_kind="rank",
             culprit=str(rank),
             key="rank.slow",
@@ -225,6 +246,17 @@ def waited_for(result: ClusterResult) -> list[Finding]:
             ranks=[rank],
         )
     ]
+
+
+def _flops(result: ClusterResult, rank: int) -> tuple[float, float]:
+    """FLOPs of ``rank`` over the averaged steps and the median of the other ranks' (0 if unknown)."""
+    res = result.resources
+    if res.empty or "flops" not in res:
+        return 0.0, 0.0
+    flops = res.set_index("rank")["flops"].astype("float64")
+    if rank not in flops.index or len(flops) < 2:
+        return 0.0, 0.0
+    return float(flops.loc[rank]), float(flops.drop(index=rank).median())
 
 
 def stage_imbalance(result: ClusterResult) -> list[Finding]:

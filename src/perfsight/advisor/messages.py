@@ -193,6 +193,11 @@ PHASE_FIXES = {
         "its top operators and anything it computes that the other ranks do not.",
         "检查其耗时排名靠前的算子以及只有它执行的计算。",
     ),
+    "same_work": (
+        "it does the same FLOPs as the others, slower: check its card and host (other processes on "
+        "its cores, clock throttling, a degraded device).",
+        "它与其他卡的 FLOPs 相同但更慢:检查其卡与主机(同核的其他进程、降频、设备故障)。",
+    ),
     "host": (
         "its host-side stalls outside operators (garbage collection, logging, checkpoint I/O, "
         "other processes on its cores).",
