@@ -315,25 +315,21 @@ def stage_imbalance(result: ClusterResult) -> list[Finding]:
     ]
 
 
-def _exposed(result: ClusterResult) -> tuple[float, float, float, float]:
+def _exposed(result: ClusterResult) -> tuple[float, float, float]:
     """Median exposed communication per step (receives excluded; mean over ranks), its share of the
-    step, its robust error, and the least exposed step's value."""
+    step, and its robust error."""
     used = _used(result)
     column = "communication_not_overlapped_exclude_receive_ns"
     per_step = used.groupby("step")[column].mean()
     step_ns = median_step_ns(result)
     effect, error, _ = robust_effect(per_step.tolist())
-    least = float(per_step.min()) if len(per_step) else 0.0
-    return effect, (effect / step_ns if step_ns else 0.0), error, least
+    return effect, (effect / step_ns if step_ns else 0.0), error
 
 
 def small_collectives(result: ClusterResult) -> list[Finding]:
     """Many small collectives a step that leave communication exposed: DDP buckets too small."""
     rule = "small_collectives"
-    effect, share, _, least = _exposed(result)
-    # the count of collectives is exact; what is uncertain is how much of them stays exposed: the
-    # error is how far below the median the least exposed step fell
-    error = max(effect - least, 0.0)
+    effect, share, error = _exposed(result)
     if share < threshold(rule, "min_share") or confidence(effect, error) <= 0:
         return []
     inst = result.matched.instances
@@ -389,7 +385,7 @@ def small_collectives(result: ClusterResult) -> list[Finding]:
 def exposed_communication_job(result: ClusterResult) -> list[Finding]:
     """Exposed communication with its wait vs transit split (informative; see the engine)."""
     rule = "exposed_communication_job"
-    effect, share, error, _ = _exposed(result)
+    effect, share, error = _exposed(result)
     if share < threshold(rule, "min_share") or confidence(effect, error) <= 0:
         return []
     ops = result.matched.ops
