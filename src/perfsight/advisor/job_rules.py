@@ -25,7 +25,6 @@ from perfsight.advisor.finding import (
     confidence,
     robust_effect,
     severity_for,
-    standard_error,
 )
 from perfsight.advisor.messages import BOUND_ZH, PHASE_FIXES, PHASES
 from perfsight.advisor.rules import RULES, threshold
@@ -273,13 +272,20 @@ def stage_imbalance(result: ClusterResult) -> list[Finding]:
     if heavy not in table.columns or table.shape[1] < 2:
         return []
     excess = (table[heavy] - table.drop(columns=heavy).mean(axis=1)).dropna()
-    effect = float(excess.mean())
-    error = standard_error(excess.tolist())
+    effect, error, _ = robust_effect(excess.tolist())
     conf = confidence(effect, error)
     if conf <= 0:
         return []
     others = per_stage.drop(index=heavy)
     spread = float(pipe["spread"])
+    severity = "critical" if spread >= threshold(rule, "critical_spread") else "warning"
+    heavy_flops, other_flops = float(per_stage.loc[heavy, "flops"]), float(others["flops"].mean())
+    # the same FLOPs computed slower: that stage's card or host, not the partition
+    same_work = (
+        heavy_flops > 0 and abs(heavy_flops - other_flops) <= threshold(rule, "same_flops") * other_flops
+    )
+    if same_work:
+        severity = SEVERITIES[SEVERITIES.index(severity) + 1]
     src = RULES[rule].sources
     evidence = [
         Evidence("compute spread (max - min) / max", spread, "share", threshold(rule, "spread"), src[0])
@@ -293,11 +299,11 @@ def stage_imbalance(result: ClusterResult) -> list[Finding]:
     return [
         Finding(
             rule=rule,
-            category="compute",
-            severity="critical" if spread >= threshold(rule, "critical_spread") else "warning",
+            category="host" if same_work else "compute",
+            severity=severity,
             culprit_kind="stage",
             culprit=str(heavy),
-            key="stage.imbalance",
+            key="stage.slow_same_work" if same_work else "stage.imbalance",
             params={
                 "culprit": heavy,
                 "compute_ms": _ms(per_stage.loc[heavy, "compute_ns"]),

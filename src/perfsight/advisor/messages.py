@@ -125,6 +125,18 @@ MESSAGES: dict[str, dict[str, str]] = {
         "zh": "在 rank {culprit} 的时间线上查看这些集合通信之前它在做什么(主机侧逻辑、下发、同步);"
         "若都正常,排查其主机或卡。",
     },
+    "stage.slow_same_work": {
+        "en": "pipeline stage {culprit} computes {compute_ms} ms a step vs {other_ms} ms (spread "
+        "{spread_pct}%) for the same FLOPs ({flops} vs {other_flops}): its card or host is slower",
+        "zh": "流水线 stage {culprit} 每迭代计算 {compute_ms} ms,其他 stage {other_ms} ms(差异 "
+        "{spread_pct}%),但 FLOPs 相同({flops} 对 {other_flops}):该 stage 的卡或主机更慢",
+    },
+    "stage.slow_same_work.fix": {
+        "en": "Check the card and host of stage {culprit}'s ranks (other processes on their cores, "
+        "throttling, a degraded device) before moving layers: its work is not larger.",
+        "zh": "先检查 stage {culprit} 所在卡与主机(同核的其他进程、降频、设备故障);"
+        "其计算量并不更大,不要急于移动层。",
+    },
     "stage.imbalance": {
         "en": "pipeline stage {culprit} is overloaded: compute {compute_ms} ms a step vs {other_ms} ms "
         "(spread {spread_pct}%), FLOPs {flops} vs {other_flops}; the other stages wait for it",
