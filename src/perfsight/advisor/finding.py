@@ -8,7 +8,8 @@ or UI page that shows it), a message key and its parameters (texts live in
 
 Confidence accounts for measurement error: ``effect_ns`` is the time per step at stake and
 ``error_ns`` what the measurement cannot resolve (the clock-alignment residual for anything read
-across ranks' clocks, twice the standard error over steps for anything averaged over steps).  A
+across ranks' clocks; for anything read per step, twice its standard error over steps, estimated
+robustly from the median absolute deviation: see :func:`robust_effect`).  A
 finding whose effect does not exceed its error is never made (see :func:`confidence`).
 
 This module must not read analysis tables; the rules do.

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import columns
-from perfsight.advisor.finding import Evidence, Finding, confidence, severity_for, standard_error
+from perfsight.advisor.finding import Evidence, Finding, confidence, robust_effect, severity_for
 from perfsight.advisor.messages import BOUND_ZH
 from perfsight.advisor.rules import RULES, threshold
 from perfsight.model import SliceKind, Trace
@@ -140,10 +140,10 @@ def data_wait(view: RankView) -> list[Finding]:
     if not len(view.steps) or view.mean_step_ns <= 0:
         return []
     gaps = view.per_step("step_trace", "iteration_interval_ns")
-    gap, share = float(gaps.mean()), float(gaps.mean()) / view.mean_step_ns
+    gap, error, _ = robust_effect(gaps.tolist())
+    share = gap / view.mean_step_ns
     if share < threshold(rule, "min_share") or gap < threshold(rule, "min_gap_ns"):
         return []
-    error = standard_error(gaps.tolist())
     conf = confidence(gap, error)
     if conf <= 0:
         return []
@@ -235,12 +235,11 @@ def dtype_casts(view: RankView) -> list[Finding]:
         # the device time of the casts is not linked (no launch ids): their host span cannot be held
         # against device computing time, and a host-to-device copy (also aten::_to_copy) looks alike
         return []
-    effect = float(time_ns.mean())
+    effect, error, _ = robust_effect(time_ns.tolist())
     computing = float(view.per_step("overlap_breakdown", "computing_ns").mean())
     share = effect / computing if computing > 0 else 0.0  # of the compute time, as the seed reads it
     if share < threshold(rule, "min_share"):
         return []
-    error = standard_error(time_ns.tolist())
     conf = confidence(effect, error)
     if conf <= 0:
         return []
@@ -287,8 +286,7 @@ def host_syncs(view: RankView) -> list[Finding]:
     per_step = float(calls.mean())
     if per_step < threshold(rule, "min_per_step"):
         return []
-    effect = float(time_ns.mean())
-    error = standard_error(time_ns.tolist())
+    effect, error, _ = robust_effect(time_ns.tolist())
     conf = confidence(effect, error)
     if conf <= 0:
         return []
@@ -350,8 +348,7 @@ def memory_churn(view: RankView) -> list[Finding]:
     by_name = np.bincount(inverse, weights=size[used], minlength=len(uniq))
     culprit = str(uniq[int(np.argmax(by_name))]) if len(uniq) else "?"
     op_time, _ = _op_per_step(view, (culprit,))
-    effect = float(op_time.mean())
-    error = standard_error(op_time.tolist())
+    effect, error, _ = robust_effect(op_time.tolist())
     conf = confidence(effect, error)
     if conf <= 0:
         return []
@@ -483,9 +480,8 @@ def exposed_communication(view: RankView) -> list[Finding]:
     comm = view.per_step("overlap_breakdown", "communication_not_overlapped_ns")
     if not len(view.steps) or view.mean_step_ns <= 0:
         return []
-    effect = float(comm.mean())
+    effect, error, _ = robust_effect(comm.tolist())
     share = effect / view.mean_step_ns
-    error = standard_error(comm.tolist())
     if share < threshold(rule, "min_share") or confidence(effect, error) <= 0:
         return []
     return [
