@@ -18,7 +18,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "perfsight"
 
 LEAF = ("base",)
-SINGLE_RANK = ("ingest", "analysis", "export", "store", "model", *LEAF)
+SINGLE_RANK = ("ingest", "analysis", "export", "store", "advisor", "model", *LEAF)
 ALLOWED: dict[str, tuple[str, ...]] = {
     "base": (),
     "model": LEAF,
@@ -27,6 +27,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "analysis": ("model", *LEAF),
     "export": ("analysis", "model", *LEAF),
     "store": ("analysis", "model", *LEAF),
+    "advisor": ("analysis", "model", *LEAF),
     "rank": SINGLE_RANK,
     "cluster": ("rank", *SINGLE_RANK),
     "top": ("top", "cluster", "rank", "collect", *SINGLE_RANK),
@@ -54,6 +55,7 @@ PACKAGES = {
     "analysis": "analysis",
     "export": "export",
     "store": "store",
+    "advisor": "advisor",  # rules over the analysis tables (a job's through the cluster result's tables)
     "cluster": "cluster",
     "server": "top",
     "commands": "top",

@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from perfsight import heap
+from perfsight import advisor, heap
 from perfsight.analysis import (
     communication,
     data_wait,
@@ -169,6 +169,11 @@ def analyse_and_write(trace: Trace, rank_dir: Path, options: Options, progress: 
         if progress is not None:
             progress.update(1)
         _write_tables(result, stage, options, background, trace_cached)
+        advisor.write_advisor_json(
+            stage / OUTPUT_DIR / advisor.ADVISOR_JSON,
+            advisor.rank_findings(result.tables, result.trace),
+            "rank",
+        )
     result.output_dir = rank_dir / OUTPUT_DIR
     if progress is not None:
         progress.update(1)

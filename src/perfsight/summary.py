@@ -10,7 +10,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from perfsight import units
+from perfsight import advisor, units
+from perfsight.advisor.text import lead_lines
 from perfsight.pipeline import RankResult
 from perfsight.terminal import printable_line
 
@@ -66,6 +67,7 @@ def rank_summary(result: RankResult) -> dict[str, Any]:
         "flops": flops_rows,
         "output_dir": str(result.output_dir) if result.output_dir else None,
         "warnings": [*meta.warnings, *result.warnings],
+        "findings": advisor.rank_findings(t, result.trace),
     }
 
 
@@ -102,6 +104,7 @@ def format_text(summaries: list[dict[str, Any]]) -> str:
             f"== rank {s['rank']} of {s['world_size']}"
             + (f" on {', '.join(sorted(set(s['devices'])))}" if s["devices"] else "")
         )
+        lines += lead_lines(s.get("findings", []))  # the advisor's top findings lead
         lines.append(
             "step     total(ms)  gap(ms)  fwd+bwd(ms)  tail(ms)  compute(ms)  comm-exposed(ms)  free(ms)"
         )

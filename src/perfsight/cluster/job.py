@@ -184,6 +184,7 @@ def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "ser
 
 def write_cluster_outputs(result: ClusterResult, out: str | Path) -> Path:
     """Write ``cluster_analysis_output/`` under ``out``; returns that folder."""
+    from perfsight import advisor
     from perfsight.cluster import summary
     from perfsight.export import cluster_csv
     from perfsight.export.communication_matrix_json import write_communication_matrix
@@ -200,5 +201,7 @@ def write_cluster_outputs(result: ClusterResult, out: str | Path) -> Path:
         cluster_csv.write_table(folder / "slow_link.csv", result.slow_links)
         cluster_csv.write_table(folder / "cluster_resources.csv", result.resources)
         write_communication_matrix(folder / "communication_matrix.json", result.matrix)
-        summary.write_json(folder / "cluster_summary.json", summary.cluster_summary(result))
+        doc = summary.cluster_summary(result)
+        summary.write_json(folder / "cluster_summary.json", doc)
+        advisor.write_advisor_json(folder / advisor.ADVISOR_JSON, doc["findings"], "job")
     return Path(out) / name

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from perfsight import advisor
+from perfsight.advisor.text import lead_lines
 from perfsight.cluster.discovery import rank_ranges
 from perfsight.terminal import printable_line
 from perfsight.units import bytes_text, ms_text
@@ -89,6 +91,7 @@ def cluster_summary(result: ClusterResult) -> dict[str, Any]:
         "parallel": result.parallel.to_json(),
         "outputs": str(result.output_root / "cluster_analysis_output") if result.output_root else None,
         "per_rank_outputs": _per_rank_outputs(result),
+        "findings": advisor.job_findings(result),
     }
 
 
@@ -133,6 +136,7 @@ def format_text(summary: dict[str, Any]) -> str:
         f"== cluster: {summary['ranks']} of {summary['world_size']} ranks on "
         f"{summary['hosts'] or 'unknown'} host(s) (executor: {summary['executor']})"
     ]
+    lines += lead_lines(summary.get("findings", []))  # the advisor's top findings lead
     problems = summary["problems"]
     lines += [f"  ! {p}" for p in problems[:MAX_PROBLEM_LINES]]
     if len(problems) > MAX_PROBLEM_LINES:

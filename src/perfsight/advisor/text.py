@@ -1,0 +1,31 @@
+"""The top findings as the lines that lead the CLI summaries (single rank and job)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+TOP = 3
+
+
+def lead_lines(findings: list[dict[str, Any]], top: int = TOP) -> list[str]:
+    """Up to ``top`` findings: severity, category and culprit, the title, the suggestion, the evidence
+    file; a run with nothing above "info" says so and shows its first informative finding."""
+    if not findings:
+        return ["findings: none"]
+    actionable = [f for f in findings if f["severity"] != "info"]
+    lines = [
+        f"top findings ({len(actionable)} above info, of {len(findings)}):"
+        if actionable
+        else f"findings: none above info ({len(findings)} informative)"
+    ]
+    for f in (actionable or findings[:1])[:top]:
+        culprit = f["culprit"]
+        lines.append(
+            f"  [{f['severity'].upper()}] {f['category']} / {culprit['kind']} {culprit['name']}: {f['title']}"
+            f" (confidence {f['confidence']:.2f})"
+        )
+        lines.append(f"      -> {f['suggestion']}")
+        sources = sorted({e["source"] for e in f["evidence"] if e.get("source")})
+        if sources:
+            lines.append(f"      see: {', '.join(sources[:3])}")
+    return lines

@@ -1,0 +1,130 @@
+"""The advisor on real traces: its outputs, its texts, its measurement-error gate, its layering."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfsight.advisor.finding import CATEGORIES, CULPRIT_KINDS, SEVERITIES, confidence
+from perfsight.advisor.messages import LANGUAGES, MESSAGES
+from perfsight.advisor.rules import RULES
+from shared_data import REPO
+
+SRC = REPO / "src" / "perfsight"
+
+
+def test_every_message_has_a_title_and_a_suggestion_in_english_and_chinese() -> None:
+    titles = [k for k in MESSAGES if not k.endswith(".fix")]
+    assert titles
+    for key in titles:
+        for text_key in (key, key + ".fix"):
+            assert set(LANGUAGES) <= set(MESSAGES[text_key]), text_key
+            assert all(MESSAGES[text_key][lang].strip() for lang in LANGUAGES), text_key
+
+
+def test_every_rule_names_a_known_category_and_where_its_evidence_is_shown() -> None:
+    for rule in RULES.values():
+        assert rule.category in CATEGORIES, rule.id
+        assert rule.scope in ("rank", "job"), rule.id
+        assert rule.sources, rule.id
+
+
+def test_an_effect_within_its_measurement_error_has_no_confidence() -> None:
+    assert confidence(1_000_000, 2_000_000) == 0.0  # smaller than the error: never a finding
+    assert confidence(1_000_000, 1_000_000) == 0.0
+    assert confidence(4_000_000, 1_000_000) == pytest.approx(0.75)
+    assert confidence(0, 0) == 0.0
+
+
+def _analyse(trace: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "perfsight.cli",
+            "analyse",
+            str(trace),
+            "--out",
+            str(out),
+            "--no-progress",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_real_trace_gets_advisor_json_and_the_summary_leads_with_findings(
+    nccl_trace_path: Path, tmp_path: Path
+) -> None:
+    text = _analyse(nccl_trace_path, tmp_path / "text")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0].startswith("== rank")
+    assert lines[1].startswith(("top findings", "findings:")), lines[:3]  # findings come first
+
+    advisor_files = list((tmp_path / "text").rglob("advisor.json"))
+    assert len(advisor_files) == 1
+    doc = json.loads(advisor_files[0].read_text(encoding="utf-8"))
+    assert doc["scope"] == "rank"
+    assert set(doc["rules"]) == {r.id for r in RULES.values() if r.scope == "rank"}
+    assert doc["findings"], "a real training trace gets at least the informative delimiting"
+    for finding in doc["findings"]:
+        assert finding["category"] in CATEGORIES
+        assert finding["severity"] in SEVERITIES
+        assert finding["culprit"]["kind"] in CULPRIT_KINDS
+        assert finding["evidence"] and all(e["source"] for e in finding["evidence"])
+        assert 0.0 < finding["confidence"] <= 1.0
+        assert finding["effect_ns"] >= finding["error_ns"] or finding["effect_ns"] == 0
+        for lang in LANGUAGES:
+            assert finding["texts"][lang]["title"] and finding["texts"][lang]["suggestion"]
+            assert "{" not in finding["texts"][lang]["title"], "every placeholder is filled"
+
+    as_json = _analyse(nccl_trace_path, tmp_path / "json", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    summary = json.loads(as_json.stdout)[0]
+    assert [f["rule"] for f in summary["findings"]] == [f["rule"] for f in doc["findings"]]
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+ALLOWED_IMPORTERS = (
+    "summary.py",
+    "cluster/summary.py",
+    "cluster/job.py",
+    "pipeline.py",
+    "commands/",
+    "server/",
+)
+
+
+def test_the_advisor_imports_only_downward_and_only_the_top_layers_import_it() -> None:
+    for path in (SRC / "advisor").glob("*.py"):
+        upward = {
+            n
+            for n in _imports(path)
+            if n.startswith(("perfsight.server", "perfsight.commands", "perfsight.cli", "perfsight.summary"))
+            or n in ("perfsight.cluster.summary", "perfsight.pipeline")
+        }
+        assert not upward, f"{path.name} imports {upward}"
+    for path in SRC.rglob("*.py"):
+        relative = path.relative_to(SRC).as_posix()
+        if relative.startswith("advisor/") or relative.startswith(ALLOWED_IMPORTERS):
+            continue
+        assert not any(n.startswith("perfsight.advisor") for n in _imports(path)), relative
