@@ -144,8 +144,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "(差异 {spread_pct}%),FLOPs {flops} 对 {other_flops};其他 stage 在等待它",
     },
     "stage.imbalance.fix": {
-        "en": "Move layers out of stage {culprit} so every stage's compute (and FLOPs) is close to the "
-        "mean; its bubble is small, the others' is large.",
+        "en": "Move layers out of stage {culprit} so every stage's compute (and FLOPs) is close to the mean.",
         "zh": "把 stage {culprit} 的部分层移到其他 stage,使各 stage 的计算量(FLOPs)接近平均值。",
     },
     "communication.small_collectives": {

@@ -183,7 +183,9 @@ def format_text(summary: dict[str, Any]) -> str:
     pipe = summary["pipeline"]
     if pipe.get("stages", 0) > 1:
         lines.append(
-            f"pipeline: {pipe['stages']} stages {summary['stages']}, "
+            f"pipeline: {pipe['stages']} stages ("
+            + ", ".join(f"stage {s}: ranks {rank_ranges(r)}" for s, r in summary["stages"].items())
+            + "), "
             f"compute spread {pipe['spread'] * 100:.1f}%"
             + (
                 f" -> IMBALANCED (stage {pipe['slowest_stage']} is the heaviest)"
