@@ -185,3 +185,46 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+def pct(share: float) -> float:
+    """A 0..1 share as a percentage with one decimal, for message parameters."""
+    return round(share * 100, 1)
+
+
+def ms(ns: float) -> float:
+    """ns as ms with three decimals, for message parameters."""
+    return round(ns / 1e6, 3)
+
+
+def bound_finding(
+    rule: str, shares: dict[str, float], culprit_kind: str, culprit: str, who: str, source: str
+) -> Finding:
+    """Seed 003's delimiting as an info finding: which of the compute / scheduling (free) /
+    communication shares of the step dominates for ``who`` (a rank or the job)."""
+    from perfsight.advisor.messages import BOUND_ZH
+
+    kind = max(shares, key=shares.__getitem__)
+    return Finding(
+        rule=rule,
+        category=kind,
+        severity="info",
+        culprit_kind=culprit_kind,
+        culprit=culprit,
+        key="bound",
+        params={
+            "culprit": who,
+            "bound": kind,
+            "bound_zh": BOUND_ZH[kind],
+            "compute_pct": pct(shares["compute"]),
+            "free_pct": pct(shares["scheduling"]),
+            "comm_pct": pct(shares["communication"]),
+        },
+        evidence=[
+            Evidence(f"{k} share of step{' (all ranks)' if culprit_kind == 'job' else ''}", v, "share", None, source)
+            for k, v in shares.items()
+        ],
+        effect_ns=0.0,
+        error_ns=0.0,
+        confidence=1.0,
+    )

@@ -21,23 +21,18 @@ from perfsight.advisor.finding import (
     SEVERITIES,
     Evidence,
     Finding,
+    bound_finding,
     confidence,
+    ms,
+    pct,
     robust_effect,
     severity_for,
 )
 from perfsight.advisor.job_input import JobResult
-from perfsight.advisor.messages import BOUND_ZH, PHASE_FIXES, PHASES
+from perfsight.advisor.messages import PHASE_FIXES, PHASES
 from perfsight.advisor.rules import RULES, threshold
 
 PHASE_CATEGORY = {"iteration_interval_ns": "data", "computing_ns": "compute", "free_ns": "host"}
-
-
-def _pct(share: float) -> float:
-    return round(share * 100, 1)
-
-
-def _ms(ns: float) -> float:
-    return round(ns / 1e6, 3)
 
 
 def _used(result: JobResult) -> pd.DataFrame:
@@ -128,8 +123,8 @@ def slow_rank(result: JobResult, data_ranks: set[int] | None = None) -> list[Fin
         ),
     ]
     if np.isfinite(lateness) and lateness - centre > residual:
-        late = f"; it reaches collectives {_ms(lateness - centre)} ms after the median rank"
-        late_zh = f";到达集合通信比中位数晚 {_ms(lateness - centre)} ms"
+        late = f"; it reaches collectives {ms(lateness - centre)} ms after the median rank"
+        late_zh = f";到达集合通信比中位数晚 {ms(lateness - centre)} ms"
         evidence.append(
             Evidence(
                 "lateness at collectives", int(lateness - centre), "ns", int(residual), RULES[rule].sources[1]
@@ -161,8 +156,8 @@ def slow_rank(result: JobResult, data_ranks: set[int] | None = None) -> list[Fin
                 "culprit": rank,
                 "phase": PHASES[phase][0],
                 "phase_zh": PHASES[phase][1],
-                "excess_ms": _ms(effect),
-                "excess_pct": _pct(share),
+                "excess_ms": ms(effect),
+                "excess_pct": pct(share),
                 "late": late,
                 "late_zh": late_zh,
                 "phase_fix": fix_en,
@@ -220,8 +215,8 @@ def waited_for(result: JobResult) -> list[Finding]:
             key="rank.waited_for",
             params={
                 "culprit": rank,
-                "wait_ms": _ms(effect),
-                "share_pct": _pct(share),
+                "wait_ms": ms(effect),
+                "share_pct": pct(share),
                 "late": instances,
                 "total": total,
             },
@@ -303,9 +298,9 @@ def stage_imbalance(result: JobResult) -> list[Finding]:
             key="stage.slow_same_work" if same_work else "stage.imbalance",
             params={
                 "culprit": heavy,
-                "compute_ms": _ms(per_stage.loc[heavy, "compute_ns"]),
-                "other_ms": _ms(others["compute_ns"].mean()),
-                "spread_pct": _pct(spread),
+                "compute_ms": ms(per_stage.loc[heavy, "compute_ns"]),
+                "other_ms": ms(others["compute_ns"].mean()),
+                "spread_pct": pct(spread),
                 "flops": f"{per_stage.loc[heavy, 'flops']:.3g}",
                 "other_flops": f"{others['flops'].mean():.3g}",
             },
@@ -358,8 +353,8 @@ def small_collectives(result: JobResult) -> list[Finding]:
             params={
                 "per_step": round(per_step, 1),
                 "median_kb": round(median_bytes / 1024, 1),
-                "comm_ms": _ms(effect),
-                "share_pct": _pct(share),
+                "comm_ms": ms(effect),
+                "share_pct": pct(share),
             },
             evidence=[
                 Evidence("collectives per step", per_step, "count", threshold(rule, "min_per_step"), src[0]),
@@ -406,10 +401,10 @@ def exposed_communication_job(result: JobResult) -> list[Finding]:
             culprit="job",
             key="communication.exposed_job",
             params={
-                "comm_ms": _ms(effect),
-                "share_pct": _pct(share),
-                "wait_pct": _pct(wait_share),
-                "transit_pct": _pct(1 - wait_share if total else 0.0),
+                "comm_ms": ms(effect),
+                "share_pct": pct(share),
+                "wait_pct": pct(wait_share),
+                "transit_pct": pct(1 - wait_share if total else 0.0),
             },
             evidence=[
                 Evidence("exposed communication per step", int(effect), "ns", None, src[0]),
@@ -501,7 +496,7 @@ def slow_link(result: JobResult) -> list[Finding]:
                     "link_type": row["link_type"],
                     "bandwidth": round(row["bandwidth"] / 1e9, 4),
                     "median": round(row["median"] / 1e9, 4),
-                    "drop_pct": _pct(drop),
+                    "drop_pct": pct(drop),
                 },
                 evidence=[
                     Evidence(
@@ -540,7 +535,7 @@ def memory_capacity_job(result: JobResult) -> list[Finding]:
                 "culprit": f"rank {int(row['rank'])}",
                 "peak_mb": round(row["peak_allocated_bytes"] / 2**20, 1),
                 "capacity_mb": round(row["capacity_bytes"] / 2**20, 1),
-                "share_pct": _pct(row["peak_share"]),
+                "share_pct": pct(row["peak_share"]),
             },
             evidence=[
                 Evidence(
@@ -571,32 +566,7 @@ def bound_job(result: JobResult) -> list[Finding]:
         "scheduling": float(avgs["free_ns"].sum()) / total,
         "communication": float(avgs["communication_not_overlapped_ns"].sum()) / total,
     }
-    kind = max(shares, key=shares.__getitem__)
-    return [
-        Finding(
-            rule="bound_job",
-            category=kind,
-            severity="info",
-            culprit_kind="job",
-            culprit="job",
-            key="bound",
-            params={
-                "culprit": "the job",
-                "bound": kind,
-                "bound_zh": BOUND_ZH[kind],
-                "compute_pct": _pct(shares["compute"]),
-                "free_pct": _pct(shares["scheduling"]),
-                "comm_pct": _pct(shares["communication"]),
-            },
-            evidence=[
-                Evidence(f"{k} share of step (all ranks)", v, "share", None, RULES["bound_job"].sources[0])
-                for k, v in shares.items()
-            ],
-            effect_ns=0.0,
-            error_ns=0.0,
-            confidence=1.0,
-        )
-    ]
+    return [bound_finding("bound_job", shares, "job", "job", "the job", RULES["bound_job"].sources[0])]
 
 
 JOB_RULES: dict[str, Callable[..., list[Finding]]] = {

@@ -20,8 +20,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import columns
-from perfsight.advisor.finding import Evidence, Finding, confidence, robust_effect, severity_for
-from perfsight.advisor.messages import BOUND_ZH
+from perfsight.advisor.finding import (
+    Evidence,
+    Finding,
+    bound_finding,
+    confidence,
+    ms,
+    pct,
+    robust_effect,
+    severity_for,
+)
 from perfsight.advisor.rules import RULES, threshold
 from perfsight.model import SliceKind, Trace
 
@@ -115,14 +123,6 @@ def rank_view(tables: dict[str, pa.Table], trace: Trace) -> RankView:
     return RankView(tables, trace, steps[complete], durations[complete])
 
 
-def _pct(share: float) -> float:
-    return round(share * 100, 1)
-
-
-def _ms(ns: float) -> float:
-    return round(ns / 1e6, 3)
-
-
 def _finding(rule: str, view: RankView, **fields) -> Finding:
     fields.setdefault("category", RULES[rule].category)
     fields.setdefault("ranks", [view.rank])
@@ -183,8 +183,8 @@ def data_wait(view: RankView) -> list[Finding]:
             evidence.append(
                 Evidence("loader queue empty at request", empty, "share", 0.5, "data preparation page")
             )
-            queue = f"; the loader's queue was empty at {_pct(empty)}% of requests"
-    params = {"gap_ms": _ms(gap), "share_pct": _pct(share), "queue": queue, "culprit": ""}
+            queue = f"; the loader's queue was empty at {pct(empty)}% of requests"
+    params = {"gap_ms": ms(gap), "share_pct": pct(share), "queue": queue, "culprit": ""}
     if from_loader:
         params["culprit"] = "DataLoader"
         key, category, culprit = "data.loader", "data", "DataLoader"
@@ -254,8 +254,8 @@ def dtype_casts(view: RankView) -> list[Finding]:
             key="compute.casts",
             params={
                 "culprit": CAST_OPS[0],
-                "cast_ms": _ms(effect),
-                "share_pct": _pct(share),
+                "cast_ms": ms(effect),
+                "share_pct": pct(share),
                 "count": int(round(calls.mean())),
             },
             evidence=[
@@ -304,7 +304,7 @@ def host_syncs(view: RankView) -> list[Finding]:
             params={
                 "culprit": ", ".join(SYNC_OPS[:1]) + " ...",
                 "count": int(round(per_step)),
-                "sync_ms": _ms(effect),
+                "sync_ms": ms(effect),
             },
             evidence=[
                 Evidence(
@@ -442,7 +442,7 @@ def memory_capacity(view: RankView) -> list[Finding]:
                 "culprit": f"rank {view.rank}",
                 "peak_mb": round(peak / 2**20, 1),
                 "capacity_mb": round(capacity / 2**20, 1),
-                "share_pct": _pct(share),
+                "share_pct": pct(share),
             },
             evidence=[
                 Evidence(
@@ -492,7 +492,7 @@ def exposed_communication(view: RankView) -> list[Finding]:
             culprit_kind="rank",
             culprit=str(view.rank),
             key="communication.exposed",
-            params={"comm_ms": _ms(effect), "share_pct": _pct(share)},
+            params={"comm_ms": ms(effect), "share_pct": pct(share)},
             evidence=[
                 Evidence(
                     "communication not overlapped per step", int(effect), "ns", None, RULES[rule].sources[0]
@@ -536,7 +536,7 @@ def top_operator(view: RankView) -> list[Finding]:
             culprit_kind="op",
             culprit=name,
             key="compute.top_operator",
-            params={"culprit": name, "share_pct": _pct(share), "op_share_pct": _pct(op_share)},
+            params={"culprit": name, "share_pct": pct(share), "op_share_pct": pct(op_share)},
             evidence=[
                 Evidence(
                     "forward+backward share of step",
@@ -559,33 +559,11 @@ def bound(view: RankView) -> list[Finding]:
     shares = _shares(view)
     if not shares:
         return []
-    kind = max(shares, key=shares.__getitem__)
-    return [
-        _finding(
-            "bound",
-            view,
-            category=kind,
-            severity="info",
-            culprit_kind="rank",
-            culprit=str(view.rank),
-            key="bound",
-            params={
-                "culprit": f"rank {view.rank}",
-                "bound": kind,
-                "bound_zh": BOUND_ZH[kind],
-                "compute_pct": _pct(shares["compute"]),
-                "free_pct": _pct(shares["scheduling"]),
-                "comm_pct": _pct(shares["communication"]),
-            },
-            evidence=[
-                Evidence(f"{k} share of step", v, "share", None, RULES["bound"].sources[0])
-                for k, v in shares.items()
-            ],
-            effect_ns=0.0,
-            error_ns=0.0,
-            confidence=1.0,
-        )
-    ]
+    finding = bound_finding(
+        "bound", shares, "rank", str(view.rank), f"rank {view.rank}", RULES["bound"].sources[0]
+    )
+    finding.ranks = [view.rank]
+    return [finding]
 
 
 RANK_RULES: dict[str, Callable[[RankView], list[Finding]]] = {
