@@ -205,6 +205,7 @@ def bound_finding(
     from perfsight.advisor.messages import BOUND_ZH
 
     kind = max(shares, key=shares.__getitem__)
+    over = " (all ranks)" if culprit_kind == "job" else ""
     return Finding(
         rule=rule,
         category=kind,
@@ -220,10 +221,7 @@ def bound_finding(
             "free_pct": pct(shares["scheduling"]),
             "comm_pct": pct(shares["communication"]),
         },
-        evidence=[
-            Evidence(f"{k} share of step{' (all ranks)' if culprit_kind == 'job' else ''}", v, "share", None, source)
-            for k, v in shares.items()
-        ],
+        evidence=[Evidence(f"{k} share of step{over}", v, "share", None, source) for k, v in shares.items()],
         effect_ns=0.0,
         error_ns=0.0,
         confidence=1.0,
