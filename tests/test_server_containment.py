@@ -10,9 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from _serve_process import start_serve
 from _server_helpers import TWO_RANKS, copy_into, wait_ready
 from conftest import kineto_file
 from perfsight.api import analyse
@@ -239,20 +238,7 @@ def test_two_base_folders_sharing_a_cache_keep_their_analyses_apart(tmp_path: Pa
 # ---------------------------------------------------------------------------------------------- CLI
 def _serve_until_ready(base: Path, run: str, *extra: str, env: dict[str, str] | None = None) -> None:
     """``perfsight serve`` in a subprocess, as a user starts it; opens ``run`` and waits until ready."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [
-        sys.executable,
-        "-m",
-        "perfsight.cli",
-        "serve",
-        "--summary-base-dir",
-        str(base),
-        "--port",
-        str(port),
-    ]
-    process = subprocess.Popen([*command, *extra], stderr=subprocess.DEVNULL, env=env)
+    process, port = start_serve(base, *extra, stderr=subprocess.DEVNULL, env=env)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

@@ -16,6 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from _hostile import HOSTILE_NAMES, hostile_trace
+from _serve_process import start_serve
 from _server_helpers import copy_into, wait_ready
 from conftest import kineto_file
 from perfsight.pipeline import Options, analyse_and_write
@@ -185,29 +186,8 @@ def test_a_loopback_server_refuses_other_host_names(layout: dict[str, Path]) -> 
         assert local.get("/api/runs", headers={"host": "attacker.example"}).status_code == 403
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _serve(base: Path, *extra: str) -> tuple[subprocess.Popen[str], str, int]:
-    port = _free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "perfsight.cli",
-            "serve",
-            "--summary-base-dir",
-            str(base),
-            "--port",
-            str(port),
-            *extra,
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process, port = start_serve(base, *extra, stderr=subprocess.PIPE)
     line = process.stderr.readline() if process.stderr else ""
     return process, line, port
 
