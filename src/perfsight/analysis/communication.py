@@ -398,6 +398,18 @@ def step_times(times: pa.Table) -> pa.Table:
     )
 
 
+def _step_total_keys(grouped: pa.Table) -> list[pa.Array]:
+    """The key columns of a per-step total (rank, op = ``NO_ID``, step, is_p2p, link), typed as
+    :data:`LINK_SCHEMA` and :data:`SIZE_SCHEMA` begin."""
+    return [
+        grouped.column("rank").cast(pa.int32()),
+        pa.array(np.full(grouped.num_rows, NO_ID), pa.int64()),
+        grouped.column("step").cast(pa.int32()),
+        grouped.column("is_p2p").cast(pa.bool_()),
+        grouped.column("link").cast(pa.string()),
+    ]
+
+
 def step_links(links: pa.Table) -> pa.Table:
     """Sum of :func:`link_bandwidth` per rank, step, kind (``is_p2p``) and link; bandwidth and
     ratio from the sums (the link part of "Total Op Info").
@@ -416,11 +428,7 @@ def step_links(links: pa.Table) -> pa.Table:
     bandwidth, ratio = _link_rates(nbytes, ns, packets, large, is_sdma)
     return pa.Table.from_arrays(
         [
-            grouped.column("rank").cast(pa.int32()),
-            pa.array(np.full(grouped.num_rows, NO_ID), pa.int64()),
-            grouped.column("step").cast(pa.int32()),
-            grouped.column("is_p2p").cast(pa.bool_()),
-            grouped.column("link").cast(pa.string()),
+            *_step_total_keys(grouped),
             pa.array(nbytes, pa.int64()),
             pa.array(ns, pa.int64()),
             pa.array(packets, pa.int64()),
@@ -487,11 +495,7 @@ def step_sizes(sizes: pa.Table) -> pa.Table:
     grouped = grouped.take(pa.array(order, pa.int64()))
     return pa.Table.from_arrays(
         [
-            grouped.column("rank").cast(pa.int32()),
-            pa.array(np.full(grouped.num_rows, NO_ID), pa.int64()),
-            grouped.column("step").cast(pa.int32()),
-            grouped.column("is_p2p").cast(pa.bool_()),
-            grouped.column("link").cast(pa.string()),
+            *_step_total_keys(grouped),
             grouped.column("packet_bytes").cast(pa.int64()),
             grouped.column("count_sum").cast(pa.int64()),
             grouped.column("transit_ns_sum").cast(pa.int64()),
