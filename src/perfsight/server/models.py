@@ -30,7 +30,9 @@ class RunInfo(BaseModel):
     id: str = Field(description="path of the run relative to the base dir (POSIX); pass it as ?run=")
     name: str
     kind: RunKind
+    kind_label: str = Field(description='the kind in a user\'s words: "PyTorch job, 4 ranks", "Ascend job"')
     ranks: list[int]
+    hosts: list[str] = Field(description="host names the collector recorded (empty when the data has none)")
     steps: int | None = Field(description="steps of the lowest rank, known once analysed")
     date: str = Field(description="ISO 8601 UTC modification time of the newest input")
     size_bytes: int

@@ -230,7 +230,9 @@ class Registry:
             id=run.id,
             name=run.name,
             kind=run.kind,  # type: ignore[arg-type]
+            kind_label=run.kind_label,
             ranks=status.ranks,
+            hosts=run.hosts,
             steps=steps,
             date=iso_date(run.date),
             size_bytes=run.size_bytes,

@@ -36,7 +36,13 @@ from perfsight.ingest import ASCEND_OUTPUT_DIR, TRACE_SUFFIXES, find_traces
 from perfsight.server.security import inside, relative_id
 
 TIMELINE_DIR = "timeline"
-_RANK_DIR = re.compile(r"^rank(\d+)(_.*)?$")
+CLUSTER_OUTPUT_DIR = "cluster_analysis_output"
+"""Where a job's cross-rank outputs are, beside its ``rank<N>/`` folders (as ``perfsight analyse``
+writes them; ``perfsight.cluster.discovery.CLUSTER_OUTPUT_DIR``, not imported: the server's run
+list must not load the cluster layer's pandas)."""
+_RANK_DIR = re.compile(r"^rank(\d+)(_(?!\d+_perfsight$).*)?$")
+"""An analysed rank folder (``rank3``, ``rank3_<window>``), never a rank's own run folder as the
+collector names it (``rank3_<timestamp>_perfsight``)."""
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _RANK_IN_HEAD = re.compile(rb'"distributedInfo"\s*:\s*\{[^}]*?"rank"\s*:\s*(\d+)', re.DOTALL)
 _PROFILER_INFO = re.compile(r"^profiler_info_(\d+)\.json$")
@@ -60,6 +66,20 @@ class Run:
     output_root: Path  # where the server writes its analysis: in its cache folder (may not exist yet)
     roots: tuple[Path, ...] = ()  # the folders everything read must resolve into (base dir, cache)
     found_root: Path | None = None  # outputs `perfsight analyse` wrote in the base dir: read, never written
+    hosts: list[str] = dataclasses.field(default_factory=list)  # as the collector recorded them, if it did
+    family: str = "PyTorch"  # what made the data, in a user's words: PyTorch, Ascend, MindInsight
+
+    @property
+    def kind_label(self) -> str:
+        """The kind in a user's words, for the run list ("PyTorch job, 4 ranks", "Ascend job")."""
+        n = len(self.ranks)
+        if self.kind == "job":
+            return f"{self.family} job, {n} ranks" if n > 1 else f"{self.family} job"
+        if self.kind == "perfsight_run":
+            return f"{self.family} run, rank {self.ranks[0]}" if n == 1 else f"{self.family} run, {n} ranks"
+        if self.kind == "trace":
+            return f"{self.family} trace"
+        return f"analysis, {n} ranks" if n > 1 else "analysis"
 
     def rank_dirs(self, root: Path) -> dict[int, Path]:
         """Analysed ``rank<N>`` folders under ``root`` (one of this run's), by rank; only those whose
@@ -188,6 +208,15 @@ def _stat_sum(paths: list[Path]) -> tuple[float, int]:
     return mtime, size
 
 
+def _recorded_host(info: Path) -> str | None:
+    """The host name a rank's ``profiler_info_{rank}.json`` records (a few hundred bytes to read)."""
+    try:
+        host = json.loads(info.read_text(encoding="utf-8")).get("host")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return host if isinstance(host, str) and host else None
+
+
 def iso_date(timestamp: float) -> str:
     return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC).isoformat(timespec="seconds")
 
@@ -235,6 +264,11 @@ class Discovery:
                 and d not in ("PROFILER_OUTPUT", "cache")
                 and not (here / d).is_symlink()
             )
+            job = self._run_folder_job(here, dirnames)
+            if job is not None:  # the rank folders of one job: one run, never one per rank
+                raw.append(job)
+                dirnames[:] = []
+                continue
             infos = [f for f in filenames if _PROFILER_INFO.match(f)]
             if here.name.endswith("_perfsight") and infos:
                 raw.append(self._perfsight_run(here, infos))
@@ -274,6 +308,41 @@ class Discovery:
             ranks=ranks,
             date=mtime,
             size_bytes=size,
+            hosts=sorted({h for name in infos if (h := _recorded_host(folder / name))}),
+        )
+
+    def _run_folder_job(self, folder: Path, dirnames: list[str]) -> Run | None:
+        """The perfsight run folders directly under ``folder`` (``*_perfsight/`` with a
+        ``profiler_info_{rank}.json``), as one job when they hold more than one rank: the collector
+        writes one such folder per rank and window, and a user thinks of them as one training job.
+        Folders of one rank only (several windows, or a lone rank) stay runs of their own."""
+        members: list[tuple[Path, list[str]]] = []
+        for name in dirnames:
+            if not name.endswith("_perfsight"):
+                continue
+            child = folder / name
+            try:
+                infos = [f for f in os.listdir(child) if _PROFILER_INFO.match(f)]
+            except OSError:
+                continue
+            if infos:
+                members.append((child, infos))
+        ranks = {int(_PROFILER_INFO.match(i).group(1)) for _, infos in members for i in infos}  # type: ignore[union-attr]
+        if len(ranks) < 2:
+            return None
+        runs = [self._perfsight_run(child, infos) for child, infos in members]
+        inputs = [p for run in runs for p in run.inputs]
+        mtime, size = _stat_sum(inputs)
+        return self._run(
+            id=relative_id(folder, self.base),
+            name=folder.name if folder != self.base else self.base.name,
+            kind="job",
+            path=folder,
+            inputs=inputs,
+            ranks=sorted(ranks),
+            date=mtime,
+            size_bytes=size,
+            hosts=sorted({h for run in runs for h in run.hosts}),
         )
 
     def _folder_job(self, folder: Path, dirnames: list[str], filenames: list[str]) -> Run | None:
@@ -319,6 +388,7 @@ class Discovery:
             ranks=sorted(set(ranks)),
             date=mtime,
             size_bytes=size,
+            family="Ascend" if ascend else "MindInsight",
         )
 
     def _trace_runs(self, folder: Path, traces: list[Path]) -> list[Run]:
