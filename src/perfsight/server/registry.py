@@ -157,6 +157,10 @@ class Registry:
         self._damaged: dict[Path, tuple[int, ...]] = {}
         self._damage_errors: dict[str, str] = {}  # run id -> what was damaged (for a failed status)
 
+    def public(self, text: str) -> str:
+        """``text`` as the API may show it: the server's own paths replaced by their labels."""
+        return without_roots(text, self._labels)
+
     # ------------------------------------------------------------------ discovery
     def runs(self) -> dict[str, Run]:
         with self._lock:

@@ -40,6 +40,9 @@ CLUSTER_OUTPUT_DIR = "cluster_analysis_output"
 """Where a job's cross-rank outputs are, beside its ``rank<N>/`` folders (as ``perfsight analyse``
 writes them; ``perfsight.cluster.discovery.CLUSTER_OUTPUT_DIR``, not imported: the server's run
 list must not load the cluster layer's pandas)."""
+CLUSTER_FAILED_FILE = "cluster_analysis_failed.txt"
+"""Written by the server's analysis, beside the rank folders, when a job's cross-rank step failed
+(its ranks are still served): says why, and that the analysis is complete as it is."""
 _RANK_DIR = re.compile(r"^rank(\d+)(_(?!\d+_perfsight$).*)?$")
 """An analysed rank folder (``rank3``, ``rank3_<window>``), never a rank's own run folder as the
 collector names it (``rank3_<timestamp>_perfsight``)."""

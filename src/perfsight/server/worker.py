@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perfsight.server.runs import CLUSTER_OUTPUT_DIR, rank_dirs
+from perfsight.server.runs import CLUSTER_FAILED_FILE, CLUSTER_OUTPUT_DIR, rank_dirs
 from perfsight.store import cache, timeline_index
 
 
@@ -59,10 +59,15 @@ def _analyse(spec: dict[str, Any]) -> None:
     inputs = [Path(p) for p in spec["inputs"]]
     warnings: list[str] = []
     indexed: set[Path] = set()
+    job_failed = None
     if inputs and spec.get("job"):
         _write_progress(progress_path, 0, 1, f"analysing {len(inputs)} inputs and the job as a whole")
-        warnings.extend(_analyse_job(spec["path"], root))
-    elif inputs:
+        try:
+            warnings.extend(_analyse_job(spec["path"], root))
+        except Exception as error:  # the ranks are still worth serving: analyse them one by one
+            job_failed = f"the cross-rank analysis of this job failed: {error or type(error).__name__}"
+            warnings.append(job_failed)
+    if inputs and (not spec.get("job") or job_failed is not None):
         n = len(inputs)
         stages = [f"reading {p.name}" for p in inputs] + ["analysing", "writing outputs"] * n
         progress = _FileProgress(progress_path, 3 * n + 1, stages + ["indexing the timeline"])
@@ -82,6 +87,8 @@ def _analyse(spec: dict[str, Any]) -> None:
     for i, folder in enumerate(f for f in stale if f not in indexed):
         _write_progress(progress_path, i, len(stale), f"indexing {folder.parent.name}", warnings=warnings)
         timeline_index.write_timeline_index(cache.load_trace(folder), folder)
+    if job_failed is not None:
+        (root / CLUSTER_FAILED_FILE).write_text(job_failed + "\n", encoding="utf-8")
     _save_overview(root)
     _write_progress(progress_path, 1, 1, "done", warnings=sorted(set(warnings)))
 

@@ -1,0 +1,172 @@
+"""The job pages in a real Chromium, against `perfsight serve` on real multi-process jobs.
+
+The jobs are those of `make demo` (tests/_jobs.py): a gloo DDP job and a 2-stage pipeline job
+whose stage 1 is given four times the layers (examples/train_pp.py --overload-stage 1).  What a
+user must see is asserted on the rendered page; expected values come from the JSON API the page is
+built from, or from how the job was run (which stage was overloaded), never from strings we wrote.
+"""
+
+# ruff: noqa: F811 - the fixtures imported from _ui are redefined as test parameters, as pytest intends
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from _jobs import DDP_JOB, DDP_RANKS, OVERLOADED_STAGE, PP_JOB, demo_base
+from _ui import Server, fmt_ms, need_browser, own_server_browser  # noqa: F401 - fixture
+
+RANK_ROWS = '[data-testid="job-ranks"] tbody tr'
+STEP_ROWS = '[data-testid="job-step-table"] tbody tr'
+
+
+class Page:
+    """A browser page that records uncaught errors and console errors."""
+
+    def __init__(self, page: Any) -> None:
+        self.page = page
+        self.errors: list[str] = []
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+
+
+@pytest.fixture(scope="module")
+def jobs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    need_browser()
+    base = demo_base(tmp_path_factory, tmp_path_factory.mktemp("ui-jobs") / "demo_output")
+    server = Server(base)
+    try:
+        for run in (DDP_JOB, PP_JOB):
+            server.wait_ready(run, timeout_s=300)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def page(own_server_browser: Any, jobs_server: Server) -> Iterator[Page]:
+    context = own_server_browser.new_context(viewport={"width": 1600, "height": 1000})
+    watched = Page(context.new_page())
+    watched.page.set_default_timeout(60_000)
+    try:
+        yield watched
+    finally:
+        context.close()
+
+
+def _column(page: Any, rows: str, index: int) -> list[str]:
+    return [row.locator("td").nth(index).inner_text() for row in page.locator(rows).all()]
+
+
+def _header(page: Any, testid: str, label: str) -> Any:
+    return page.locator(f'[data-testid="{testid}"] th', has_text=label).first
+
+
+def test_the_run_list_shows_each_job_once_and_a_job_opens_on_its_overview(
+    page: Page, jobs_server: Server
+) -> None:
+    runs = {r["id"]: r for r in jobs_server.get("runs")["runs"]}
+    assert sorted(runs) == sorted([DDP_JOB, PP_JOB])
+    p = page.page
+    p.goto(jobs_server.url)
+    p.wait_for_selector('[data-testid="run-list"] tbody tr')
+    assert p.locator('[data-testid="run-list"] tbody tr').count() == 2
+    ddp = p.locator(f'tr[data-run="{DDP_JOB}"] td').all_text_contents()
+    assert ddp[1] == f"PyTorch job, {DDP_RANKS} ranks" and ddp[2] == str(DDP_RANKS)
+    p.locator(f'tr[data-run="{PP_JOB}"] a').click()
+    p.wait_for_selector(RANK_ROWS)
+    assert "#/job?" in p.url
+    assert p.locator("nav.tabs a.active").inner_text() == "Job overview"
+    assert not page.errors
+
+
+def test_the_overloaded_stage_is_the_busiest_and_the_ranks_sort(page: Page, jobs_server: Server) -> None:
+    p = page.page
+    p.goto(jobs_server.page_url("job", PP_JOB))
+    p.wait_for_selector(RANK_ROWS)
+    # the stage given four times the layers is the one the page marks as computing the most
+    busiest = p.locator('[data-testid="stages-table"] tr:has([data-testid="busiest-stage"])')
+    assert busiest.get_attribute("data-stage") == str(OVERLOADED_STAGE)
+    computing = [
+        float(x) for x in p.locator('[data-testid="stages-table"] td[data-col="computing"]').all_inner_texts()
+    ]
+    assert max(computing) == computing[OVERLOADED_STAGE] and computing[OVERLOADED_STAGE] > 2 * min(computing)
+    # sorting by computing puts the overloaded stage's rank first, then last
+    overview = jobs_server.get("job/overview", run=PP_JOB)
+    stage_of = {r["rank"]: r["stage"] for r in overview["ranks"]}
+    _header(p, "job-ranks", "Computing").click()
+    p.wait_for_selector('[data-testid="job-ranks"] th:has-text("Computing (ms) ▼")')
+    first = int(_column(p, RANK_ROWS, 0)[0])
+    assert stage_of[first] == OVERLOADED_STAGE
+    _header(p, "job-ranks", "Computing").click()
+    p.wait_for_selector('[data-testid="job-ranks"] th:has-text("Computing (ms) ▲")')
+    assert stage_of[int(_column(p, RANK_ROWS, 0)[0])] != OVERLOADED_STAGE
+    # the stacked bars are drawn, with every rank
+    label = p.locator('[data-testid="chart-rank-time"]').get_attribute("aria-label") or ""
+    assert all(f"Rank {r}" in label for r in stage_of)
+    assert p.locator('[data-testid="groups-table"] tr[data-mode="pipeline"]').count() == 1
+    assert not page.errors
+
+
+def test_the_ddp_overview_names_the_slowest_rank_and_opens_a_rank(page: Page, jobs_server: Server) -> None:
+    p = page.page
+    p.goto(jobs_server.page_url("job", DDP_JOB))
+    p.wait_for_selector(RANK_ROWS)
+    overview = jobs_server.get("job/overview", run=DDP_JOB)
+    assert p.locator(RANK_ROWS).count() == DDP_RANKS
+    slowest = overview["step_spread"]["slowest_rank"]
+    assert p.inner_text('[data-testid="stat-slowest-rank"]') == f"Rank {slowest}"
+    # sorted by step time, longest first (the default): the slowest rank heads the table
+    assert int(_column(p, RANK_ROWS, 0)[0]) == slowest
+    assert p.locator('[data-testid="groups-table"] tr[data-mode="data"]').count() == 1
+    assert p.locator('[data-testid="slow-ranks-table"] tbody tr').count() == DDP_RANKS
+    p.locator(RANK_ROWS).first.click()
+    p.wait_for_selector('[data-testid="stat-steps"]')
+    assert f"rank={slowest}" in p.url and "#/overview?" in p.url
+    assert not page.errors
+
+
+def test_the_cluster_step_trace_sorts_filters_by_stage_and_shows_one_step(
+    page: Page, jobs_server: Server
+) -> None:
+    p = page.page
+    p.goto(jobs_server.page_url("job-steps", PP_JOB))
+    p.wait_for_selector(STEP_ROWS)
+    average = jobs_server.get("job/step-trace", run=PP_JOB)
+    assert p.locator(STEP_ROWS).count() == len(average["ranks"])
+    headers = p.locator('[data-testid="job-step-table"] th').all_inner_texts()
+    assert any(h.startswith("Bubble") for h in headers) and any(h.startswith("Stage") for h in headers)
+    # sorting: forward+backward time, then the other way round
+    _header(p, "job-step-table", "Fwd+bwd").click()
+    p.wait_for_selector('[data-testid="job-step-table"] th:has-text("Fwd+bwd (ms) ▼")')
+    down = _column(p, STEP_ROWS, 0)
+    _header(p, "job-step-table", "Fwd+bwd").click()
+    p.wait_for_selector('[data-testid="job-step-table"] th:has-text("Fwd+bwd (ms) ▲")')
+    assert _column(p, STEP_ROWS, 0) == list(reversed(down))
+    # the stage filter keeps the overloaded stage's ranks only
+    p.select_option('[data-testid="job-stage-select"]', str(OVERLOADED_STAGE))
+    p.wait_for_url(f"**stage={OVERLOADED_STAGE}**")
+    p.wait_for_function(
+        "([sel, n]) => document.querySelectorAll(sel).length === n",
+        arg=[STEP_ROWS, sum(r["stage"] == OVERLOADED_STAGE for r in average["ranks"])],
+    )
+    assert set(_column(p, STEP_ROWS, 1)) == {str(OVERLOADED_STAGE)}
+    # one step: the numbers shown are that step's
+    step = average["steps"][-1]
+    p.select_option('[data-testid="job-step-select"]', step)
+    p.wait_for_url(f"**step={step}**")
+    one = jobs_server.get("job/step-trace", run=PP_JOB, step=step, stage=OVERLOADED_STAGE)
+    p.wait_for_selector(STEP_ROWS)
+    expected = [fmt_ms(r["duration_ns"]) for r in one["ranks"]]
+    p.wait_for_function(
+        "([sel, want]) => [...document.querySelectorAll(sel)].map(r => r.cells[3].innerText).join() === want",
+        arg=[STEP_ROWS, ",".join(expected)],
+    )
+    # click-through: a rank's row opens that rank's pages
+    rank = int(_column(p, STEP_ROWS, 0)[0])
+    p.locator(STEP_ROWS).first.click()
+    p.wait_for_selector('[data-testid="stat-steps"]')
+    assert f"rank={rank}" in p.url
+    assert p.locator('[data-testid="rank-select"]').input_value() == str(rank)
+    assert not page.errors
