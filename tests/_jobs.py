@@ -61,7 +61,14 @@ def trained_jobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
             shutil.rmtree(folder, ignore_errors=True)
             _run_example("train_ddp.py", folder / DDP_JOB, "--world-size", str(DDP_RANKS))
             _run_example(
-                "train_pp.py", folder / PP_JOB, "--stages", "2", "--overload-stage", str(OVERLOADED_STAGE)
+                "train_pp.py",
+                folder / PP_JOB,
+                "--stages",
+                "2",
+                "--overload-stage",
+                str(OVERLOADED_STAGE),
+                "--batch-size",
+                "256",
             )
             (folder / "done").write_text("ok")
     return folder

@@ -59,8 +59,11 @@ def _column(page: Any, rows: str, index: int) -> list[str]:
     return [row.locator("td").nth(index).inner_text() for row in page.locator(rows).all()]
 
 
-def _header(page: Any, testid: str, label: str) -> Any:
-    return page.locator(f'[data-testid="{testid}"] th', has_text=label).first
+def _sort_by(page: Any, testid: str, label: str, arrow: str) -> None:
+    """Click the column header ``label`` and wait until the table shows rows sorted ``arrow``."""
+    page.locator(f'[data-testid="{testid}"] th', has_text=label).first.click()
+    page.wait_for_selector(f'[data-testid="{testid}"] th:has-text("{label}"):has-text("{arrow}")')
+    page.wait_for_selector(f'[data-testid="{testid}"]:not([aria-busy])')
 
 
 def test_the_run_list_shows_each_job_once_and_a_job_opens_on_its_overview(
@@ -81,30 +84,32 @@ def test_the_run_list_shows_each_job_once_and_a_job_opens_on_its_overview(
     assert not page.errors
 
 
-def test_the_overloaded_stage_is_the_busiest_and_the_ranks_sort(page: Page, jobs_server: Server) -> None:
+def test_the_overloaded_stage_stands_out_and_the_ranks_sort(page: Page, jobs_server: Server) -> None:
     p = page.page
     p.goto(jobs_server.page_url("job", PP_JOB))
     p.wait_for_selector(RANK_ROWS)
-    # the stage given four times the layers is the one the page marks as computing the most
-    busiest = p.locator('[data-testid="stages-table"] tr:has([data-testid="busiest-stage"])')
-    assert busiest.get_attribute("data-stage") == str(OVERLOADED_STAGE)
-    computing = [
-        float(x) for x in p.locator('[data-testid="stages-table"] td[data-col="computing"]').all_inner_texts()
-    ]
-    assert max(computing) == computing[OVERLOADED_STAGE] and computing[OVERLOADED_STAGE] > 2 * min(computing)
-    # sorting by computing puts the overloaded stage's rank first, then last
     overview = jobs_server.get("job/overview", run=PP_JOB)
-    stage_of = {r["rank"]: r["stage"] for r in overview["ranks"]}
-    _header(p, "job-ranks", "Computing").click()
-    p.wait_for_selector('[data-testid="job-ranks"] th:has-text("Computing (ms) ▼")')
-    first = int(_column(p, RANK_ROWS, 0)[0])
-    assert stage_of[first] == OVERLOADED_STAGE
-    _header(p, "job-ranks", "Computing").click()
-    p.wait_for_selector('[data-testid="job-ranks"] th:has-text("Computing (ms) ▲")')
-    assert stage_of[int(_column(p, RANK_ROWS, 0)[0])] != OVERLOADED_STAGE
+    # the stage given four times the layers shows four times the FLOPs (counted, not timed)
+    flops = {
+        int(row.get_attribute("data-stage")): float(
+            row.locator('td[data-col="flops"]').get_attribute("data-value")
+        )
+        for row in p.locator('[data-testid="stages-table"] tbody tr').all()
+    }
+    assert max(flops, key=flops.__getitem__) == OVERLOADED_STAGE
+    # the busiest stage marked is the analysis's verdict (the one computing the longest)
+    busiest = p.locator('[data-testid="stages-table"] tr:has([data-testid="busiest-stage"])')
+    assert busiest.get_attribute("data-stage") == str(overview["pipeline"]["slowest_stage"])
+    # sorting by computing puts the rank computing the longest first, then last
+    computing = {r["rank"]: r["computing_ns"] for r in overview["ranks"]}
+    order = sorted(computing, key=lambda r: (-computing[r], r))
+    _sort_by(p, "job-ranks", "Computing", "▼")
+    assert [int(x) for x in _column(p, RANK_ROWS, 0)] == order
+    _sort_by(p, "job-ranks", "Computing", "▲")
+    assert [int(x) for x in _column(p, RANK_ROWS, 0)] == list(reversed(order))
     # the stacked bars are drawn, with every rank
     label = p.locator('[data-testid="chart-rank-time"]').get_attribute("aria-label") or ""
-    assert all(f"Rank {r}" in label for r in stage_of)
+    assert all(f"Rank {r}" in label for r in computing)
     assert p.locator('[data-testid="groups-table"] tr[data-mode="pipeline"]').count() == 1
     assert not page.errors
 
@@ -138,12 +143,11 @@ def test_the_cluster_step_trace_sorts_filters_by_stage_and_shows_one_step(
     headers = p.locator('[data-testid="job-step-table"] th').all_inner_texts()
     assert any(h.startswith("Bubble") for h in headers) and any(h.startswith("Stage") for h in headers)
     # sorting: forward+backward time, then the other way round
-    _header(p, "job-step-table", "Fwd+bwd").click()
-    p.wait_for_selector('[data-testid="job-step-table"] th:has-text("Fwd+bwd (ms) ▼")')
-    down = _column(p, STEP_ROWS, 0)
-    _header(p, "job-step-table", "Fwd+bwd").click()
-    p.wait_for_selector('[data-testid="job-step-table"] th:has-text("Fwd+bwd (ms) ▲")')
-    assert _column(p, STEP_ROWS, 0) == list(reversed(down))
+    fp_bp = {r["rank"]: r["fp_bp_ns"] for r in average["ranks"]}
+    _sort_by(p, "job-step-table", "Fwd+bwd", "▼")
+    assert [int(x) for x in _column(p, STEP_ROWS, 0)] == sorted(fp_bp, key=lambda r: (-fp_bp[r], r))
+    _sort_by(p, "job-step-table", "Fwd+bwd", "▲")
+    assert [int(x) for x in _column(p, STEP_ROWS, 0)] == sorted(fp_bp, key=lambda r: (fp_bp[r], r))
     # the stage filter keeps the overloaded stage's ranks only
     p.select_option('[data-testid="job-stage-select"]', str(OVERLOADED_STAGE))
     p.wait_for_url(f"**stage={OVERLOADED_STAGE}**")

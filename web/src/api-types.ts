@@ -491,6 +491,8 @@ export interface components {
              * @description pipeline stages, averaged (one stage without pipeline)
              */
             stages: components["schemas"]["StageBalance"][];
+            /** @description set when the job has more than one stage */
+            pipeline: components["schemas"]["PipelineBalance"] | null;
             /**
              * Parallel
              * @description the detected parallel layout and groups
@@ -890,6 +892,24 @@ export interface components {
             /** Warnings */
             warnings: string[];
         };
+        /**
+         * PipelineBalance
+         * @description The cluster analysis's verdict on how evenly the pipeline stages are loaded.
+         */
+        PipelineBalance: {
+            /** Imbalanced */
+            imbalanced: boolean;
+            /**
+             * Spread
+             * @description (max - min) / max of the stages' computing time
+             */
+            spread: number | null;
+            /**
+             * Slowest Stage
+             * @description the stage that computes the longest
+             */
+            slowest_stage: number | null;
+        };
         /** RunInfo */
         RunInfo: {
             /**
@@ -1095,6 +1115,11 @@ export interface components {
             computing_ns: number;
             /** Bubble Ns */
             bubble_ns: number;
+            /**
+             * Flops
+             * @description floating-point operations of the stage's ranks, summed over the steps averaged, if known
+             */
+            flops: number | null;
         };
         /** StepAverage */
         StepAverage: {

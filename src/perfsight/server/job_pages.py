@@ -144,7 +144,15 @@ def overview(run: str, root: Path | None, saved: Path, sort: str, order: str) ->
         "WHERE type = 'stage' AND step = 'average' ORDER BY rank",
         [str(table)],
     ).to_pylist()  # the cluster analysis's stage averages (the CSV's stage rows index stages)
-    stages = [{**row, "ranks": members.get(str(row["stage"]), [])} for row in averages]
+    balance = summary.get("pipeline") or {}
+    flops = {int(p["stage"]): p.get("flops") for p in balance.get("per_stage", [])}
+    stages = [
+        {**row, "ranks": members.get(str(row["stage"]), []), "flops": flops.get(row["stage"])}
+        for row in averages
+    ]
+    pipeline = None
+    if len(stages) > 1 and "imbalanced" in balance:
+        pipeline = {k: balance.get(k) for k in ("imbalanced", "spread", "slowest_stage")}
     return {
         "run": run,
         "ranks": rows,
@@ -153,6 +161,7 @@ def overview(run: str, root: Path | None, saved: Path, sort: str, order: str) ->
         "slowest_ranks": summary.get("slowest_ranks", []),
         "slowest_links": summary.get("slowest_links", []),
         "stages": stages,
+        "pipeline": pipeline,
         "parallel": summary.get("parallel") or {},
         "problems": summary.get("problems", []),
     }

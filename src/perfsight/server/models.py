@@ -495,6 +495,17 @@ class StageBalance(BaseModel):
     duration_ns: int
     computing_ns: int
     bubble_ns: int
+    flops: float | None = Field(
+        description="floating-point operations of the stage's ranks, summed over the steps averaged, if known"
+    )
+
+
+class PipelineBalance(BaseModel):
+    """The cluster analysis's verdict on how evenly the pipeline stages are loaded."""
+
+    imbalanced: bool
+    spread: float | None = Field(description="(max - min) / max of the stages' computing time")
+    slowest_stage: int | None = Field(description="the stage that computes the longest")
 
 
 class JobOverview(BaseModel):
@@ -505,6 +516,7 @@ class JobOverview(BaseModel):
     slowest_ranks: list[SlowRankEvidence] = Field(description="ranks by lateness, the latest first")
     slowest_links: list[SlowLinkEvidence] = Field(description="links by bandwidth against their peers")
     stages: list[StageBalance] = Field(description="pipeline stages, averaged (one stage without pipeline)")
+    pipeline: PipelineBalance | None = Field(description="set when the job has more than one stage")
     parallel: dict[str, object] = Field(description="the detected parallel layout and groups")
     problems: list[str] = Field(description="missing or duplicate ranks and other problems of the job")
 

@@ -127,7 +127,7 @@ export async function jobPage(ctx: PageContext): Promise<void> {
       "div",
       { class: "grid" },
       card({ title: j.timePerRank, hint: j.timePerRankHint, full: true, testId: "card-rank-time", tools: [legend] }, barsEl, table.el),
-      pipeline ? card({ title: j.stages, hint: j.stagesHint, full: true, testId: "card-stages" }, stagesTable(first)) : null,
+      pipeline ? card({ title: j.stages, hint: first.pipeline?.imbalanced ? j.imbalanced(fmt.percent(first.pipeline.spread ?? 0)) : j.stagesHint, full: true, testId: "card-stages" }, stagesTable(first)) : null,
       card(
         { full: true, title: j.slowRanks, hint: first.slow_rank_threshold_ns !== null ? j.slowRanksHint(fmt.duration(first.slow_rank_threshold_ns)) : undefined, testId: "card-slow-ranks" },
         slowRanksTable(first, ctx.run),
@@ -151,10 +151,12 @@ function simpleTable(testId: string, head: string[], rows: HTMLElement[]): HTMLE
 
 function stagesTable(data: JobOverview): HTMLElement {
   const c = t.job.columns;
-  const busiest = data.stages.reduce((a, b) => (b.computing_ns > a.computing_ns ? b : a), data.stages[0]);
+  // the stage the cluster analysis found computing the longest (its pipeline-balance verdict)
+  const slowest = data.pipeline?.slowest_stage ?? null;
+  const busiest = data.stages.find((s) => s.stage === slowest);
   return simpleTable(
     "stages-table",
-    [c.stage, t.job.ranks, c.duration, c.computing, c.bubble],
+    [c.stage, t.job.ranks, c.duration, c.computing, c.bubble, c.flops],
     data.stages.map((s) =>
       h(
         "tr",
@@ -164,6 +166,7 @@ function stagesTable(data: JobOverview): HTMLElement {
         h("td", { class: "num" }, fmt.ms(s.duration_ns)),
         h("td", { class: "num", "data-col": "computing" }, fmt.ms(s.computing_ns)),
         h("td", { class: "num" }, fmt.ms(s.bubble_ns)),
+        h("td", { class: "num", "data-col": "flops", "data-value": s.flops ?? "" }, fmt.flops(s.flops)),
       ),
     ),
   );
