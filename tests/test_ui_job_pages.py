@@ -77,6 +77,8 @@ def test_the_run_list_shows_each_job_once_and_a_job_opens_on_its_overview(
     assert p.locator('[data-testid="run-list"] tbody tr').count() == 2
     ddp = p.locator(f'tr[data-run="{DDP_JOB}"] td').all_text_contents()
     assert ddp[1] == f"PyTorch job, {DDP_RANKS} ranks" and ddp[2] == str(DDP_RANKS)
+    assert ddp[4] == f"DP{DDP_RANKS}"  # examples/train_ddp.py: every rank in one data-parallel group
+    assert p.locator(f'tr[data-run="{PP_JOB}"] td').all_text_contents()[4] == "PP2"
     p.locator(f'tr[data-run="{PP_JOB}"] a').click()
     p.wait_for_selector(RANK_ROWS)
     assert "#/job?" in p.url

@@ -65,7 +65,7 @@ def test_run_list_shows_each_run_with_its_kind_ranks_and_date(ui_page: Watched, 
         assert cells[0] == run["name"]
         assert cells[1] == run["kind_label"]
         assert cells[2] == str(len(run["ranks"]))
-        assert cells[5].startswith(run["date"][:4])
+        assert cells[6].startswith(run["date"][:4])
     assert not ui_page.errors
 
 

@@ -937,6 +937,11 @@ export interface components {
              */
             hosts: string[];
             /**
+             * Layout
+             * @description detected parallel layout of an analysed job, e.g. "DP2 × PP2"
+             */
+            layout: string | null;
+            /**
              * Steps
              * @description steps of the lowest rank, known once analysed
              */

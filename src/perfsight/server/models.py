@@ -33,6 +33,7 @@ class RunInfo(BaseModel):
     kind_label: str = Field(description='the kind in a user\'s words: "PyTorch job, 4 ranks", "Ascend job"')
     ranks: list[int]
     hosts: list[str] = Field(description="host names the collector recorded (empty when the data has none)")
+    layout: str | None = Field(description='detected parallel layout of an analysed job, e.g. "DP2 × PP2"')
     steps: int | None = Field(description="steps of the lowest rank, known once analysed")
     date: str = Field(description="ISO 8601 UTC modification time of the newest input")
     size_bytes: int

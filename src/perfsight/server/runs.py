@@ -474,3 +474,22 @@ def step_count(rank_dir: Path) -> int | None:
         return pq.read_metadata(rank_dir / "cache" / "steps.parquet").num_rows
     except (OSError, ValueError):
         return None
+
+
+_MODE_SHORT = {"data": "DP", "tensor": "TP", "pipeline": "PP", "context": "CP", "expert": "EP"}
+
+
+def parallel_layout(root: Path) -> str | None:
+    """The parallel layout the cluster analysis under ``root`` detected, as a user writes it
+    (``"DP2 × PP2"``: each mode and the size of its groups), or None when there is none."""
+    try:
+        summary = json.loads((root / CLUSTER_OUTPUT_DIR / "cluster_summary.json").read_text(encoding="utf-8"))
+        parallel = summary.get("parallel") or {}
+        parts = []
+        for mode in parallel.get("modes") or []:
+            groups = (parallel.get("groups") or {}).get(mode) or []
+            size = max((len(g) for g in groups), default=0)
+            parts.append(f"{_MODE_SHORT.get(mode, mode)}{size if size else ''}")
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    return " × ".join(parts) or None

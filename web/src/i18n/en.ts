@@ -20,6 +20,7 @@ export const en = {
       kind: "Kind",
       ranks: "Ranks",
       hosts: "Hosts",
+      layout: "Layout",
       steps: "Steps",
       date: "Date",
       status: "Status",
