@@ -23,8 +23,10 @@ EXAMPLES = REPO / "examples"
 JOB_TIMEOUT = 300
 DDP_JOB = "run"  # the names `make demo` gives its jobs under demo_output/
 PP_JOB = "pp"
+STRAGGLER_JOB = "straggler"
 DDP_RANKS = 2
 OVERLOADED_STAGE = 1
+SLOW_RANK = 1  # examples/train_ddp_straggler.py's rank given 40 extra matrix products per step
 
 
 def _run_example(script: str, out: Path, *args: str) -> None:
@@ -70,16 +72,21 @@ def trained_jobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 "--batch-size",
                 "256",
             )
+            _run_example(
+                "train_ddp_straggler.py", folder / STRAGGLER_JOB, "--world-size", "2",
+                "--slow-rank", str(SLOW_RANK), "--slow-factor", "40", "--active", "5",
+            )  # fmt: skip
             (folder / "done").write_text("ok")
     return folder
 
 
-def demo_base(tmp_path_factory: pytest.TempPathFactory, base: Path) -> Path:
+def demo_base(tmp_path_factory: pytest.TempPathFactory, base: Path, straggler: bool = False) -> Path:
     """``base`` filled like `make demo`'s output: the two jobs, and the DDP job analysed by the CLI
-    into ``analysis/`` (the pipeline job is left for the server to analyse)."""
+    into ``analysis/`` (the pipeline job is left for the server to analyse); with ``straggler``,
+    also a DDP job one rank of which is made slow."""
     jobs = trained_jobs(tmp_path_factory)
     base.mkdir(parents=True)
-    for name in (DDP_JOB, PP_JOB):
+    for name in (DDP_JOB, PP_JOB, *([STRAGGLER_JOB] if straggler else [])):
         shutil.copytree(jobs / name, base / name, symlinks=True)
     result = subprocess.run(
         [

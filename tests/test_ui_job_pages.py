@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from _jobs import DDP_JOB, DDP_RANKS, OVERLOADED_STAGE, PP_JOB, demo_base
+from _jobs import DDP_JOB, DDP_RANKS, OVERLOADED_STAGE, PP_JOB, SLOW_RANK, STRAGGLER_JOB, demo_base
 from _ui import Server, fmt_ms, need_browser, own_server_browser  # noqa: F401 - fixture
 
 RANK_ROWS = '[data-testid="job-ranks"] tbody tr'
@@ -34,10 +34,10 @@ class Page:
 @pytest.fixture(scope="module")
 def jobs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     need_browser()
-    base = demo_base(tmp_path_factory, tmp_path_factory.mktemp("ui-jobs") / "demo_output")
+    base = demo_base(tmp_path_factory, tmp_path_factory.mktemp("ui-jobs") / "demo_output", straggler=True)
     server = Server(base)
     try:
-        for run in (DDP_JOB, PP_JOB):
+        for run in (DDP_JOB, PP_JOB, STRAGGLER_JOB):
             server.wait_ready(run, timeout_s=300)
         yield server
     finally:
@@ -70,11 +70,11 @@ def test_the_run_list_shows_each_job_once_and_a_job_opens_on_its_overview(
     page: Page, jobs_server: Server
 ) -> None:
     runs = {r["id"]: r for r in jobs_server.get("runs")["runs"]}
-    assert sorted(runs) == sorted([DDP_JOB, PP_JOB])
+    assert sorted(runs) == sorted([DDP_JOB, PP_JOB, STRAGGLER_JOB])
     p = page.page
     p.goto(jobs_server.url)
     p.wait_for_selector('[data-testid="run-list"] tbody tr')
-    assert p.locator('[data-testid="run-list"] tbody tr').count() == 2
+    assert p.locator('[data-testid="run-list"] tbody tr').count() == 3
     ddp = p.locator(f'tr[data-run="{DDP_JOB}"] td').all_text_contents()
     assert ddp[1] == f"PyTorch job, {DDP_RANKS} ranks" and ddp[2] == str(DDP_RANKS)
     assert ddp[4] == f"DP{DDP_RANKS}"  # examples/train_ddp.py: every rank in one data-parallel group
@@ -123,7 +123,7 @@ def test_the_ddp_overview_names_the_slowest_rank_and_opens_a_rank(page: Page, jo
     overview = jobs_server.get("job/overview", run=DDP_JOB)
     assert p.locator(RANK_ROWS).count() == DDP_RANKS
     slowest = overview["step_spread"]["slowest_rank"]
-    assert p.inner_text('[data-testid="stat-slowest-rank"]') == f"Rank {slowest}"
+    assert p.inner_text('[data-testid="stat-longest-step"]') == f"Rank {slowest}"
     # sorted by step time, longest first (the default): the slowest rank heads the table
     assert int(_column(p, RANK_ROWS, 0)[0]) == slowest
     assert p.locator('[data-testid="groups-table"] tr[data-mode="data"]').count() == 1
@@ -175,4 +175,20 @@ def test_the_cluster_step_trace_sorts_filters_by_stage_and_shows_one_step(
     p.wait_for_selector('[data-testid="stat-steps"]')
     assert f"rank={rank}" in p.url
     assert p.locator('[data-testid="rank-select"]').input_value() == str(rank)
+    assert not page.errors
+
+
+def test_the_rank_made_slow_is_flagged_where_the_user_looks(page: Page, jobs_server: Server) -> None:
+    p = page.page
+    p.goto(jobs_server.page_url("job", STRAGGLER_JOB))
+    p.wait_for_selector(RANK_ROWS)
+    # the headline names it, the evidence table marks it, and only it
+    assert p.inner_text('[data-testid="stat-slow-ranks"]') == f"Rank {SLOW_RANK}"
+    flagged = p.locator('[data-testid="slow-ranks-table"] tbody tr.flagged')
+    assert flagged.count() == 1 and flagged.get_attribute("data-rank") == str(SLOW_RANK)
+    assert flagged.locator(".badge.slow").count() == 1
+    # in the per-rank table, sorted by lateness, it comes first and its verdict says slow
+    _sort_by(p, "job-ranks", "Lateness", "▼")
+    first = p.locator(RANK_ROWS).first.locator("td").all_inner_texts()
+    assert first[0] == str(SLOW_RANK) and first[-1] == "slow"
     assert not page.errors

@@ -501,6 +501,11 @@ export interface components {
                 [key: string]: unknown;
             };
             /**
+             * Layout
+             * @description the parallel layout in short, e.g. "DP2 × PP2"
+             */
+            layout: string | null;
+            /**
              * Problems
              * @description missing or duplicate ranks and other problems of the job
              */

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsight.server import models, queries
-from perfsight.server.runs import CLUSTER_FAILED_FILE, CLUSTER_OUTPUT_DIR
+from perfsight.server.runs import CLUSTER_FAILED_FILE, CLUSTER_OUTPUT_DIR, parallel_layout
 
 RANKS_TABLE = "job_ranks.parquet"
 """The step trace of every rank and step (and its average), in ns, in the run's saved folder."""
@@ -163,6 +163,7 @@ def overview(run: str, root: Path | None, saved: Path, sort: str, order: str) ->
         "stages": stages,
         "pipeline": pipeline,
         "parallel": summary.get("parallel") or {},
+        "layout": parallel_layout(root) if root is not None else None,
         "problems": summary.get("problems", []),
     }
 

@@ -519,6 +519,7 @@ class JobOverview(BaseModel):
     stages: list[StageBalance] = Field(description="pipeline stages, averaged (one stage without pipeline)")
     pipeline: PipelineBalance | None = Field(description="set when the job has more than one stage")
     parallel: dict[str, object] = Field(description="the detected parallel layout and groups")
+    layout: str | None = Field(description='the parallel layout in short, e.g. "DP2 × PP2"')
     problems: list[str] = Field(description="missing or duplicate ranks and other problems of the job")
 
 

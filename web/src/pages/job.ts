@@ -42,7 +42,6 @@ export async function jobPage(ctx: PageContext): Promise<void> {
   const pipeline = first.stages.length > 1;
   const j = t.job;
   const spread = first.step_spread;
-  const modes = (first.parallel as { modes?: string[] }).modes ?? [];
   const stats = h(
     "div",
     { class: "stats" },
@@ -50,8 +49,9 @@ export async function jobPage(ctx: PageContext): Promise<void> {
     stat(j.hosts, String(new Set(first.ranks.map((r) => r.host).filter(Boolean)).size || "–"), "stat-hosts"),
     stat(j.medianStep, spread ? fmt.duration(spread.median_ns) : "–", "stat-median-step"),
     stat(j.spread, spread ? j.spreadValue(fmt.duration(spread.min_ns), fmt.duration(spread.max_ns)) : "–", "stat-spread"),
-    stat(j.slowestRank, spread ? `${t.nav.rank} ${spread.slowest_rank}` : "–", "stat-slowest-rank"),
-    stat(j.layout, modes.length ? modes.join(" × ") : "–", "stat-layout"),
+    stat(j.longestStep, spread ? `${t.nav.rank} ${spread.slowest_rank}` : "–", "stat-longest-step"),
+    stat(j.slowRanks, first.slowest_ranks.filter((r) => r.slow).map((r) => `${t.nav.rank} ${r.rank}`).join(", ") || j.none, "stat-slow-ranks"),
+    stat(j.layout, first.layout ?? "–", "stat-layout"),
   );
 
   const barsEl = chartBox("chart-rank-time", true);
