@@ -12,7 +12,7 @@ cluster analysis did; this only selects, sorts and shapes.
 from __future__ import annotations
 
 import json
-import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,7 @@ def ranks_table(cluster: Path, saved: Path) -> Path:
         + ('LEFT JOIN read_csv(?, header = true) h ON h.rank = CAST(s."Index" AS BIGINT) ' if hosts else "")
     )
     params = [str(sources[0])] + ([str(sources[1])] if slow else []) + ([str(sources[2])] if hosts else [])
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")  # two requests may build it at once
     cursor = queries.database().cursor()
     try:
         cursor.execute(f"COPY ({sql}) TO '{_sql_path(tmp)}' (FORMAT parquet)", params)

@@ -211,13 +211,24 @@ def _stat_sum(paths: list[Path]) -> tuple[float, int]:
     return mtime, size
 
 
+_host_memo: dict[tuple[str, int, int], str | None] = {}
+
+
 def _recorded_host(info: Path) -> str | None:
-    """The host name a rank's ``profiler_info_{rank}.json`` records (a few hundred bytes to read)."""
+    """The host name a rank's ``profiler_info_{rank}.json`` records; read once per version of the
+    file (the run list is rediscovered every few seconds, a job may have a thousand ranks)."""
     try:
-        host = json.loads(info.read_text(encoding="utf-8")).get("host")
-    except (OSError, ValueError, AttributeError):
+        stat = info.stat()
+    except OSError:
         return None
-    return host if isinstance(host, str) and host else None
+    key = (str(info), stat.st_size, stat.st_mtime_ns)
+    if key not in _host_memo:
+        try:
+            host = json.loads(info.read_text(encoding="utf-8")).get("host")
+        except (OSError, ValueError, AttributeError):
+            host = None
+        _host_memo[key] = host if isinstance(host, str) and host else None
+    return _host_memo[key]
 
 
 def iso_date(timestamp: float) -> str:
