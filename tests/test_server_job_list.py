@@ -85,3 +85,34 @@ def test_a_rank_folder_analysed_in_place_stays_part_of_its_job(base: Path, tmp_p
         rows = _rows(client)
         assert sorted(rows) == [PP_JOB, DDP_JOB]
         assert rows[PP_JOB]["ranks"] == [0, 1] and rows[PP_JOB]["kind"] == "job"
+
+
+def test_per_rank_subfolders_of_one_world_are_one_job_and_unrelated_runs_are_not(tmp_path: Path) -> None:
+    """A launcher's layout (``job/rank0000/rank0.pt.trace.json``...) is one job; two unrelated
+    traces in sibling folders stay two runs."""
+    from _server_helpers import copy_into
+    from conftest import kineto_file
+    from shared_data import REPO
+
+    base = tmp_path / "base"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gen_cluster_job.py"), "--out", str(base / "job")]
+        + ["--ranks", "4", "--size-mb", "0.2", "--stragglers", "2:1.3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len([d for d in (base / "job").iterdir() if d.is_dir()]) == 4
+    copy_into(
+        base, kineto_file("cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"), "other/a/cpu.json.gz"
+    )
+    copy_into(
+        base, kineto_file("amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"), "other/b/amd.json.gz"
+    )
+    with TestClient(create_app(base, cache_dir=tmp_path / "cache")) as client:
+        rows = _rows(client)
+        assert rows["job"]["kind"] == "job" and rows["job"]["ranks"] == [0, 1, 2, 3]
+        assert not [i for i in rows if i.startswith("job/")]
+        assert {i for i in rows if i.startswith("other/")} == {"other/a/cpu.json.gz", "other/b/amd.json.gz"}

@@ -11,6 +11,7 @@ cluster analysis did; this only selects, sorts and shapes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 from perfsight.server import models, queries
 from perfsight.server.runs import CLUSTER_FAILED_FILE, CLUSTER_OUTPUT_DIR, parallel_layout
 
-RANKS_TABLE = "job_ranks.parquet"
+RANKS_TABLE = "job_ranks"
 """The step trace of every rank and step (and its average), in ns, in the run's saved folder."""
 NS_PER_US = 1000
 SORTABLE = tuple(models.JobRankSort.__args__)  # type: ignore[attr-defined]
@@ -53,10 +54,11 @@ def cluster_folder(root: Path | None) -> Path:
 def ranks_table(cluster: Path, saved: Path) -> Path:
     """The Parquet table of :data:`RANKS_TABLE` for ``cluster``, written into ``saved`` (the
     server's folder) when missing or older than the CSVs it is made from."""
-    target = saved / RANKS_TABLE
     sources = [cluster / n for n in ("cluster_step_trace_time.csv", "slow_rank.csv", "cluster_resources.csv")]
-    newest = max((p.stat().st_mtime_ns for p in sources if p.is_file()), default=0)
-    if target.is_file() and target.stat().st_mtime_ns >= newest:
+    stamp = repr([(str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in sources if p.is_file()])
+    # named after the files it is made from: a run read from another analysis gets another table
+    target = saved / f"{RANKS_TABLE}-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}.parquet"
+    if target.is_file():
         return target
     saved.mkdir(parents=True, exist_ok=True)
     phases = ", ".join(
@@ -77,8 +79,8 @@ def ranks_table(cluster: Path, saved: Path) -> Path:
             else "CAST(NULL AS BIGINT) AS lateness_ns, false AS slow "
         )
         + "FROM read_csv(?, header = true, all_varchar = false) s "
-        + ('LEFT JOIN read_csv(?, header = true) r ON r.rank = CAST(s."Index" AS BIGINT) ' if slow else "")
-        + ('LEFT JOIN read_csv(?, header = true) h ON h.rank = CAST(s."Index" AS BIGINT) ' if hosts else "")
+        + (f"LEFT JOIN read_csv(?, header = true) r ON {_RANK_ROW.format(t='r')} " if slow else "")
+        + (f"LEFT JOIN read_csv(?, header = true) h ON {_RANK_ROW.format(t='h')} " if hosts else "")
     )
     params = [str(sources[0])] + ([str(sources[1])] if slow else []) + ([str(sources[2])] if hosts else [])
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")  # two requests may build it at once
@@ -89,6 +91,10 @@ def ranks_table(cluster: Path, saved: Path) -> Path:
         cursor.close()
     tmp.replace(target)
     return target
+
+
+_RANK_ROW = """s.Type = 'rank' AND {t}.rank = CAST(s."Index" AS BIGINT)"""
+"""Join condition of a per-rank file onto the step trace's rank rows (its stage rows index stages)."""
 
 
 def _sql_path(path: Path) -> str:

@@ -48,6 +48,7 @@ _RANK_DIR = re.compile(r"^rank(\d+)(_(?!\d+_perfsight$).*)?$")
 collector names it (``rank3_<timestamp>_perfsight``)."""
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _RANK_IN_HEAD = re.compile(rb'"distributedInfo"\s*:\s*\{[^}]*?"rank"\s*:\s*(\d+)', re.DOTALL)
+_WORLD_IN_HEAD = re.compile(rb'"distributedInfo"\s*:\s*\{[^}]*?"world_size"\s*:\s*(\d+)', re.DOTALL)
 _PROFILER_INFO = re.compile(r"^profiler_info_(\d+)\.json$")
 _LEGACY_STEP_FILE = re.compile(r"^step_trace_raw_(\d+)_detail_time\.csv$")
 _TRACE_SUFFIX = re.compile(r"(\.pt)?(\.trace)?\.json(\.gz)?$")
@@ -199,6 +200,22 @@ def peek_rank(path: Path) -> int | None:
     return _rank_memo[key]
 
 
+_world_memo: dict[tuple[str, int, int], int | None] = {}
+
+
+def peek_world_size(path: Path) -> int | None:
+    """The world size a trace records in its first bytes (``distributedInfo``), else None."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _world_memo:
+        match = _WORLD_IN_HEAD.search(_head(path))
+        _world_memo[key] = int(match.group(1)) if match else None
+    return _world_memo[key]
+
+
 def _stat_sum(paths: list[Path]) -> tuple[float, int]:
     mtime, size = 0.0, 0
     for path in paths:
@@ -278,7 +295,7 @@ class Discovery:
                 and d not in ("PROFILER_OUTPUT", "cache")
                 and not (here / d).is_symlink()
             )
-            job = self._run_folder_job(here, dirnames)
+            job = self._run_folder_job(here, dirnames) or self._rank_folder_job(here, dirnames, filenames)
             if job is not None:  # the rank folders of one job: one run, never one per rank
                 raw.append(job)
                 dirnames[:] = []
@@ -357,6 +374,52 @@ class Discovery:
             date=mtime,
             size_bytes=size,
             hosts=sorted({h for run in runs for h in run.hosts}),
+        )
+
+    def _rank_folder_job(self, folder: Path, dirnames: list[str], filenames: list[str]) -> Run | None:
+        """Sub-folders holding one rank's traces each (``job/rank0000/rank0.pt.trace.json``, as a
+        launcher's per-rank output folders), as one job: when ``folder`` has no trace of its own, at
+        least two such sub-folders, and every trace under them records its rank (each rank once)
+        and the same world size of two or more (``distributedInfo``)."""
+        if any(_is_trace(folder / name) for name in filenames):
+            return None
+        traces: list[Path] = []
+        for name in dirnames:
+            child = folder / name
+            try:
+                entries = sorted(os.scandir(child), key=lambda e: e.name)
+            except OSError:
+                continue
+            found = [
+                Path(e.path) for e in entries if e.is_file(follow_symlinks=False) and _is_trace(Path(e.path))
+            ]
+            if not found:
+                continue
+            if any(
+                e.is_dir(follow_symlinks=False) and e.name not in ("PROFILER_OUTPUT", "cache")
+                for e in entries
+            ):
+                return None  # a deeper layout: left to the walk
+            traces.extend(found)
+        ranks = [peek_rank(p) for p in traces]
+        folders = {p.parent for p in traces}
+        if len(folders) < 2 or None in ranks or len(set(ranks)) != len(ranks):
+            return None
+        # unrelated runs side by side are not a job: every trace must say it is one rank of the
+        # same multi-rank world
+        worlds = {peek_world_size(p) for p in traces}
+        if len(worlds) != 1 or (worlds.pop() or 0) < 2:
+            return None
+        mtime, size = _stat_sum(traces)
+        return self._run(
+            id=relative_id(folder, self.base),
+            name=folder.name if folder != self.base else self.base.name,
+            kind="job",
+            path=folder,
+            inputs=traces,
+            ranks=sorted(r for r in ranks if r is not None),
+            date=mtime,
+            size_bytes=size,
         )
 
     def _folder_job(self, folder: Path, dirnames: list[str], filenames: list[str]) -> Run | None:
