@@ -535,9 +535,17 @@ export interface components {
             tail_ns: number;
             /** Computing Ns */
             computing_ns: number;
+            /**
+             * Computing Not Overlapped Ns
+             * @description computing_ns less overlapped_ns: computing alone
+             */
+            computing_not_overlapped_ns: number;
             /** Communication Not Overlapped Ns */
             communication_not_overlapped_ns: number;
-            /** Overlapped Ns */
+            /**
+             * Overlapped Ns
+             * @description communication overlapped by computing (part of computing_ns)
+             */
             overlapped_ns: number;
             /** Communication Ns */
             communication_ns: number;

@@ -71,6 +71,7 @@ def ranks_table(cluster: Path, saved: Path) -> Path:
         f"SELECT CAST(s.Type AS VARCHAR) AS type, CAST(s.Step AS VARCHAR) AS step, "
         f'CAST(s."Index" AS BIGINT) AS rank, '
         f"CAST(s.Stage AS BIGINT) AS stage, {phases}, "
+        f"{_COMPUTING_ALONE} AS computing_not_overlapped_ns, "
         + ("CAST(h.host AS VARCHAR) AS host, " if hosts else "CAST(NULL AS VARCHAR) AS host, ")
         + (
             "CAST(round(TRY_CAST(r.lateness_ns AS DOUBLE)) AS BIGINT) AS lateness_ns, "
@@ -93,6 +94,13 @@ def ranks_table(cluster: Path, saved: Path) -> Path:
     return target
 
 
+_COMPUTING_ALONE = (
+    f'greatest(0, CAST(round((coalesce(TRY_CAST(s."Computing(us)" AS DOUBLE), 0) '
+    f'- coalesce(TRY_CAST(s."Overlapped(us)" AS DOUBLE), 0)) * {NS_PER_US}) AS BIGINT))'
+)
+"""Computing while no communication runs: the computing time less its part overlapped by
+communication, so that computing alone + overlapped + communication not overlapped + free stack
+to a rank's busy time without counting the overlap twice."""
 _RANK_ROW = """s.Type = 'rank' AND {t}.rank = CAST(s."Index" AS BIGINT)"""
 """Join condition of a per-rank file onto the step trace's rank rows (its stage rows index stages)."""
 

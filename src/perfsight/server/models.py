@@ -444,8 +444,9 @@ class JobRank(BaseModel):
     fp_bp_ns: int
     tail_ns: int
     computing_ns: int
+    computing_not_overlapped_ns: int = Field(description="computing_ns less overlapped_ns: computing alone")
     communication_not_overlapped_ns: int
-    overlapped_ns: int
+    overlapped_ns: int = Field(description="communication overlapped by computing (part of computing_ns)")
     communication_ns: int
     free_ns: int
     stage_ns: int

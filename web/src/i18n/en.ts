@@ -212,6 +212,7 @@ export const en = {
     spread: "Step-time spread",
     spreadValue: (min: string, max: string) => `${min} – ${max}`,
     longestStep: "Longest step",
+    computingAlone: "Computing (not overlapped)",
     none: "none",
     layout: "Parallel layout",
     timePerRank: "Where each rank's time goes",

@@ -18,14 +18,15 @@ import { href } from "../router";
 
 type Part = [label: string, key: keyof JobRank, color: string];
 
-/** The parts of a rank's step, in stacking order: they add up to its step time (a pipeline's
- * bubble is part of its communication not overlapped, so it is a column, not a part). */
+/** The parts of a rank's step, in stacking order: computing alone, computing overlapped by
+ * communication, communication alone, free -- each instant counted once (a pipeline's bubble is
+ * part of its communication not overlapped, so it is a column, not a part). */
 function parts(): Part[] {
   const c = t.overview;
   const list: Part[] = [
-    [c.computing, "computing_ns", OVERLAP_COLORS.computing],
-    [c.commNotOverlapped, "communication_not_overlapped_ns", OVERLAP_COLORS.communicationNotOverlapped],
+    [t.job.computingAlone, "computing_not_overlapped_ns", OVERLAP_COLORS.computing],
     [c.overlapped, "overlapped_ns", OVERLAP_COLORS.overlapped],
+    [c.commNotOverlapped, "communication_not_overlapped_ns", OVERLAP_COLORS.communicationNotOverlapped],
     [c.free, "free_ns", OVERLAP_COLORS.free],
   ];
   return list;
