@@ -80,3 +80,15 @@ def test_bad_requests_say_what_is_wrong(client: TestClient) -> None:
     assert missing.status_code == 404 and "999" in missing.json()["detail"]
     assert client.get("/api/job/overview", params={"run": PP_JOB, "sort": "name; drop"}).status_code == 422
     assert client.get("/api/job/overview", params={"run": "nope"}).status_code == 404
+
+
+@pytest.mark.parametrize("run", [DDP_JOB, PP_JOB])
+def test_the_stacked_parts_of_a_ranks_step_count_each_instant_once(client: TestClient, run: str) -> None:
+    """The overview's bars stack computing alone, overlapped, communication alone and free: they
+    add up to the rank's stage time (to the ns rounding of the CSV, one per part)."""
+    for row in client.get("/api/job/overview", params={"run": run}).json()["ranks"]:
+        assert row["computing_not_overlapped_ns"] + row["overlapped_ns"] == pytest.approx(
+            row["computing_ns"], abs=1
+        )
+        parts = ["computing_not_overlapped_ns", "overlapped_ns", "communication_not_overlapped_ns", "free_ns"]
+        assert sum(row[p] for p in parts) == pytest.approx(row["stage_ns"], abs=len(parts)), row

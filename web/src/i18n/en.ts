@@ -216,7 +216,7 @@ export const en = {
     none: "none",
     layout: "Parallel layout",
     timePerRank: "Where each rank's time goes",
-    timePerRankHint: "Average step, per rank; click a rank to open it",
+    timePerRankHint: "Average step after its iteration gap, per rank; click a rank to open it",
     sortBy: "Sort by",
     sortKeys: {
       duration_ns: "Step time",

@@ -13,19 +13,19 @@ import type { PageContext } from "../context";
 import { h, replace } from "../dom";
 import * as fmt from "../format";
 import { t } from "../i18n";
-import { OVERLAP_COLORS, STAGE_COLORS } from "../palette";
+import { OVERLAP_COLORS } from "../palette";
 import { href } from "../router";
 
 type Part = [label: string, key: keyof JobRank, color: string];
 
-/** The parts of a rank's step, in stacking order: the iteration gap, then in the rest of the step
- * computing alone, computing overlapped by communication, communication alone, free -- each
- * instant counted once, so a bar is the rank's step time (a pipeline's bubble is
+/** The parts of a rank's step after its iteration gap (the step trace's "stage" time), in stacking
+ * order: computing alone, computing overlapped by communication, communication alone, free -- each
+ * instant counted once, so a bar is the rank's stage time.  The gap is not stacked: the cluster
+ * step trace does not always make gap + stage equal the step (seen on a DDP job's last step) (a pipeline's bubble is
  * part of its communication not overlapped, so it is a column, not a part). */
 function parts(): Part[] {
   const c = t.overview;
   const list: Part[] = [
-    [t.steps.stage.iterationInterval, "iteration_interval_ns", STAGE_COLORS.iterationInterval],
     [t.job.computingAlone, "computing_not_overlapped_ns", OVERLAP_COLORS.computing],
     [c.overlapped, "overlapped_ns", OVERLAP_COLORS.overlapped],
     [c.commNotOverlapped, "communication_not_overlapped_ns", OVERLAP_COLORS.communicationNotOverlapped],
