@@ -24,9 +24,9 @@ def _runs(client: TestClient) -> dict[str, dict]:
 
 def test_perfsight_run_folders_are_runs_analysed_into_the_server_cache(tmp_path: Path) -> None:
     base = tmp_path / "base"
-    for rank in (0, 1):
-        folder = base / f"host_{rank}_20260101000000000000_perfsight"
-        copy_into(base, kineto_file(CPU), f"{folder.name}/kineto_trace_{rank}.json.gz")
+    for rank in (0, 1):  # each in a folder of its own: rank folders side by side are one job
+        folder = base / f"window{rank}" / f"host_{rank}_20260101000000000000_perfsight"
+        copy_into(base, kineto_file(CPU), f"{folder.relative_to(base)}/kineto_trace_{rank}.json.gz")
         info = {
             "rank": rank,
             "world_size": 2,
@@ -38,7 +38,7 @@ def test_perfsight_run_folders_are_runs_analysed_into_the_server_cache(tmp_path:
         runs = _runs(client)
         assert {r["kind"] for r in runs.values()} == {"perfsight_run"}
         assert sorted(r["ranks"][0] for r in runs.values()) == [0, 1]
-        run = "host_1_20260101000000000000_perfsight"
+        run = "window1/host_1_20260101000000000000_perfsight"
         status = wait_ready(client, run)
         assert status["status"] == "ready" and status["ranks"] == [1]  # the rank profiler_info records
         assert not (base / run / "PROFILER_OUTPUT").exists()  # nothing written beside the data

@@ -63,9 +63,9 @@ def test_run_list_shows_each_run_with_its_kind_ranks_and_date(ui_page: Watched, 
     for run in runs:
         cells = page.locator(f'tr[data-run="{run["id"]}"] td').all_text_contents()
         assert cells[0] == run["name"]
-        assert cells[1] == run["kind"]
+        assert cells[1] == run["kind_label"]
         assert cells[2] == str(len(run["ranks"]))
-        assert cells[4].startswith(run["date"][:4])
+        assert cells[6].startswith(run["date"][:4])
     assert not ui_page.errors
 
 

@@ -279,6 +279,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/job/overview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Job Overview */
+        get: operations["job_overview_api_job_overview_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/job/step-trace": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Job Step Trace */
+        get: operations["job_step_trace_api_job_step_trace_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -429,6 +463,134 @@ export interface components {
             start_ns: number;
             /** End Ns */
             end_ns: number;
+        };
+        /** JobOverview */
+        JobOverview: {
+            /** Run */
+            run: string;
+            /**
+             * Ranks
+             * @description one row per rank, in the requested order
+             */
+            ranks: components["schemas"]["JobRank"][];
+            step_spread: components["schemas"]["StepSpread"] | null;
+            /** Slow Rank Threshold Ns */
+            slow_rank_threshold_ns: number | null;
+            /**
+             * Slowest Ranks
+             * @description ranks by lateness, the latest first
+             */
+            slowest_ranks: components["schemas"]["SlowRankEvidence"][];
+            /**
+             * Slowest Links
+             * @description links by bandwidth against their peers
+             */
+            slowest_links: components["schemas"]["SlowLinkEvidence"][];
+            /**
+             * Stages
+             * @description pipeline stages, averaged (one stage without pipeline)
+             */
+            stages: components["schemas"]["StageBalance"][];
+            /** @description set when the job has more than one stage */
+            pipeline: components["schemas"]["PipelineBalance"] | null;
+            /**
+             * Parallel
+             * @description the detected parallel layout and groups
+             */
+            parallel: {
+                [key: string]: unknown;
+            };
+            /**
+             * Layout
+             * @description the parallel layout in short, e.g. "DP2 × PP2"
+             */
+            layout: string | null;
+            /**
+             * Problems
+             * @description missing or duplicate ranks and other problems of the job
+             */
+            problems: string[];
+        };
+        /**
+         * JobRank
+         * @description One rank of a job, averaged over its steps (or one step), from the cluster step trace (ns).
+         */
+        JobRank: {
+            /** Rank */
+            rank: number;
+            /**
+             * Stage
+             * @description pipeline stage (0 without pipeline parallelism)
+             */
+            stage: number;
+            /** Host */
+            host: string | null;
+            /** Duration Ns */
+            duration_ns: number;
+            /** Iteration Interval Ns */
+            iteration_interval_ns: number;
+            /** Fp Bp Ns */
+            fp_bp_ns: number;
+            /** Tail Ns */
+            tail_ns: number;
+            /** Computing Ns */
+            computing_ns: number;
+            /**
+             * Computing Not Overlapped Ns
+             * @description computing_ns less overlapped_ns: computing alone
+             */
+            computing_not_overlapped_ns: number;
+            /** Communication Not Overlapped Ns */
+            communication_not_overlapped_ns: number;
+            /**
+             * Overlapped Ns
+             * @description communication overlapped by computing (part of computing_ns)
+             */
+            overlapped_ns: number;
+            /** Communication Ns */
+            communication_ns: number;
+            /** Free Ns */
+            free_ns: number;
+            /** Stage Ns */
+            stage_ns: number;
+            /** Bubble Ns */
+            bubble_ns: number;
+            /** Receive Not Overlapped Ns */
+            receive_not_overlapped_ns: number;
+            /**
+             * Lateness Ns
+             * @description how late this rank reaches collectives (slow-rank analysis)
+             */
+            lateness_ns: number | null;
+            /**
+             * Slow
+             * @description the slow-rank analysis judged this rank slow
+             */
+            slow: boolean;
+        };
+        /** JobStepTrace */
+        JobStepTrace: {
+            /** Run */
+            run: string;
+            /**
+             * Step
+             * @description "average", or the step shown
+             */
+            step: string;
+            /**
+             * Steps
+             * @description the steps that can be shown, average first
+             */
+            steps: string[];
+            /** Stages */
+            stages: number[];
+            /**
+             * Pipeline
+             * @description the job has more than one pipeline stage (shows stage columns)
+             */
+            pipeline: boolean;
+            /** Ranks */
+            ranks: components["schemas"]["JobRank"][];
         };
         /** KernelPage */
         KernelPage: {
@@ -743,6 +905,24 @@ export interface components {
             /** Warnings */
             warnings: string[];
         };
+        /**
+         * PipelineBalance
+         * @description The cluster analysis's verdict on how evenly the pipeline stages are loaded.
+         */
+        PipelineBalance: {
+            /** Imbalanced */
+            imbalanced: boolean;
+            /**
+             * Spread
+             * @description (max - min) / max of the stages' computing time
+             */
+            spread: number | null;
+            /**
+             * Slowest Stage
+             * @description the stage that computes the longest
+             */
+            slowest_stage: number | null;
+        };
         /** RunInfo */
         RunInfo: {
             /**
@@ -757,8 +937,23 @@ export interface components {
              * @enum {string}
              */
             kind: "trace" | "job" | "perfsight_run" | "analysed";
+            /**
+             * Kind Label
+             * @description the kind in a user's words: "PyTorch job, 4 ranks", "Ascend job"
+             */
+            kind_label: string;
             /** Ranks */
             ranks: number[];
+            /**
+             * Hosts
+             * @description host names the collector recorded (empty when the data has none)
+             */
+            hosts: string[];
+            /**
+             * Layout
+             * @description detected parallel layout of an analysed job, e.g. "DP2 × PP2"
+             */
+            layout: string | null;
             /**
              * Steps
              * @description steps of the lowest rank, known once analysed
@@ -874,6 +1069,76 @@ export interface components {
             /** Preparing Ns */
             preparing_ns: number;
         };
+        /** SlowLinkEvidence */
+        SlowLinkEvidence: {
+            /** Src */
+            src: number;
+            /** Dst */
+            dst: number;
+            /** Link Type */
+            link_type: string;
+            /** Size Bucket */
+            size_bucket: number;
+            /** Bytes */
+            bytes: number | null;
+            /** Transit Ns */
+            transit_ns: number | null;
+            /**
+             * Bandwidth
+             * @description bytes per second
+             */
+            bandwidth: number | null;
+            /**
+             * Median
+             * @description median bandwidth of links of the same type and size (B/s)
+             */
+            median: number | null;
+            /** Slow */
+            slow: boolean;
+        };
+        /** SlowRankEvidence */
+        SlowRankEvidence: {
+            /** Rank */
+            rank: number;
+            /**
+             * Lateness Ns
+             * @description mean time the others wait for this rank at collectives (none without collectives)
+             */
+            lateness_ns: number | null;
+            /**
+             * Last Votes
+             * @description collectives this rank reached last
+             */
+            last_votes: number;
+            /** Instances */
+            instances: number;
+            /** Compute Ns */
+            compute_ns: number | null;
+            /** Magnitude Pct */
+            magnitude_pct: number | null;
+            /** Delay Pct */
+            delay_pct: number | null;
+            /** Slow */
+            slow: boolean;
+        };
+        /** StageBalance */
+        StageBalance: {
+            /** Stage */
+            stage: number;
+            /** Ranks */
+            ranks: number[];
+            /** Duration Ns */
+            duration_ns: number;
+            /** Computing Ns */
+            computing_ns: number;
+            /** Bubble Ns */
+            bubble_ns: number;
+            /**
+             * Flops
+             * @description floating-point operations of the stage's ranks, summed over the steps averaged, if known
+             */
+            flops: number | null;
+        };
         /** StepAverage */
         StepAverage: {
             /** Duration Ns */
@@ -968,6 +1233,22 @@ export interface components {
             communication_not_overlapped_ns: number | null;
             /** Free Ns */
             free_ns: number | null;
+        };
+        /**
+         * StepSpread
+         * @description How far apart the ranks' average step times are.
+         */
+        StepSpread: {
+            /** Min Ns */
+            min_ns: number;
+            /** Median Ns */
+            median_ns: number;
+            /** Max Ns */
+            max_ns: number;
+            /** Fastest Rank */
+            fastest_rank: number;
+            /** Slowest Rank */
+            slowest_rank: number;
         };
         /** StepTrace */
         StepTrace: {
@@ -2007,6 +2288,131 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Flows"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    job_overview_api_job_overview_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+                sort?: "rank" | "stage" | "duration_ns" | "computing_ns" | "communication_not_overlapped_ns" | "overlapped_ns" | "free_ns" | "bubble_ns" | "iteration_interval_ns" | "fp_bp_ns" | "tail_ns" | "communication_ns" | "receive_not_overlapped_ns" | "lateness_ns";
+                order?: "asc" | "desc";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobOverview"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    job_step_trace_api_job_step_trace_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+                /** @description "average" or a step number */
+                step?: string;
+                stage?: number | null;
+                sort?: "rank" | "stage" | "duration_ns" | "computing_ns" | "communication_not_overlapped_ns" | "overlapped_ns" | "free_ns" | "bubble_ns" | "iteration_interval_ns" | "fp_bp_ns" | "tail_ns" | "communication_ns" | "receive_not_overlapped_ns" | "lateness_ns";
+                order?: "asc" | "desc";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobStepTrace"];
                 };
             };
             /** @description parameters that contradict each other */

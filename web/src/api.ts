@@ -36,6 +36,9 @@ export type EventDetail = Schemas["EventDetail"];
 export type SearchHit = Schemas["SearchHit"];
 export type SearchResult = Schemas["SearchResult"];
 export type FlowData = Schemas["Flows"];
+export type JobRank = Schemas["JobRank"];
+export type JobOverview = Schemas["JobOverview"];
+export type JobStepTrace = Schemas["JobStepTrace"];
 
 /** A page of a table endpoint (operator-types, operators, kernel-types, kernels). */
 export interface PageOf<T> {

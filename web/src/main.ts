@@ -10,15 +10,19 @@ import type { PageContext } from "./context";
 import { h, replace } from "./dom";
 import * as fmt from "./format";
 import { t } from "./i18n";
+import { jobPage } from "./pages/job";
+import { jobStepsPage } from "./pages/job-steps";
 import { memoryPage } from "./pages/memory";
 import { operatorsPage } from "./pages/operators";
 import { overviewPage } from "./pages/overview";
 import { runsPage } from "./pages/runs";
 import { stepsPage } from "./pages/steps";
 import { timelinePage } from "./pages/timeline";
-import { href, parse, RUN_PAGES, type PageName } from "./router";
+import { href, JOB_PAGES, parse, RUN_PAGES, type PageName } from "./router";
 
 const PAGES: Record<Exclude<PageName, "runs">, (ctx: PageContext) => Promise<void>> = {
+  job: jobPage,
+  "job-steps": jobStepsPage,
   overview: overviewPage,
   steps: stepsPage,
   operators: operatorsPage,
@@ -104,14 +108,25 @@ async function render(): Promise<void> {
     const rank = route.params.has("rank") && ranks.includes(asked) ? asked : ranks[0];
     const link = (page: PageName, extra: Record<string, string | number | null | undefined> = {}) =>
       href(page, { run, rank, ...extra });
+    const jobPage = JOB_PAGES.includes(route.page);
+    // a job of several ranks opens on its job pages; its rank pages follow, for the chosen rank
+    const pages = ranks.length > 1 ? [...JOB_PAGES, ...RUN_PAGES] : RUN_PAGES;
     replace(
       tabs,
-      RUN_PAGES.map((page) =>
-        h("a", { href: link(page), class: page === route.page ? "active" : "", "data-page": page }, t.nav[page as keyof typeof t.nav]),
+      pages.map((page) =>
+        h(
+          "a",
+          {
+            href: JOB_PAGES.includes(page) ? href(page, { run }) : link(page),
+            class: `${page === route.page ? "active" : ""}${page === JOB_PAGES[JOB_PAGES.length - 1] && ranks.length > 1 ? " tab-sep" : ""}`,
+            "data-page": page,
+          },
+          t.nav[page as keyof typeof t.nav] as string,
+        ),
       ),
     );
     replace(rankSelect, ranks.map((r) => h("option", { value: r, selected: r === rank }, `${t.nav.rank} ${r}`)));
-    rankSelect.hidden = ranks.length < 2;
+    rankSelect.hidden = ranks.length < 2 || jobPage;
     rankSelect.onchange = () => {
       window.location.hash = href(route.page, { ...Object.fromEntries(route.params), rank: rankSelect.value });
     };

@@ -3,9 +3,12 @@
  * `#/` is the run list, `#/<page>?run=<id>&rank=<n>&...` a page of one run.
  */
 
-export type PageName = "runs" | "overview" | "steps" | "operators" | "memory" | "timeline";
+export type PageName = "runs" | "job" | "job-steps" | "overview" | "steps" | "operators" | "memory" | "timeline";
 
+/** The pages of one rank (a single-device run, or one rank of a job). */
 export const RUN_PAGES: PageName[] = ["overview", "steps", "operators", "memory", "timeline"];
+/** The pages of a job as a whole (runs of several ranks): a job opens on the first. */
+export const JOB_PAGES: PageName[] = ["job", "job-steps"];
 
 export interface Route {
   page: PageName;
@@ -16,7 +19,8 @@ export function parse(hash: string = window.location.hash): Route {
   const text = hash.replace(/^#\/?/, "");
   const [path, query = ""] = text.split("?", 2);
   const params = new URLSearchParams(query);
-  const page = (RUN_PAGES as string[]).includes(path) && params.get("run") ? (path as PageName) : "runs";
+  const known = [...JOB_PAGES, ...RUN_PAGES] as string[];
+  const page = known.includes(path) && params.get("run") ? (path as PageName) : "runs";
   return { page, params };
 }
 

@@ -20,9 +20,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from perfsight import __version__
-from perfsight.server import models, pages, queries, timeline
+from perfsight.server import job_pages, models, pages, queries, timeline
 from perfsight.server.registry import (
     READ_ERRORS,
+    SAVED_FOLDER,
     DamagedAnalysis,
     NotReady,
     OpenedRun,
@@ -132,6 +133,10 @@ def create_app(
     async def _unknown(_: Request, error: UnknownRun) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=404)
 
+    @app.exception_handler(job_pages.NoClusterAnalysis)
+    async def _no_cluster(_: Request, error: job_pages.NoClusterAnalysis) -> JSONResponse:
+        return JSONResponse({"detail": registry.public(str(error))}, status_code=404)
+
     @app.exception_handler(NotReady)
     async def _not_ready(_: Request, error: NotReady) -> JSONResponse:
         return JSONResponse({"detail": str(error), "status": error.status.model_dump()}, status_code=409)
@@ -141,7 +146,7 @@ def create_app(
         analysis is set aside and the run analysed again (409 with the new status, which the UI
         polls), or, with no trace to analyse, the run is failed with a message naming the file."""
         run = request.query_params.get("run")
-        if not request.url.path.startswith("/api/run/") or not run:
+        if not request.url.path.startswith(("/api/run/", "/api/job/")) or not run:
             raise error  # not a run's files: a fault of the server itself (500)
         status = await run_in_threadpool(registry.damaged, run, error)
         detail = f"run {run!r}: its analysis could not be read; it is now {status.status}"
@@ -346,6 +351,31 @@ def create_app(
         return fast_json({"total": total, "truncated": total > len(found), "flows": found})
 
     # ------------------------------------------------------------------ UI
+    # ------------------------------------------------------------------ job pages
+    def job_source(run: str) -> tuple[Path | None, Path]:
+        data = opened(run)
+        return data.root, data.run.output_root / SAVED_FOLDER
+
+    @app.get("/api/job/overview", response_model=models.JobOverview, responses=ERRORS)
+    def job_overview(
+        run: RunParam,
+        sort: Annotated[models.JobRankSort, Query()] = "duration_ns",
+        order: Order = "desc",
+    ) -> dict:
+        root, saved = job_source(run)
+        return job_pages.overview(run, root, saved, sort, order)
+
+    @app.get("/api/job/step-trace", response_model=models.JobStepTrace, responses=ERRORS)
+    def job_step_trace(
+        run: RunParam,
+        step: Annotated[str, Query(description='"average" or a step number', max_length=32)] = "average",
+        stage: Annotated[int | None, Query(ge=0, le=1_000_000)] = None,
+        sort: Annotated[models.JobRankSort, Query()] = "rank",
+        order: Order = "asc",
+    ) -> dict:
+        root, saved = job_source(run)
+        return job_pages.step_trace(run, root, saved, step, stage, sort, order)
+
     @app.get("/api/{rest:path}", include_in_schema=False)
     def api_not_found(rest: str) -> JSONResponse:
         return JSONResponse({"detail": "no such API endpoint"}, status_code=404)

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfsight.server.runs import Run, cache_sources
+from perfsight.server.runs import CLUSTER_FAILED_FILE, CLUSTER_OUTPUT_DIR, Run, cache_sources
 from perfsight.store import cache, timeline_index
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,11 @@ def missing_work(run: Run, dirs: dict[int, Path]) -> tuple[list[Path], list[Path
     return todo, stale_index
 
 
+def _cross_rank_done(root: Path) -> bool:
+    """The job's cross-rank step ran under ``root``: its outputs are there, or why it failed."""
+    return (root / CLUSTER_OUTPUT_DIR).is_dir() or (root / CLUSTER_FAILED_FILE).is_file()
+
+
 @dataclasses.dataclass
 class Plan:
     """What serving a run needs now: read ``root`` (ready), or analyse, or index (see :func:`plan`)."""
@@ -102,8 +107,8 @@ def plan(run: Run, damaged: set[Path] = frozenset()) -> Plan:  # type: ignore[as
         if not dirs:
             continue
         todo, stale_index = missing_work(run, dirs)
-        if todo:
-            continue
+        if todo or (run.inputs and len(run.ranks) > 1 and not _cross_rank_done(root)):
+            continue  # a job's analysis includes its cross-rank outputs (the job pages read them)
         if not stale_index:
             return Plan(root=root)
         usable.append(root)
@@ -192,6 +197,7 @@ class JobManager:
             "seed": None if work.seed is None else str(work.seed),
             "output_root": str(run.output_root),
             "progress": str(progress),
+            "job": len(run.ranks) > 1,  # several ranks: the cross-rank analysis too (the job pages)
         }
         # a fresh interpreter (not multiprocessing): nothing of the server, or of whatever script
         # embeds it, is re-imported or shared

@@ -30,7 +30,10 @@ class RunInfo(BaseModel):
     id: str = Field(description="path of the run relative to the base dir (POSIX); pass it as ?run=")
     name: str
     kind: RunKind
+    kind_label: str = Field(description='the kind in a user\'s words: "PyTorch job, 4 ranks", "Ascend job"')
     ranks: list[int]
+    hosts: list[str] = Field(description="host names the collector recorded (empty when the data has none)")
+    layout: str | None = Field(description='detected parallel layout of an analysed job, e.g. "DP2 × PP2"')
     steps: int | None = Field(description="steps of the lowest rank, known once analysed")
     date: str = Field(description="ISO 8601 UTC modification time of the newest input")
     size_bytes: int
@@ -420,3 +423,111 @@ class Flows(BaseModel):
 class ErrorBody(BaseModel):
     detail: str
     status: RunStatus | None = None
+
+
+# ---------------------------------------------------------------------------------------------- job pages
+JobRankSort = Literal[
+    "rank", "stage", "duration_ns", "computing_ns", "communication_not_overlapped_ns", "overlapped_ns",
+    "free_ns", "bubble_ns", "iteration_interval_ns", "fp_bp_ns", "tail_ns", "communication_ns",
+    "receive_not_overlapped_ns", "lateness_ns",
+]  # fmt: skip
+
+
+class JobRank(BaseModel):
+    """One rank of a job, averaged over its steps (or one step), from the cluster step trace (ns)."""
+
+    rank: int
+    stage: int = Field(description="pipeline stage (0 without pipeline parallelism)")
+    host: str | None
+    duration_ns: int
+    iteration_interval_ns: int
+    fp_bp_ns: int
+    tail_ns: int
+    computing_ns: int
+    computing_not_overlapped_ns: int = Field(description="computing_ns less overlapped_ns: computing alone")
+    communication_not_overlapped_ns: int
+    overlapped_ns: int = Field(description="communication overlapped by computing (part of computing_ns)")
+    communication_ns: int
+    free_ns: int
+    stage_ns: int
+    bubble_ns: int
+    receive_not_overlapped_ns: int
+    lateness_ns: int | None = Field(description="how late this rank reaches collectives (slow-rank analysis)")
+    slow: bool = Field(description="the slow-rank analysis judged this rank slow")
+
+
+class StepSpread(BaseModel):
+    """How far apart the ranks' average step times are."""
+
+    min_ns: int
+    median_ns: int
+    max_ns: int
+    fastest_rank: int
+    slowest_rank: int
+
+
+class SlowRankEvidence(BaseModel):
+    rank: int
+    lateness_ns: float | None = Field(
+        description="mean time the others wait for this rank at collectives (none without collectives)"
+    )
+    last_votes: int = Field(description="collectives this rank reached last")
+    instances: int
+    compute_ns: float | None
+    magnitude_pct: float | None
+    delay_pct: float | None
+    slow: bool
+
+
+class SlowLinkEvidence(BaseModel):
+    src: int
+    dst: int
+    link_type: str
+    size_bucket: int
+    bytes: float | None
+    transit_ns: float | None
+    bandwidth: float | None = Field(description="bytes per second")
+    median: float | None = Field(description="median bandwidth of links of the same type and size (B/s)")
+    slow: bool
+
+
+class StageBalance(BaseModel):
+    stage: int
+    ranks: list[int]
+    duration_ns: int
+    computing_ns: int
+    bubble_ns: int
+    flops: float | None = Field(
+        description="floating-point operations of the stage's ranks, summed over the steps averaged, if known"
+    )
+
+
+class PipelineBalance(BaseModel):
+    """The cluster analysis's verdict on how evenly the pipeline stages are loaded."""
+
+    imbalanced: bool
+    spread: float | None = Field(description="(max - min) / max of the stages' computing time")
+    slowest_stage: int | None = Field(description="the stage that computes the longest")
+
+
+class JobOverview(BaseModel):
+    run: str
+    ranks: list[JobRank] = Field(description="one row per rank, in the requested order")
+    step_spread: StepSpread | None
+    slow_rank_threshold_ns: int | None
+    slowest_ranks: list[SlowRankEvidence] = Field(description="ranks by lateness, the latest first")
+    slowest_links: list[SlowLinkEvidence] = Field(description="links by bandwidth against their peers")
+    stages: list[StageBalance] = Field(description="pipeline stages, averaged (one stage without pipeline)")
+    pipeline: PipelineBalance | None = Field(description="set when the job has more than one stage")
+    parallel: dict[str, object] = Field(description="the detected parallel layout and groups")
+    layout: str | None = Field(description='the parallel layout in short, e.g. "DP2 × PP2"')
+    problems: list[str] = Field(description="missing or duplicate ranks and other problems of the job")
+
+
+class JobStepTrace(BaseModel):
+    run: str
+    step: str = Field(description='"average", or the step shown')
+    steps: list[str] = Field(description="the steps that can be shown, average first")
+    stages: list[int]
+    pipeline: bool = Field(description="the job has more than one pipeline stage (shows stage columns)")
+    ranks: list[JobRank]

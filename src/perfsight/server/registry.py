@@ -23,7 +23,7 @@ from perfsight import layout
 from perfsight.model import RunMetadata
 from perfsight.server import models
 from perfsight.server.jobs import JobManager, Plan, plan
-from perfsight.server.runs import Discovery, Run, iso_date, step_count
+from perfsight.server.runs import Discovery, Run, iso_date, parallel_layout, step_count
 from perfsight.server.security import safe_relative, without_roots
 from perfsight.store import cache, timeline_index
 
@@ -157,6 +157,10 @@ class Registry:
         self._damaged: dict[Path, tuple[int, ...]] = {}
         self._damage_errors: dict[str, str] = {}  # run id -> what was damaged (for a failed status)
 
+    def public(self, text: str) -> str:
+        """``text`` as the API may show it: the server's own paths replaced by their labels."""
+        return without_roots(text, self._labels)
+
     # ------------------------------------------------------------------ discovery
     def runs(self) -> dict[str, Run]:
         with self._lock:
@@ -226,11 +230,15 @@ class Registry:
         root = self.plan(run).root if status.status == "ready" else None
         dirs = run.rank_dirs(root) if root is not None else {}
         steps = step_count(dirs[min(dirs)]) if dirs else None
+        layout = parallel_layout(root) if root is not None and len(dirs) > 1 else None
         return models.RunInfo(
             id=run.id,
             name=run.name,
             kind=run.kind,  # type: ignore[arg-type]
+            kind_label=run.kind_label,
             ranks=status.ranks,
+            hosts=run.hosts,
+            layout=layout,
             steps=steps,
             date=iso_date(run.date),
             size_bytes=run.size_bytes,

@@ -36,9 +36,19 @@ from perfsight.ingest import ASCEND_OUTPUT_DIR, TRACE_SUFFIXES, find_traces
 from perfsight.server.security import inside, relative_id
 
 TIMELINE_DIR = "timeline"
-_RANK_DIR = re.compile(r"^rank(\d+)(_.*)?$")
+CLUSTER_OUTPUT_DIR = "cluster_analysis_output"
+"""Where a job's cross-rank outputs are, beside its ``rank<N>/`` folders (as ``perfsight analyse``
+writes them; ``perfsight.cluster.discovery.CLUSTER_OUTPUT_DIR``, not imported: the server's run
+list must not load the cluster layer's pandas)."""
+CLUSTER_FAILED_FILE = "cluster_analysis_failed.txt"
+"""Written by the server's analysis, beside the rank folders, when a job's cross-rank step failed
+(its ranks are still served): says why, and that the analysis is complete as it is."""
+_RANK_DIR = re.compile(r"^rank(\d+)(_(?!\d+_perfsight$).*)?$")
+"""An analysed rank folder (``rank3``, ``rank3_<window>``), never a rank's own run folder as the
+collector names it (``rank3_<timestamp>_perfsight``)."""
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _RANK_IN_HEAD = re.compile(rb'"distributedInfo"\s*:\s*\{[^}]*?"rank"\s*:\s*(\d+)', re.DOTALL)
+_WORLD_IN_HEAD = re.compile(rb'"distributedInfo"\s*:\s*\{[^}]*?"world_size"\s*:\s*(\d+)', re.DOTALL)
 _PROFILER_INFO = re.compile(r"^profiler_info_(\d+)\.json$")
 _LEGACY_STEP_FILE = re.compile(r"^step_trace_raw_(\d+)_detail_time\.csv$")
 _TRACE_SUFFIX = re.compile(r"(\.pt)?(\.trace)?\.json(\.gz)?$")
@@ -60,6 +70,20 @@ class Run:
     output_root: Path  # where the server writes its analysis: in its cache folder (may not exist yet)
     roots: tuple[Path, ...] = ()  # the folders everything read must resolve into (base dir, cache)
     found_root: Path | None = None  # outputs `perfsight analyse` wrote in the base dir: read, never written
+    hosts: list[str] = dataclasses.field(default_factory=list)  # as the collector recorded them, if it did
+    family: str = "PyTorch"  # what made the data, in a user's words: PyTorch, Ascend, MindInsight
+
+    @property
+    def kind_label(self) -> str:
+        """The kind in a user's words, for the run list ("PyTorch job, 4 ranks", "Ascend job")."""
+        n = len(self.ranks)
+        if self.kind == "job":
+            return f"{self.family} job, {n} ranks" if n > 1 else f"{self.family} job"
+        if self.kind == "perfsight_run":
+            return f"{self.family} run, rank {self.ranks[0]}" if n == 1 else f"{self.family} run, {n} ranks"
+        if self.kind == "trace":
+            return f"{self.family} trace"
+        return f"analysis, {n} ranks" if n > 1 else "analysis"
 
     def rank_dirs(self, root: Path) -> dict[int, Path]:
         """Analysed ``rank<N>`` folders under ``root`` (one of this run's), by rank; only those whose
@@ -176,6 +200,22 @@ def peek_rank(path: Path) -> int | None:
     return _rank_memo[key]
 
 
+_world_memo: dict[tuple[str, int, int], int | None] = {}
+
+
+def peek_world_size(path: Path) -> int | None:
+    """The world size a trace records in its first bytes (``distributedInfo``), else None."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _world_memo:
+        match = _WORLD_IN_HEAD.search(_head(path))
+        _world_memo[key] = int(match.group(1)) if match else None
+    return _world_memo[key]
+
+
 def _stat_sum(paths: list[Path]) -> tuple[float, int]:
     mtime, size = 0.0, 0
     for path in paths:
@@ -186,6 +226,26 @@ def _stat_sum(paths: list[Path]) -> tuple[float, int]:
         mtime = max(mtime, stat.st_mtime)
         size += stat.st_size
     return mtime, size
+
+
+_host_memo: dict[tuple[str, int, int], str | None] = {}
+
+
+def _recorded_host(info: Path) -> str | None:
+    """The host name a rank's ``profiler_info_{rank}.json`` records; read once per version of the
+    file (the run list is rediscovered every few seconds, a job may have a thousand ranks)."""
+    try:
+        stat = info.stat()
+    except OSError:
+        return None
+    key = (str(info), stat.st_size, stat.st_mtime_ns)
+    if key not in _host_memo:
+        try:
+            host = json.loads(info.read_text(encoding="utf-8")).get("host")
+        except (OSError, ValueError, AttributeError):
+            host = None
+        _host_memo[key] = host if isinstance(host, str) and host else None
+    return _host_memo[key]
 
 
 def iso_date(timestamp: float) -> str:
@@ -235,6 +295,11 @@ class Discovery:
                 and d not in ("PROFILER_OUTPUT", "cache")
                 and not (here / d).is_symlink()
             )
+            job = self._run_folder_job(here, dirnames) or self._rank_folder_job(here, dirnames, filenames)
+            if job is not None:  # the rank folders of one job: one run, never one per rank
+                raw.append(job)
+                dirnames[:] = []
+                continue
             infos = [f for f in filenames if _PROFILER_INFO.match(f)]
             if here.name.endswith("_perfsight") and infos:
                 raw.append(self._perfsight_run(here, infos))
@@ -272,6 +337,87 @@ class Discovery:
             path=folder,
             inputs=inputs,
             ranks=ranks,
+            date=mtime,
+            size_bytes=size,
+            hosts=sorted({h for name in infos if (h := _recorded_host(folder / name))}),
+        )
+
+    def _run_folder_job(self, folder: Path, dirnames: list[str]) -> Run | None:
+        """The perfsight run folders directly under ``folder`` (``*_perfsight/`` with a
+        ``profiler_info_{rank}.json``), as one job when they hold more than one rank: the collector
+        writes one such folder per rank and window, and a user thinks of them as one training job.
+        Folders of one rank only (several windows, or a lone rank) stay runs of their own."""
+        members: list[tuple[Path, list[str]]] = []
+        for name in dirnames:
+            if not name.endswith("_perfsight"):
+                continue
+            child = folder / name
+            try:
+                infos = [f for f in os.listdir(child) if _PROFILER_INFO.match(f)]
+            except OSError:
+                continue
+            if infos:
+                members.append((child, infos))
+        ranks = {int(_PROFILER_INFO.match(i).group(1)) for _, infos in members for i in infos}  # type: ignore[union-attr]
+        if len(ranks) < 2:
+            return None
+        runs = [self._perfsight_run(child, infos) for child, infos in members]
+        inputs = [p for run in runs for p in run.inputs]
+        mtime, size = _stat_sum(inputs)
+        return self._run(
+            id=relative_id(folder, self.base),
+            name=folder.name if folder != self.base else self.base.name,
+            kind="job",
+            path=folder,
+            inputs=inputs,
+            ranks=sorted(ranks),
+            date=mtime,
+            size_bytes=size,
+            hosts=sorted({h for run in runs for h in run.hosts}),
+        )
+
+    def _rank_folder_job(self, folder: Path, dirnames: list[str], filenames: list[str]) -> Run | None:
+        """Sub-folders holding one rank's traces each (``job/rank0000/rank0.pt.trace.json``, as a
+        launcher's per-rank output folders), as one job: when ``folder`` has no trace of its own, at
+        least two such sub-folders, and every trace under them records its rank (each rank once)
+        and the same world size of two or more (``distributedInfo``)."""
+        if any(_is_trace(folder / name) for name in filenames):
+            return None
+        traces: list[Path] = []
+        for name in dirnames:
+            child = folder / name
+            try:
+                entries = sorted(os.scandir(child), key=lambda e: e.name)
+            except OSError:
+                continue
+            found = [
+                Path(e.path) for e in entries if e.is_file(follow_symlinks=False) and _is_trace(Path(e.path))
+            ]
+            if not found:
+                continue
+            if any(
+                e.is_dir(follow_symlinks=False) and e.name not in ("PROFILER_OUTPUT", "cache")
+                for e in entries
+            ):
+                return None  # a deeper layout: left to the walk
+            traces.extend(found)
+        ranks = [peek_rank(p) for p in traces]
+        folders = {p.parent for p in traces}
+        if len(folders) < 2 or None in ranks or len(set(ranks)) != len(ranks):
+            return None
+        # unrelated runs side by side are not a job: every trace must say it is one rank of the
+        # same multi-rank world
+        worlds = {peek_world_size(p) for p in traces}
+        if len(worlds) != 1 or (worlds.pop() or 0) < 2:
+            return None
+        mtime, size = _stat_sum(traces)
+        return self._run(
+            id=relative_id(folder, self.base),
+            name=folder.name if folder != self.base else self.base.name,
+            kind="job",
+            path=folder,
+            inputs=traces,
+            ranks=sorted(r for r in ranks if r is not None),
             date=mtime,
             size_bytes=size,
         )
@@ -319,6 +465,7 @@ class Discovery:
             ranks=sorted(set(ranks)),
             date=mtime,
             size_bytes=size,
+            family="Ascend" if ascend else "MindInsight",
         )
 
     def _trace_runs(self, folder: Path, traces: list[Path]) -> list[Run]:
@@ -401,3 +548,22 @@ def step_count(rank_dir: Path) -> int | None:
         return pq.read_metadata(rank_dir / "cache" / "steps.parquet").num_rows
     except (OSError, ValueError):
         return None
+
+
+_MODE_SHORT = {"data": "DP", "tensor": "TP", "pipeline": "PP", "context": "CP", "expert": "EP"}
+
+
+def parallel_layout(root: Path) -> str | None:
+    """The parallel layout the cluster analysis under ``root`` detected, as a user writes it
+    (``"DP2 × PP2"``: each mode and the size of its groups), or None when there is none."""
+    try:
+        summary = json.loads((root / CLUSTER_OUTPUT_DIR / "cluster_summary.json").read_text(encoding="utf-8"))
+        parallel = summary.get("parallel") or {}
+        parts = []
+        for mode in parallel.get("modes") or []:
+            groups = (parallel.get("groups") or {}).get(mode) or []
+            size = max((len(g) for g in groups), default=0)
+            parts.append(f"{_MODE_SHORT.get(mode, mode)}{size if size else ''}")
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    return " × ".join(parts) or None

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perfsight.server.runs import rank_dirs
+from perfsight.server.runs import CLUSTER_FAILED_FILE, CLUSTER_OUTPUT_DIR, rank_dirs
 from perfsight.store import cache, timeline_index
 
 
@@ -59,7 +59,15 @@ def _analyse(spec: dict[str, Any]) -> None:
     inputs = [Path(p) for p in spec["inputs"]]
     warnings: list[str] = []
     indexed: set[Path] = set()
-    if inputs:
+    job_failed = None
+    if inputs and spec.get("job"):
+        _write_progress(progress_path, 0, 1, f"analysing {len(inputs)} inputs and the job as a whole")
+        try:
+            warnings.extend(_analyse_job(spec["path"], root))
+        except Exception as error:  # the ranks are still worth serving: analyse them one by one
+            job_failed = f"the cross-rank analysis of this job failed: {error or type(error).__name__}"
+            warnings.append(job_failed)
+    if inputs and (not spec.get("job") or job_failed is not None):
         n = len(inputs)
         stages = [f"reading {p.name}" for p in inputs] + ["analysing", "writing outputs"] * n
         progress = _FileProgress(progress_path, 3 * n + 1, stages + ["indexing the timeline"])
@@ -79,8 +87,27 @@ def _analyse(spec: dict[str, Any]) -> None:
     for i, folder in enumerate(f for f in stale if f not in indexed):
         _write_progress(progress_path, i, len(stale), f"indexing {folder.parent.name}", warnings=warnings)
         timeline_index.write_timeline_index(cache.load_trace(folder), folder)
+    if job_failed is not None:
+        (root / CLUSTER_FAILED_FILE).write_text(job_failed + "\n", encoding="utf-8")
     _save_overview(root)
     _write_progress(progress_path, 1, 1, "done", warnings=sorted(set(warnings)))
+
+
+SERIAL_JOB_RANKS = 8
+"""Up to this many inputs a job's ranks are analysed one after the other in this process: starting
+worker processes costs more than it saves on a small job."""
+
+
+def _analyse_job(path: str, root: Path) -> list[str]:
+    """The per-rank and cross-rank analysis of a multi-rank run, as ``perfsight analyse JOB`` writes
+    it (``rank<N>/`` and ``cluster_analysis_output/`` under ``root``); returns its warnings."""
+    from perfsight.cluster import discovery
+    from perfsight.cluster.cli import run_job
+    from perfsight.pipeline import Options
+
+    serial = len(discovery.list_inputs(path)) <= SERIAL_JOB_RANKS
+    job = run_job(path, str(root), Options.from_env(), "serial" if serial else None)
+    return [str(line) for line in job["cluster"].get("problems", [])]
 
 
 def _copy_analysis(seed: Path, root: Path) -> None:
@@ -94,6 +121,10 @@ def _copy_analysis(seed: Path, root: Path) -> None:
         for part in ("cache", "PROFILER_OUTPUT"):
             if (rank_dir / part).is_dir():
                 shutil.copytree(rank_dir / part, target / part)
+    cluster = seed / CLUSTER_OUTPUT_DIR  # a job's cross-rank outputs, read by the job pages
+    if cluster.is_dir() and not cluster.is_symlink():
+        shutil.rmtree(root / CLUSTER_OUTPUT_DIR, ignore_errors=True)
+        shutil.copytree(cluster, root / CLUSTER_OUTPUT_DIR)
 
 
 def _save_overview(root: Path) -> None:

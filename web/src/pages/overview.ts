@@ -5,11 +5,12 @@
  */
 import { get, type Overview } from "../api";
 import { card, chartBox, stat } from "../components/card";
-import { chart, PALETTE, tooltip } from "../charts";
+import { chart, tooltip } from "../charts";
 import type { PageContext } from "../context";
 import { h, replace } from "../dom";
 import * as fmt from "../format";
 import { t } from "../i18n";
+import { OVERLAP_COLORS, STAGE_COLORS } from "../palette";
 
 export async function overviewPage(ctx: PageContext): Promise<void> {
   const data = await get<Overview>("run/overview", { run: ctx.run, rank: ctx.rank });
@@ -50,9 +51,9 @@ export async function overviewPage(ctx: PageContext): Promise<void> {
 
   const labels = steps.map((s) => String(s.step));
   const series = [
-    [t.steps.stage.iterationInterval, "iteration_interval_ns"],
-    [t.steps.stage.fpBp, "fp_bp_ns"],
-    [t.steps.stage.tail, "tail_ns"],
+    [t.steps.stage.iterationInterval, "iteration_interval_ns", STAGE_COLORS.iterationInterval],
+    [t.steps.stage.fpBp, "fp_bp_ns", STAGE_COLORS.fpBp],
+    [t.steps.stage.tail, "tail_ns", STAGE_COLORS.tail],
   ] as const;
   chart(breakdownEl, {
     legend: { top: 0 },
@@ -63,10 +64,11 @@ export async function overviewPage(ctx: PageContext): Promise<void> {
     ]),
     xAxis: { type: "category", data: labels, name: t.steps.columns.step, nameLocation: "middle", nameGap: 24 },
     yAxis: { type: "value", name: fmt.MS },
-    series: series.map(([name, key]) => ({
+    series: series.map(([name, key, color]) => ({
       name,
       type: "bar",
       stack: "step",
+      itemStyle: { color },
       data: steps.map((s) => fmt.nsToMs(s[key] ?? 0)),
     })),
   });
@@ -114,11 +116,11 @@ export async function overviewPage(ctx: PageContext): Promise<void> {
 function shares(data: Overview): HTMLElement {
   const s = data.shares;
   const rows: [string, number, number, string][] = [
-    [t.overview.computing, s.computing, s.computing_ns, PALETTE[1]],
-    [t.overview.overlapped, s.communication_overlapped, s.communication_overlapped_ns, PALETTE[5]],
-    [t.overview.commNotOverlapped, s.communication_not_overlapped, s.communication_not_overlapped_ns, PALETTE[3]],
-    [t.overview.free, s.free, s.free_ns, PALETTE[7]],
-    [t.overview.preparing, s.preparing, s.preparing_ns, PALETTE[2]],
+    [t.overview.computing, s.computing, s.computing_ns, OVERLAP_COLORS.computing],
+    [t.overview.overlapped, s.communication_overlapped, s.communication_overlapped_ns, OVERLAP_COLORS.overlapped],
+    [t.overview.commNotOverlapped, s.communication_not_overlapped, s.communication_not_overlapped_ns, OVERLAP_COLORS.communicationNotOverlapped],
+    [t.overview.free, s.free, s.free_ns, OVERLAP_COLORS.free],
+    [t.overview.preparing, s.preparing, s.preparing_ns, OVERLAP_COLORS.preparing],
   ];
   return h(
     "div",

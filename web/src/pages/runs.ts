@@ -20,9 +20,12 @@ export async function runsPage(main: HTMLElement): Promise<boolean> {
     h(
       "tr",
       { "data-run": run.id },
-      h("td", {}, h("a", { href: href("overview", { run: run.id }), class: "run-link" }, run.name)),
-      h("td", {}, run.kind),
+      // a job of several ranks opens on its job overview, a single-device run on its overview
+      h("td", {}, h("a", { href: href(run.ranks.length > 1 ? "job" : "overview", { run: run.id }), class: "run-link" }, run.name)),
+      h("td", {}, run.kind_label),
       h("td", { class: "num" }, run.ranks.length ? String(run.ranks.length) : "–"),
+      h("td", { class: "num", title: run.hosts.join(", ") }, run.hosts.length ? String(run.hosts.length) : "–"),
+      h("td", {}, run.layout ?? "–"),
       h("td", { class: "num" }, run.steps === null ? "–" : String(run.steps)),
       h("td", {}, fmt.date(run.date)),
       h("td", { title: run.error ?? "" }, statusBadge(run.status)),
@@ -47,6 +50,8 @@ export async function runsPage(main: HTMLElement): Promise<boolean> {
                 h("th", {}, cols.name),
                 h("th", {}, cols.kind),
                 h("th", { class: "num" }, cols.ranks),
+                h("th", { class: "num" }, cols.hosts),
+                h("th", {}, cols.layout),
                 h("th", { class: "num" }, cols.steps),
                 h("th", {}, cols.date),
                 h("th", {}, cols.status),

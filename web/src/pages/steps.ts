@@ -9,6 +9,7 @@ import type { PageContext } from "../context";
 import { h, replace } from "../dom";
 import * as fmt from "../format";
 import { t } from "../i18n";
+import { OVERLAP_COLORS, STAGE_COLORS } from "../palette";
 
 interface Bar {
   row: number;
@@ -25,7 +26,14 @@ const ROWS = [
   t.steps.stage.communication,
   t.steps.stage.commNotOverlapped,
 ];
-const ROW_COLORS = ["#8c96a8", "#e0a030", "#3b6fd4", "#2fa37a", "#8a63d2", "#d9534f"];
+const ROW_COLORS = [
+  STAGE_COLORS.step,
+  STAGE_COLORS.iterationInterval,
+  STAGE_COLORS.fpBp,
+  STAGE_COLORS.tail,
+  OVERLAP_COLORS.communication,
+  OVERLAP_COLORS.communicationNotOverlapped,
+];
 
 export async function stepsPage(ctx: PageContext): Promise<void> {
   const all = await get<StepTrace>("run/step-trace", { run: ctx.run, rank: ctx.rank });
@@ -90,9 +98,15 @@ export async function stepsPage(ctx: PageContext): Promise<void> {
   });
 
   const steps = all.steps.map((s) => String(s.step));
-  const curve = (name: string, key: "duration_ns" | "iteration_interval_ns" | "fp_bp_ns" | "tail_ns" | "communication_not_overlapped_ns") => ({
+  const curve = (
+    name: string,
+    key: "duration_ns" | "iteration_interval_ns" | "fp_bp_ns" | "tail_ns" | "communication_not_overlapped_ns",
+    color: string,
+  ) => ({
     name,
     type: "line",
+    itemStyle: { color },
+    lineStyle: { color },
     symbolSize: 6,
     data: all.steps.map((s) => fmt.nsToMs(s[key])),
   });
@@ -106,11 +120,11 @@ export async function stepsPage(ctx: PageContext): Promise<void> {
     xAxis: { type: "category", data: steps, name: t.steps.columns.step, nameLocation: "middle", nameGap: 26 },
     yAxis: { type: "value", name: fmt.MS },
     series: [
-      curve(t.steps.stage.step, "duration_ns"),
-      curve(t.steps.stage.iterationInterval, "iteration_interval_ns"),
-      curve(t.steps.stage.fpBp, "fp_bp_ns"),
-      curve(t.steps.stage.tail, "tail_ns"),
-      curve(t.steps.stage.commNotOverlapped, "communication_not_overlapped_ns"),
+      curve(t.steps.stage.step, "duration_ns", STAGE_COLORS.step),
+      curve(t.steps.stage.iterationInterval, "iteration_interval_ns", STAGE_COLORS.iterationInterval),
+      curve(t.steps.stage.fpBp, "fp_bp_ns", STAGE_COLORS.fpBp),
+      curve(t.steps.stage.tail, "tail_ns", STAGE_COLORS.tail),
+      curve(t.steps.stage.commNotOverlapped, "communication_not_overlapped_ns", OVERLAP_COLORS.communicationNotOverlapped),
     ],
   });
 }
