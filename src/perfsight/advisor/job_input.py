@@ -7,9 +7,10 @@ both call it, docs/ARCHITECTURE.md): the advisor reads tables, it does not know 
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import pandas as pd
+if TYPE_CHECKING:  # annotations only: a rank's analysis never loads pandas (ingest/lazy_pandas.py)
+    import pandas as pd
 
 
 class JobResult(Protocol):
