@@ -21,7 +21,7 @@ def lead_lines(findings: list[dict[str, Any]], top: int = TOP) -> list[str]:
     for f in (actionable or findings[:1])[:top]:
         culprit = f["culprit"]
         lines.append(
-            f"  [{f['severity'].upper()}] {f['category']} / {culprit['kind']} {culprit['name']}: {f['title']}"
+            f"  [{f['severity'].upper()}] {f['category']} / {_culprit(culprit)}: {f['title']}"
             f" (confidence {f['confidence']:.2f})"
         )
         lines.append(f"      -> {f['suggestion']}")
@@ -29,3 +29,8 @@ def lead_lines(findings: list[dict[str, Any]], top: int = TOP) -> list[str]:
         if sources:
             lines.append(f"      see: {', '.join(sources[:3])}")
     return lines
+
+
+def _culprit(culprit: dict[str, str]) -> str:
+    """``rank 3``, ``op aten::mm``; the whole job reads ``job``, not ``job job``."""
+    return culprit["kind"] if culprit["name"] == culprit["kind"] else f"{culprit['kind']} {culprit['name']}"
