@@ -313,6 +313,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/run/findings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Run Findings
+         * @description The advisor's findings of one rank, as its analysis wrote them (most important first).
+         */
+        get: operations["run_findings_api_run_findings_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/job/findings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Job Findings
+         * @description The advisor's findings of a job (its job rules and its ranks'), most important first.
+         */
+        get: operations["job_findings_api_job_findings_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -384,6 +424,142 @@ export interface components {
             bytes: number | null;
             /** Flows */
             flows: components["schemas"]["FlowRef"][];
+        };
+        /** Finding */
+        Finding: {
+            /** Rule */
+            rule: string;
+            /**
+             * Category
+             * @enum {string}
+             */
+            category: "data" | "compute" | "communication" | "scheduling" | "memory" | "host";
+            /**
+             * Severity
+             * @enum {string}
+             */
+            severity: "critical" | "warning" | "info";
+            culprit: components["schemas"]["FindingCulprit"];
+            /**
+             * Title
+             * @description English title (every language's is under texts)
+             */
+            title: string;
+            /** Suggestion */
+            suggestion: string;
+            /**
+             * Texts
+             * @description title and suggestion by language ("en", "zh")
+             */
+            texts: {
+                [key: string]: components["schemas"]["FindingText"];
+            };
+            /** Message Key */
+            message_key: string;
+            /** Params */
+            params: {
+                [key: string]: unknown;
+            };
+            /** Evidence */
+            evidence: components["schemas"]["FindingEvidence"][];
+            /**
+             * Effect Ns
+             * @description time per step at stake
+             */
+            effect_ns: number;
+            /**
+             * Error Ns
+             * @description what the measurement cannot resolve (clock alignment, step noise)
+             */
+            error_ns: number;
+            /** Confidence */
+            confidence: number;
+            /**
+             * Ranks
+             * @description the ranks it was seen on (empty: the job as a whole)
+             */
+            ranks: number[];
+            /**
+             * Explained By
+             * @description a stronger finding's rule that accounts for this one
+             */
+            explained_by: string | null;
+            /**
+             * Uncertain
+             * @description lowered to info: the effect is not clear of the measurement error
+             */
+            uncertain: boolean;
+        };
+        /** FindingCulprit */
+        FindingCulprit: {
+            /**
+             * Kind
+             * @enum {string}
+             */
+            kind: "rank" | "op" | "link" | "stage" | "module" | "job";
+            /**
+             * Name
+             * @description what to look at: a rank number ("1"), an operator, a link, a stage...
+             */
+            name: string;
+        };
+        /** FindingEvidence */
+        FindingEvidence: {
+            /** Metric */
+            metric: string;
+            /** Value */
+            value: number | string | null;
+            /**
+             * Unit
+             * @description "ns", "bytes", "share" (0..1), "count", "flops", "B/s", or "" for text
+             */
+            unit: string;
+            /** Threshold */
+            threshold: number | null;
+            /**
+             * Source
+             * @description the output file or UI page that shows the value
+             */
+            source: string;
+        };
+        /** FindingText */
+        FindingText: {
+            /** Title */
+            title: string;
+            /** Suggestion */
+            suggestion: string;
+        };
+        /** Findings */
+        Findings: {
+            /** Run */
+            run: string;
+            /**
+             * Scope
+             * @enum {string}
+             */
+            scope: "rank" | "job";
+            /**
+             * Rank
+             * @description the rank, for scope rank
+             */
+            rank: number | null;
+            /**
+             * Source
+             * @description where they were read: "PROFILER_OUTPUT/advisor.json" of the rank, or "cluster_analysis_output/advisor.json" of the job
+             */
+            source: string;
+            /**
+             * Counts
+             * @description findings per severity
+             */
+            counts: {
+                [key: string]: number;
+            };
+            /**
+             * Findings
+             * @description as the advisor ranked them, most important first
+             */
+            findings: components["schemas"]["Finding"][];
         };
         /** Flow */
         Flow: {
@@ -2413,6 +2589,126 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["JobStepTrace"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    run_findings_api_run_findings_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+                /** @description rank (default: the lowest) */
+                rank?: number | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Findings"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    job_findings_api_job_findings_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Findings"];
                 };
             };
             /** @description parameters that contradict each other */

@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from perfsight import __version__
-from perfsight.server import job_pages, models, pages, queries, timeline
+from perfsight.server import findings, job_pages, models, pages, queries, timeline
 from perfsight.server.registry import (
     READ_ERRORS,
     SAVED_FOLDER,
@@ -135,6 +135,10 @@ def create_app(
 
     @app.exception_handler(job_pages.NoClusterAnalysis)
     async def _no_cluster(_: Request, error: job_pages.NoClusterAnalysis) -> JSONResponse:
+        return JSONResponse({"detail": registry.public(str(error))}, status_code=404)
+
+    @app.exception_handler(findings.NoFindings)
+    async def _no_findings(_: Request, error: findings.NoFindings) -> JSONResponse:
         return JSONResponse({"detail": registry.public(str(error))}, status_code=404)
 
     @app.exception_handler(NotReady)
@@ -375,6 +379,16 @@ def create_app(
     ) -> dict:
         root, saved = job_source(run)
         return job_pages.step_trace(run, root, saved, step, stage, sort, order)
+
+    @app.get("/api/run/findings", response_model=models.Findings, responses=ERRORS)
+    def run_findings(run: RunParam, rank: RankParam = None) -> dict:
+        """The advisor's findings of one rank, as its analysis wrote them (most important first)."""
+        return findings.rank_findings(opened(run), rank)
+
+    @app.get("/api/job/findings", response_model=models.Findings, responses=ERRORS)
+    def job_findings(run: RunParam) -> dict:
+        """The advisor's findings of a job (its job rules and its ranks'), most important first."""
+        return findings.job_findings(opened(run))
 
     @app.get("/api/{rest:path}", include_in_schema=False)
     def api_not_found(rest: str) -> JSONResponse:

@@ -531,3 +531,56 @@ class JobStepTrace(BaseModel):
     stages: list[int]
     pipeline: bool = Field(description="the job has more than one pipeline stage (shows stage columns)")
     ranks: list[JobRank]
+
+
+# ---------------------------------------------------------------------------------------- findings
+Severity = Literal["critical", "warning", "info"]
+
+
+class FindingCulprit(BaseModel):
+    kind: Literal["rank", "op", "link", "stage", "module", "job"]
+    name: str = Field(description='what to look at: a rank number ("1"), an operator, a link, a stage...')
+
+
+class FindingText(BaseModel):
+    title: str
+    suggestion: str
+
+
+class FindingEvidence(BaseModel):
+    metric: str
+    value: float | int | str | None
+    unit: str = Field(description='"ns", "bytes", "share" (0..1), "count", "flops", "B/s", or "" for text')
+    threshold: float | int | None
+    source: str = Field(description="the output file or UI page that shows the value")
+
+
+class Finding(BaseModel):
+    rule: str
+    category: Literal["data", "compute", "communication", "scheduling", "memory", "host"]
+    severity: Severity
+    culprit: FindingCulprit
+    title: str = Field(description="English title (every language's is under texts)")
+    suggestion: str
+    texts: dict[str, FindingText] = Field(description='title and suggestion by language ("en", "zh")')
+    message_key: str
+    params: dict[str, object]
+    evidence: list[FindingEvidence]
+    effect_ns: int = Field(description="time per step at stake")
+    error_ns: int = Field(description="what the measurement cannot resolve (clock alignment, step noise)")
+    confidence: float = Field(ge=0.0, le=1.0)
+    ranks: list[int] = Field(description="the ranks it was seen on (empty: the job as a whole)")
+    explained_by: str | None = Field(description="a stronger finding's rule that accounts for this one")
+    uncertain: bool = Field(description="lowered to info: the effect is not clear of the measurement error")
+
+
+class Findings(BaseModel):
+    run: str
+    scope: Literal["rank", "job"]
+    rank: int | None = Field(description="the rank, for scope rank")
+    source: str = Field(
+        description='where they were read: "PROFILER_OUTPUT/advisor.json" of the rank, '
+        'or "cluster_analysis_output/advisor.json" of the job'
+    )
+    counts: dict[Severity, int] = Field(description="findings per severity")
+    findings: list[Finding] = Field(description="as the advisor ranked them, most important first")
