@@ -39,6 +39,10 @@ export type FlowData = Schemas["Flows"];
 export type JobRank = Schemas["JobRank"];
 export type JobOverview = Schemas["JobOverview"];
 export type JobStepTrace = Schemas["JobStepTrace"];
+export type Findings = Schemas["Findings"];
+export type Finding = Schemas["Finding"];
+export type FindingEvidence = Schemas["FindingEvidence"];
+export type Severity = Finding["severity"];
 
 /** A page of a table endpoint (operator-types, operators, kernel-types, kernels). */
 export interface PageOf<T> {

@@ -11,6 +11,7 @@ import { h, replace } from "./dom";
 import * as fmt from "./format";
 import { t } from "./i18n";
 import { jobPage } from "./pages/job";
+import { findingsPage, jobFindingsPage } from "./pages/findings";
 import { jobStepsPage } from "./pages/job-steps";
 import { memoryPage } from "./pages/memory";
 import { operatorsPage } from "./pages/operators";
@@ -23,7 +24,9 @@ import { href, JOB_PAGES, parse, RUN_PAGES, type PageName } from "./router";
 const PAGES: Record<Exclude<PageName, "runs">, (ctx: PageContext) => Promise<void>> = {
   job: jobPage,
   "job-steps": jobStepsPage,
+  "job-findings": jobFindingsPage,
   overview: overviewPage,
+  findings: findingsPage,
   steps: stepsPage,
   operators: operatorsPage,
   memory: memoryPage,

@@ -24,3 +24,10 @@ export const OVERLAP_COLORS = {
   bubble: "#c0619e",
   receive: "#7a5c3e",
 } as const;
+
+/** The advisor's severities (findings): the same three colours on every badge and marker. */
+export const SEVERITY_COLORS = {
+  critical: "#c2413c",
+  warning: "#d48a12",
+  info: "#8c96a8",
+} as const;

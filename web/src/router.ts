@@ -3,12 +3,22 @@
  * `#/` is the run list, `#/<page>?run=<id>&rank=<n>&...` a page of one run.
  */
 
-export type PageName = "runs" | "job" | "job-steps" | "overview" | "steps" | "operators" | "memory" | "timeline";
+export type PageName =
+  | "runs"
+  | "job"
+  | "job-steps"
+  | "job-findings"
+  | "overview"
+  | "findings"
+  | "steps"
+  | "operators"
+  | "memory"
+  | "timeline";
 
 /** The pages of one rank (a single-device run, or one rank of a job). */
-export const RUN_PAGES: PageName[] = ["overview", "steps", "operators", "memory", "timeline"];
+export const RUN_PAGES: PageName[] = ["overview", "findings", "steps", "operators", "memory", "timeline"];
 /** The pages of a job as a whole (runs of several ranks): a job opens on the first. */
-export const JOB_PAGES: PageName[] = ["job", "job-steps"];
+export const JOB_PAGES: PageName[] = ["job", "job-steps", "job-findings"];
 
 export interface Route {
   page: PageName;

@@ -44,7 +44,9 @@ export const en = {
   nav: {
     job: "Job overview",
     "job-steps": "Cluster step trace",
+    "job-findings": "Job findings",
     overview: "Overview",
+    findings: "Findings",
     steps: "Step trace",
     operators: "Operators",
     memory: "Memory",
@@ -278,6 +280,47 @@ export const en = {
     average: "Average of all steps",
     allStages: "All stages",
     chart: "Step stages per rank",
+  },
+
+  findings: {
+    title: "Findings",
+    cardHint: "What the advisor found, most important first",
+    pageHintJob: "The job's findings: cross-rank rules and each rank's own, most important first",
+    pageHintRank: (rank: number) => `Rank ${rank}'s findings, most important first`,
+    noneAboveInfo: (info: number) =>
+      `No findings above info (${info} informative ${info === 1 ? "finding" : "findings"}: see the findings page)`,
+    moreAboveInfo: (n: number) => `and ${n} more above info`,
+    all: (n: number) => `All ${n} findings`,
+    unavailable: "No findings for this analysis",
+    counts: (critical: number, warning: number, info: number) =>
+      `${critical} critical · ${warning} warning · ${info} info`,
+    severity: { critical: "critical", warning: "warning", info: "info" } as Record<string, string>,
+    culpritKind: {
+      rank: "Rank",
+      stage: "Stage",
+      op: "Operator",
+      link: "Link",
+      module: "Module",
+      job: "Job",
+    } as Record<string, string>,
+    seenOn: "Seen on",
+    confidence: "confidence",
+    effect: "at stake per step",
+    uncertain: "not clear of the measurement error",
+    explainedBy: (rule: string) => `explained by ${rule}`,
+    evidence: (n: number) => `Evidence (${n})`,
+    suggestion: "Suggestion",
+    language: "Language of the findings",
+    columns: {
+      severity: "Severity",
+      category: "Category",
+      culprit: "Culprit",
+      finding: "Finding",
+      metric: "Metric",
+      value: "Value",
+      threshold: "Threshold",
+      source: "Shown in",
+    },
   },
 
   table: {

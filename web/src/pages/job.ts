@@ -5,8 +5,9 @@
  * with their evidence; the pipeline stages and the parallel groups.  Every number comes from
  * /api/job/overview (the cluster analysis); clicking a rank opens its single-device pages.
  */
-import { get, type JobOverview, type JobRank } from "../api";
+import { get, type Findings, type JobOverview, type JobRank } from "../api";
 import { card, chartBox, stat } from "../components/card";
+import { findingsCard } from "../components/findings";
 import { serverTable, type Column, type Row } from "../components/table";
 import { chart, tooltip } from "../charts";
 import type { PageContext } from "../context";
@@ -41,6 +42,8 @@ export function rankLink(run: string, rank: number): string {
 const ms = (v: unknown) => fmt.ms(v as number | null);
 
 export async function jobPage(ctx: PageContext): Promise<void> {
+  const findings = get<Findings>("job/findings", { run: ctx.run });
+  findings.catch(() => undefined); // shown in its card; never an unhandled rejection
   const first = await get<JobOverview>("job/overview", { run: ctx.run });
   const pipeline = first.stages.length > 1;
   const j = t.job;
@@ -125,6 +128,7 @@ export async function jobPage(ctx: PageContext): Promise<void> {
 
   replace(
     ctx.root,
+    findingsCard(findings, ctx.run, href("job-findings", { run: ctx.run })),
     stats,
     h(
       "div",

@@ -3,8 +3,9 @@
  * (compute / communication overlapped and not / free / preparing) and a timeline summary.  Each
  * card links to its detail page.
  */
-import { get, type Overview } from "../api";
+import { get, type Findings, type Overview } from "../api";
 import { card, chartBox, stat } from "../components/card";
+import { findingsCard } from "../components/findings";
 import { chart, tooltip } from "../charts";
 import type { PageContext } from "../context";
 import { h, replace } from "../dom";
@@ -13,6 +14,8 @@ import { t } from "../i18n";
 import { OVERLAP_COLORS, STAGE_COLORS } from "../palette";
 
 export async function overviewPage(ctx: PageContext): Promise<void> {
+  const findings = get<Findings>("run/findings", { run: ctx.run, rank: ctx.rank });
+  findings.catch(() => undefined); // shown in its card; never an unhandled rejection
   const data = await get<Overview>("run/overview", { run: ctx.run, rank: ctx.rank });
   const o = t.overview;
   const steps = data.steps;
@@ -37,6 +40,7 @@ export async function overviewPage(ctx: PageContext): Promise<void> {
   const grid = h(
     "div",
     { class: "grid" },
+    findingsCard(findings, ctx.run, ctx.link("findings")),
     card({ title: o.timelineSummary, link: ctx.link("timeline"), full: true, testId: "timeline-summary" }, stats),
     card({ title: o.stepBreakdown, hint: o.stepBreakdownHint, link: ctx.link("steps"), testId: "card-step-breakdown" }, breakdownEl),
     card({ title: o.operatorTypes, hint: o.operatorTypesHint, link: ctx.link("operators"), testId: "card-operator-types" }, typesEl),
