@@ -8,6 +8,8 @@ pipeline job's expectation comes from how it was run (stage 1 given four times t
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -149,3 +151,26 @@ def test_the_straggler_is_named_by_a_rank_finding(jobs_app: tuple[TestClient, Pa
     answer = _get(client, "job/findings", run=STRAGGLER_JOB)
     above_info = [f for f in answer["findings"] if f["severity"] != "info"]
     assert above_info and above_info[0]["culprit"] == {"kind": "rank", "name": str(SLOW_RANK)}
+
+
+def test_an_advisor_json_linked_from_outside_the_base_folder_is_not_served(
+    jobs_app: tuple[TestClient, Path, Path], tmp_path: Path
+) -> None:
+    _, base, _ = jobs_app
+    own = tmp_path / "base"
+    shutil.copytree(base / "analysis", own / "analysis", symlinks=True)
+    (written,) = (own / "analysis").rglob("cluster_analysis_output/advisor.json")
+    secret = tmp_path / "secret.json"
+    doc = json.loads(written.read_text(encoding="utf-8"))
+    for finding in doc["findings"]:
+        finding["title"] = "SECRET outside the base folder"
+    secret.write_text(json.dumps(doc), encoding="utf-8")
+    written.unlink()
+    os.symlink(secret, written)
+    with TestClient(create_app(own, cache_dir=tmp_path / "cache")) as client:
+        (run,) = [r["id"] for r in client.get("/api/runs").json()["runs"]]
+        assert wait_ready(client, run)["status"] == "ready"
+        response = client.get("/api/job/findings", params={"run": run})
+        assert response.status_code == 404, response.text
+        assert "SECRET" not in response.text and str(tmp_path) not in response.text
+        assert client.get("/api/job/overview", params={"run": run}).status_code == 200

@@ -30,8 +30,9 @@ class NoFindings(LookupError):
 
 
 def _read(path: Path, roots: tuple[Path, ...], shown: str) -> list[dict[str, Any]]:
-    """The findings of ``path`` (an ``advisor.json``), which must resolve inside ``roots``."""
-    resolved = inside(path, roots) if roots else path
+    """The findings of ``path`` (an ``advisor.json``), which must resolve inside ``roots`` (the base
+    and cache folders): a link out of them is served as if the file were missing."""
+    resolved = inside(path, roots)
     if resolved is None or not resolved.is_file():
         raise NoFindings(
             f"{shown}: not found; this analysis was made without the advisor "
