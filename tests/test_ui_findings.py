@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from _jobs import OVERLOADED_STAGE, PP_JOB, SLOW_RANK, STRAGGLER_JOB, demo_base
-from _ui import KINETO_RUN, NCCL_TRACE, Server, need_browser, own_server_browser  # noqa: F401 - fixture
+from _ui import HOSTILE_RUN, KINETO_RUN, NCCL_TRACE, Server, _write_hostile, need_browser, own_server_browser  # noqa: F401 - fixture
 from shared_data import require
 
 FINDINGS = '[data-testid="findings-list"] [data-testid="finding"]'
@@ -28,6 +28,8 @@ class Page:
     def __init__(self, page: Any) -> None:
         self.page = page
         self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
         page.on("pageerror", lambda e: self.errors.append(str(e)))
         page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
 
@@ -39,9 +41,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     base = demo_base(tmp_path_factory, tmp_path_factory.mktemp("ui-findings") / "demo_output", straggler=True)
     (base / KINETO_RUN).parent.mkdir(parents=True)
     shutil.copyfile(NCCL_TRACE, base / KINETO_RUN)
+    _write_hostile(base / HOSTILE_RUN)
     running = Server(base)
     try:
-        for run in (PP_JOB, STRAGGLER_JOB, KINETO_RUN):
+        for run in (PP_JOB, STRAGGLER_JOB, KINETO_RUN, HOSTILE_RUN):
             running.wait_ready(run, timeout_s=300)
         yield running
     finally:
@@ -182,3 +185,20 @@ def test_a_single_device_overview_and_findings_tab(page: Page, server: Server) -
     p.wait_for_selector(FINDINGS)
     assert p.locator(FINDINGS).count() == len(answer["findings"])
     assert not page.errors
+
+
+def test_a_hostile_culprit_name_is_shown_as_text(page: Page, server: Server) -> None:
+    p = page.page
+    answer = server.get("run/findings", run=HOSTILE_RUN)["findings"]
+    hostile = [f for f in answer if f["culprit"]["kind"] == "op"]
+    assert hostile and "<" in hostile[0]["culprit"]["name"]  # the trace's markup-like operator name
+    p.goto(server.page_url("findings", HOSTILE_RUN))
+    p.wait_for_selector(FINDINGS)
+    item = p.locator(f'{FINDINGS}[data-rule="{hostile[0]["rule"]}"]')
+    name = hostile[0]["culprit"]["name"]
+    assert item.locator('[data-testid="finding-culprit"]').inner_text() == f"Operator {name}"
+    assert item.locator('[data-testid="finding-title"]').inner_text() == hostile[0]["title"]
+    item.locator("details summary").click()
+    p.wait_for_timeout(300)
+    assert p.locator("main img, main script").count() == 0
+    assert not page.dialogs and not page.errors
