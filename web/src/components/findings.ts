@@ -162,13 +162,14 @@ export function findingList(data: Findings, run: string, findings: Finding[], la
   );
 }
 
-/** The short line of one finding, for the overview card: badge, title, culprit. */
+/** One finding in short, for the overview card: badge, category, culprit, title, suggestion. */
 export function findingLine(finding: Finding, run: string, lang: string): HTMLElement {
   const item = h(
     "li",
     { class: `finding short sev-${finding.severity}`, "data-testid": "finding", "data-rule": finding.rule },
     h("div", { class: "finding-head" }, severityBadge(finding.severity), finding.category, " · ", culprit(finding, run)),
     h("div", { class: "finding-title", "data-testid": "finding-title" }, texts(finding, lang).title),
+    h("div", { class: "finding-suggestion muted", "data-testid": "finding-suggestion" }, texts(finding, lang).suggestion),
   );
   item.style.borderLeftColor = SEVERITY_COLORS[finding.severity];
   return item;
