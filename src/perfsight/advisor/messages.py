@@ -218,12 +218,18 @@ PHASE_FIXES = {
 BOUND_ZH = {"compute": "计算", "scheduling": "调度", "communication": "通信"}
 
 
+CULPRIT_JOB_ZH = "该作业"
+"""``the job`` as a culprit in a Chinese text (rank and stage numbers read the same in both)."""
+
+
 def render(key: str, params: dict[str, Any], lang: str = "en") -> str:
     """The text of ``key`` in ``lang`` with ``params`` placed; an unknown key is shown as itself."""
     texts = MESSAGES.get(key)
     if texts is None:
         return key
     template = texts.get(lang) or texts["en"]
+    if lang == "zh" and params.get("culprit") == "the job":
+        params = {**params, "culprit": CULPRIT_JOB_ZH}
     try:
         return template.format(**params)
     except (KeyError, IndexError, ValueError):
