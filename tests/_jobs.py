@@ -29,7 +29,7 @@ OVERLOADED_STAGE = 1
 SLOW_RANK = 1  # examples/train_ddp_straggler.py's rank given 40 extra matrix products per step
 
 
-def _run_example(script: str, out: Path, *args: str) -> None:
+def run_example(script: str, out: Path, *args: str) -> None:
     result = subprocess.run(
         [
             "timeout",
@@ -61,8 +61,8 @@ def trained_jobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with FileLock(str(shared / "demo-jobs.lock")):
         if not (folder / "done").is_file():
             shutil.rmtree(folder, ignore_errors=True)
-            _run_example("train_ddp.py", folder / DDP_JOB, "--world-size", str(DDP_RANKS))
-            _run_example(
+            run_example("train_ddp.py", folder / DDP_JOB, "--world-size", str(DDP_RANKS))
+            run_example(
                 "train_pp.py",
                 folder / PP_JOB,
                 "--stages",
@@ -72,7 +72,7 @@ def trained_jobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 "--batch-size",
                 "256",
             )
-            _run_example(
+            run_example(
                 "train_ddp_straggler.py", folder / STRAGGLER_JOB, "--world-size", "2",
                 "--slow-rank", str(SLOW_RANK), "--slow-factor", "40", "--active", "5",
             )  # fmt: skip

@@ -186,14 +186,29 @@ def browser_session() -> Iterator[Any]:
 
 
 class Watched:
-    """A page that records what a hostile name could make the browser do."""
+    """A page that records what a hostile name could make the browser do (dialogs, uncaught
+    errors) and, with ``console=True``, the console's errors too."""
 
-    def __init__(self, page: Any) -> None:
+    def __init__(self, page: Any, console: bool = False) -> None:
         self.page = page
         self.dialogs: list[str] = []
         self.errors: list[str] = []
         page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
         page.on("pageerror", lambda e: self.errors.append(str(e)))
+        if console:
+            page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+
+
+@contextlib.contextmanager
+def watched_page(browser: Any) -> Iterator[Watched]:
+    """A fresh 1600x1000 page of ``browser`` that records dialogs, uncaught and console errors."""
+    context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    watched = Watched(context.new_page(), console=True)
+    watched.page.set_default_timeout(60_000)
+    try:
+        yield watched
+    finally:
+        context.close()
 
 
 def fmt_ms(ns: float | None, digits: int = 3) -> str:

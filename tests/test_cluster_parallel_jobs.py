@@ -8,19 +8,15 @@ stages, and the cluster step trace's rows.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from _jobs import run_example
 from perfsight.cluster.job import ClusterResult, analyse_job, write_cluster_outputs
 from perfsight.cluster.summary import cluster_summary
 
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLES = REPO / "examples"
-JOB_TIMEOUT = 300  # a hung job fails the test instead of hanging the suite
 FLOAT32 = 4
 
 # examples/train_tp.py defaults: 2 blocks of Linear(64, 256) -> GELU -> Linear(256, 64), batch 32
@@ -28,27 +24,6 @@ TP_WIDTH, TP_BATCH = 64, 32
 # examples/train_pp.py / train_dp_pp.py: stages of 2 x Linear(64, 64); batch split in 4 micro-batches
 PP_WIDTH, PP_LAYERS, PP_MICRO_BATCHES = 64, 2, 4
 PP_BATCH, DP_PP_BATCH = 64, 32
-
-
-def _run_example(script: str, out: Path, *args: str) -> None:
-    result = subprocess.run(
-        [
-            "timeout",
-            "-k",
-            "10",
-            str(JOB_TIMEOUT),
-            sys.executable,
-            str(EXAMPLES / script),
-            "--out",
-            str(out),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=JOB_TIMEOUT + 30,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def _analyse(job: Path, out: Path) -> tuple[ClusterResult, pd.DataFrame]:
@@ -77,7 +52,7 @@ def test_tensor_parallel_job_is_recognised_with_its_all_reduces_and_compute_vs_c
     tmp_path: Path,
 ) -> None:
     job = tmp_path / "tp"
-    _run_example("train_tp.py", job)
+    run_example("train_tp.py", job)
     result, step_trace = _analyse(job, tmp_path)
     _assert_every_op_matched(result, [0, 1])
 
@@ -115,7 +90,7 @@ def test_tensor_parallel_job_is_recognised_with_its_all_reduces_and_compute_vs_c
 
 def test_torch_pipelining_job_with_an_overloaded_stage_is_reported_imbalanced(tmp_path: Path) -> None:
     job = tmp_path / "pp"
-    _run_example("train_pp.py", job, "--schedule", "1f1b", "--overload-stage", "1", "--report-loss")
+    run_example("train_pp.py", job, "--schedule", "1f1b", "--overload-stage", "1", "--report-loss")
     result, step_trace = _analyse(job, tmp_path)
     _assert_every_op_matched(result, [0, 1])
 
@@ -147,7 +122,7 @@ def test_torch_pipelining_job_with_an_overloaded_stage_is_reported_imbalanced(tm
 
 def test_data_x_pipeline_job_has_the_right_stages_and_data_parallel_groups(tmp_path: Path) -> None:
     job = tmp_path / "dp_pp"
-    _run_example("train_dp_pp.py", job)
+    run_example("train_dp_pp.py", job)
     result, step_trace = _analyse(job, tmp_path)
     _assert_every_op_matched(result, [0, 1, 2, 3])
 

@@ -16,22 +16,20 @@ from typing import Any
 import pytest
 
 from _jobs import OVERLOADED_STAGE, PP_JOB, SLOW_RANK, STRAGGLER_JOB, demo_base
-from _ui import HOSTILE_RUN, KINETO_RUN, NCCL_TRACE, Server, _write_hostile, need_browser, own_server_browser  # noqa: F401 - fixture
+from _ui import (  # noqa: F401 - fixture
+    HOSTILE_RUN,
+    KINETO_RUN,
+    NCCL_TRACE,
+    Server,
+    Watched,
+    _write_hostile,
+    need_browser,
+    own_server_browser,
+    watched_page,
+)
 from shared_data import require
 
 FINDINGS = '[data-testid="findings-list"] [data-testid="finding"]'
-
-
-class Page:
-    """A browser page that records uncaught errors and console errors."""
-
-    def __init__(self, page: Any) -> None:
-        self.page = page
-        self.errors: list[str] = []
-        self.dialogs: list[str] = []
-        page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
-        page.on("pageerror", lambda e: self.errors.append(str(e)))
-        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
 
 
 @pytest.fixture(scope="module")
@@ -52,21 +50,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 @pytest.fixture
-def page(own_server_browser: Any, server: Server) -> Iterator[Page]:
-    context = own_server_browser.new_context(viewport={"width": 1600, "height": 1000})
-    watched = Page(context.new_page())
-    watched.page.set_default_timeout(60_000)
-    try:
+def page(own_server_browser: Any, server: Server) -> Iterator[Watched]:
+    with watched_page(own_server_browser) as watched:
         yield watched
-    finally:
-        context.close()
 
 
 def _above_info(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [f for f in findings if f["severity"] != "info"]
 
 
-def test_the_job_overview_leads_with_the_overloaded_stage(page: Page, server: Server) -> None:
+def test_the_job_overview_leads_with_the_overloaded_stage(page: Watched, server: Server) -> None:
     p = page.page
     p.goto(server.page_url("job", PP_JOB))
     card = p.locator('[data-testid="card-findings"]')
@@ -94,7 +87,7 @@ def test_the_job_overview_leads_with_the_overloaded_stage(page: Page, server: Se
 
 
 def test_the_findings_page_lists_every_finding_with_its_evidence_in_either_language(
-    page: Page, server: Server
+    page: Watched, server: Server
 ) -> None:
     p = page.page
     p.goto(server.page_url("job-findings", PP_JOB))
@@ -146,7 +139,7 @@ def test_the_findings_page_lists_every_finding_with_its_evidence_in_either_langu
     assert not page.errors
 
 
-def test_a_rank_culprit_opens_that_rank(page: Page, server: Server) -> None:
+def test_a_rank_culprit_opens_that_rank(page: Watched, server: Server) -> None:
     p = page.page
     p.goto(server.page_url("job-findings", STRAGGLER_JOB))
     p.wait_for_selector(FINDINGS)
@@ -168,7 +161,7 @@ def test_a_rank_culprit_opens_that_rank(page: Page, server: Server) -> None:
     assert not page.errors
 
 
-def test_a_single_device_overview_and_findings_tab(page: Page, server: Server) -> None:
+def test_a_single_device_overview_and_findings_tab(page: Watched, server: Server) -> None:
     p = page.page
     p.goto(server.page_url("overview", KINETO_RUN))
     p.wait_for_selector('[data-testid="stat-steps"]')
@@ -187,7 +180,7 @@ def test_a_single_device_overview_and_findings_tab(page: Page, server: Server) -
     assert not page.errors
 
 
-def test_a_hostile_culprit_name_is_shown_as_text(page: Page, server: Server) -> None:
+def test_a_hostile_culprit_name_is_shown_as_text(page: Watched, server: Server) -> None:
     p = page.page
     answer = server.get("run/findings", run=HOSTILE_RUN)["findings"]
     hostile = [f for f in answer if f["culprit"]["kind"] == "op"]

@@ -15,20 +15,10 @@ from typing import Any
 import pytest
 
 from _jobs import DDP_JOB, DDP_RANKS, OVERLOADED_STAGE, PP_JOB, SLOW_RANK, STRAGGLER_JOB, demo_base
-from _ui import Server, fmt_ms, need_browser, own_server_browser  # noqa: F401 - fixture
+from _ui import Server, Watched, fmt_ms, need_browser, own_server_browser, watched_page  # noqa: F401 - fixture
 
 RANK_ROWS = '[data-testid="job-ranks"] tbody tr'
 STEP_ROWS = '[data-testid="job-step-table"] tbody tr'
-
-
-class Page:
-    """A browser page that records uncaught errors and console errors."""
-
-    def __init__(self, page: Any) -> None:
-        self.page = page
-        self.errors: list[str] = []
-        page.on("pageerror", lambda e: self.errors.append(str(e)))
-        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +35,9 @@ def jobs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 @pytest.fixture
-def page(own_server_browser: Any, jobs_server: Server) -> Iterator[Page]:
-    context = own_server_browser.new_context(viewport={"width": 1600, "height": 1000})
-    watched = Page(context.new_page())
-    watched.page.set_default_timeout(60_000)
-    try:
+def page(own_server_browser: Any, jobs_server: Server) -> Iterator[Watched]:
+    with watched_page(own_server_browser) as watched:
         yield watched
-    finally:
-        context.close()
 
 
 def _column(page: Any, rows: str, index: int) -> list[str]:
@@ -67,7 +52,7 @@ def _sort_by(page: Any, testid: str, label: str, arrow: str) -> None:
 
 
 def test_the_run_list_shows_each_job_once_and_a_job_opens_on_its_overview(
-    page: Page, jobs_server: Server
+    page: Watched, jobs_server: Server
 ) -> None:
     runs = {r["id"]: r for r in jobs_server.get("runs")["runs"]}
     assert sorted(runs) == sorted([DDP_JOB, PP_JOB, STRAGGLER_JOB])
@@ -86,7 +71,7 @@ def test_the_run_list_shows_each_job_once_and_a_job_opens_on_its_overview(
     assert not page.errors
 
 
-def test_the_overloaded_stage_stands_out_and_the_ranks_sort(page: Page, jobs_server: Server) -> None:
+def test_the_overloaded_stage_stands_out_and_the_ranks_sort(page: Watched, jobs_server: Server) -> None:
     p = page.page
     p.goto(jobs_server.page_url("job", PP_JOB))
     p.wait_for_selector(RANK_ROWS)
@@ -116,7 +101,7 @@ def test_the_overloaded_stage_stands_out_and_the_ranks_sort(page: Page, jobs_ser
     assert not page.errors
 
 
-def test_the_ddp_overview_names_the_slowest_rank_and_opens_a_rank(page: Page, jobs_server: Server) -> None:
+def test_the_ddp_overview_names_the_slowest_rank_and_opens_a_rank(page: Watched, jobs_server: Server) -> None:
     p = page.page
     p.goto(jobs_server.page_url("job", DDP_JOB))
     p.wait_for_selector(RANK_ROWS)
@@ -135,7 +120,7 @@ def test_the_ddp_overview_names_the_slowest_rank_and_opens_a_rank(page: Page, jo
 
 
 def test_the_cluster_step_trace_sorts_filters_by_stage_and_shows_one_step(
-    page: Page, jobs_server: Server
+    page: Watched, jobs_server: Server
 ) -> None:
     p = page.page
     p.goto(jobs_server.page_url("job-steps", PP_JOB))
@@ -178,7 +163,7 @@ def test_the_cluster_step_trace_sorts_filters_by_stage_and_shows_one_step(
     assert not page.errors
 
 
-def test_the_rank_made_slow_is_flagged_where_the_user_looks(page: Page, jobs_server: Server) -> None:
+def test_the_rank_made_slow_is_flagged_where_the_user_looks(page: Watched, jobs_server: Server) -> None:
     p = page.page
     p.goto(jobs_server.page_url("job", STRAGGLER_JOB))
     p.wait_for_selector(RANK_ROWS)

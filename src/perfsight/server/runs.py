@@ -26,6 +26,7 @@ import json
 import os
 import re
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -180,40 +181,40 @@ def _head(path: Path) -> bytes:
         return b""
 
 
-_rank_memo: dict[tuple[str, int, int], int | None] = {}
+_head_memo: dict[tuple[str, str, int, int], int | None] = {}
+"""What :func:`peek_rank` and :func:`peek_world_size` read, by (what, file, size, mtime): the run
+list asks again on every refresh."""
+
+
+def _peeked(what: str, path: Path, read: Callable[[Path], int | None]) -> int | None:
+    """``read(path)``, once per version of the file (see :data:`_head_memo`); None if unreadable."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    key = (what, str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _head_memo:
+        _head_memo[key] = read(path)
+    return _head_memo[key]
+
+
+def _first_int(match: re.Match[str] | re.Match[bytes] | None) -> int | None:
+    return int(match.group(1)) if match else None
+
+
+def _read_rank(path: Path) -> int | None:
+    recorded = _first_int(_RANK_IN_HEAD.search(_head(path)))
+    return recorded if recorded is not None else _first_int(_RANK_IN_NAME.search(path.name))
 
 
 def peek_rank(path: Path) -> int | None:
     """The rank a trace records in its first bytes, else one in its file name, else None."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    key = (str(path), stat.st_size, stat.st_mtime_ns)
-    if key not in _rank_memo:
-        match = _RANK_IN_HEAD.search(_head(path))
-        if match is None:
-            match_name = _RANK_IN_NAME.search(path.name)
-            _rank_memo[key] = int(match_name.group(1)) if match_name else None
-        else:
-            _rank_memo[key] = int(match.group(1))
-    return _rank_memo[key]
-
-
-_world_memo: dict[tuple[str, int, int], int | None] = {}
+    return _peeked("rank", path, _read_rank)
 
 
 def peek_world_size(path: Path) -> int | None:
     """The world size a trace records in its first bytes (``distributedInfo``), else None."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    key = (str(path), stat.st_size, stat.st_mtime_ns)
-    if key not in _world_memo:
-        match = _WORLD_IN_HEAD.search(_head(path))
-        _world_memo[key] = int(match.group(1)) if match else None
-    return _world_memo[key]
+    return _peeked("world", path, lambda p: _first_int(_WORLD_IN_HEAD.search(_head(p))))
 
 
 def _stat_sum(paths: list[Path]) -> tuple[float, int]:
