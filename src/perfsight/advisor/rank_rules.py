@@ -31,9 +31,8 @@ from perfsight.advisor.finding import (
     severity_for,
 )
 from perfsight.advisor.rules import RULES, threshold
+from perfsight.analysis.step_trace import MIN_STEPS_TO_DROP_WARMUP
 from perfsight.model import SliceKind, Trace
-
-MIN_STEPS_TO_DROP_WARMUP = 3  # the cluster step trace's warm-up policy (perfsight.cluster.step_trace)
 
 CAST_OPS = ("aten::_to_copy",)
 """Every dtype conversion (``.to(dtype)``, ``.float()``, ``.half()``, ``type_as``) runs this op."""

@@ -106,6 +106,12 @@ STEP_TRACE_SCHEMA = pa.schema(
 """Columns of :func:`step_trace` (contract: docs/ANALYSIS_CONTRACT.md)."""
 
 
+MIN_STEPS_TO_DROP_WARMUP = 3
+"""The warm-up policy of every average over steps (the cluster step trace, the advisor): the first
+complete profiled step is left out when at least this many complete steps remain -- it pays for
+lazy initialisation, allocator growth and cold caches."""
+
+
 def _sorted_rows(
     rows: NDArray[np.int64], key: NDArray[np.int64], tie: NDArray[np.int64]
 ) -> NDArray[np.int64]:

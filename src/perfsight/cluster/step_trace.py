@@ -28,10 +28,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from perfsight.analysis.step_trace import MIN_STEPS_TO_DROP_WARMUP
 from perfsight.cluster.matching import Matched
 from perfsight.cluster.rank import RankDigest, concat
-
-MIN_STEPS_TO_DROP_WARMUP = 3
 
 PHASES = [
     "duration_ns",
