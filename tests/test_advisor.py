@@ -7,10 +7,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
 from perfsight.advisor.finding import CATEGORIES, CULPRIT_KINDS, SEVERITIES, confidence
+from perfsight.advisor.job_rules import stage_imbalance
 from perfsight.advisor.messages import LANGUAGES, MESSAGES
 from perfsight.advisor.rules import RULES
 from shared_data import REPO
@@ -128,3 +131,41 @@ def test_the_advisor_imports_only_downward_and_only_the_top_layers_import_it() -
         if relative.startswith("advisor/") or relative.startswith(ALLOWED_IMPORTERS):
             continue
         assert not any(n.startswith("perfsight.advisor") for n in _imports(path)), relative
+
+
+def _pipeline_job(compute_ms: dict[int, list[float]], flops: dict[int, float]) -> SimpleNamespace:
+    """The tables a two-stage pipeline job gives the job rules: per-step compute per stage and
+    per-stage FLOPs, as ``cluster.job`` writes them."""
+    rows = [
+        {"stage": stage, "step": step, "computing_ns": ms * 1e6, "averaged": True}
+        for stage, per_step in compute_ms.items()
+        for step, ms in enumerate(per_step)
+    ]
+    means = {stage: sum(v) / len(v) * 1e6 for stage, v in compute_ms.items()}
+    heaviest = max(means, key=means.__getitem__)
+    return SimpleNamespace(
+        pipeline={
+            "stages": len(compute_ms),
+            "spread": (max(means.values()) - min(means.values())) / max(means.values()),
+            "slowest_stage": heaviest,
+            "per_stage": [
+                {"stage": s, "compute_ns": means[s], "flops": flops[s], "bubble_ratio": 0.1}
+                for s in compute_ms
+            ],
+        },
+        stage_steps=pd.DataFrame(rows),
+        stage_of={s: s for s in compute_ms},
+    )
+
+
+def test_an_overloaded_stage_is_named_when_its_flops_agree_even_if_a_busy_window_blurs_its_timing() -> None:
+    # stage 1 holds 5x the FLOPs; on a loaded host its compute time is only 15% more, every step
+    light, busy, even = [10.0, 11.0, 9.5, 10.5], [11.8, 12.5, 11.0, 12.4], [10.2, 10.9, 9.6, 10.4]
+    blurred = _pipeline_job({0: light, 1: busy}, {0: 3e7, 1: 1.5e8})
+    findings = stage_imbalance(blurred)
+    assert [(f.culprit_kind, f.culprit, f.category) for f in findings] == [("stage", "1", "compute")]
+    assert findings[0].confidence >= 0.5
+    # the same timing with equal FLOPs is within what a shared machine does: nothing
+    assert stage_imbalance(_pipeline_job({0: light, 1: busy}, {0: 3e7, 1: 3e7})) == []
+    # and a stage with more FLOPs that is not the slower one is not blamed from FLOPs alone
+    assert stage_imbalance(_pipeline_job({0: light, 1: even}, {0: 1.5e8, 1: 3e7})) == []

@@ -153,7 +153,9 @@ RULES: dict[str, Rule] = {
             {"spread": 0.2, "critical_spread": 0.5, "same_flops": 0.05},
             (CLUSTER_STEP_TRACE_CSV, CLUSTER_RESOURCES_CSV, "cluster step trace page"),
             "Pipeline stages' compute spread (max - min) / max at least spread: the heaviest stage "
-            "is the one the others wait for (their bubble and receive time grow).  When its FLOPs "
+            "is the one the others wait for (their bubble and receive time grow).  A stage that has "
+            "both the most compute time and the most FLOPs by at least spread is reported even "
+            "when one window's timing spread is less (FLOPs are counted, not timed).  When its FLOPs "
             "equal the others' (within same_flops) it is that stage's card or host, not the partition "
             "(category host, one severity lower).",
         ),
