@@ -143,6 +143,24 @@ def test_load_reads_the_cache_without_the_original_trace(analysed, tmp_path: Pat
     assert len(loaded.slices) > 0
 
 
+def test_load_ignores_the_staging_folder_a_killed_analysis_left(analysed, tmp_path: Path) -> None:
+    import shutil
+
+    import perfsight
+    from perfsight.export.staging import STAGING_PREFIX
+
+    out, (rank,) = analysed
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    # a second analysis killed while writing: a half-written cache in its hidden staging folder
+    partial = copy / f"{STAGING_PREFIX}killed"
+    shutil.copytree(out, partial / "run")
+    for table in sorted((partial / "run").glob("**/cache/*.parquet"))[1:]:
+        table.unlink()
+    loaded = perfsight.load(copy)
+    assert list(loaded.step_trace["duration_ns"]) == [s["duration_ns"] for s in rank["steps"]]
+
+
 def test_fp_and_bp_points_can_be_named(training_run: Path, tmp_path: Path) -> None:
     result = _perfsight("analyse", str(training_run), "--out", str(tmp_path), "--json",
                         "--fp-point", "aten::conv2d", "--bp-point", "aten::convolution_backward")  # fmt: skip

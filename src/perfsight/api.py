@@ -164,6 +164,13 @@ def analyse(
     return Analysis(ranks=ranks, output_root=root)
 
 
+def _in_staging(folder: Path, root: Path) -> bool:
+    """Whether ``folder`` lies in a hidden ``.perfsight-partial-*`` staging folder under ``root``."""
+    from perfsight.export.staging import STAGING_PREFIX
+
+    return any(part.startswith(STAGING_PREFIX) for part in folder.relative_to(root).parts)
+
+
 def load(path: str | Path, *, rank: int | None = None) -> Analysis:
     """Tables for a notebook: from the Parquet cache of an analysed folder, else analysed in memory."""
     from perfsight.store import cache
@@ -171,7 +178,8 @@ def load(path: str | Path, *, rank: int | None = None) -> Analysis:
     path = Path(path)
     # a damaged cache too (layout.CACHE_MARKERS): loading it says what is missing
     found = (p.parent for name in layout.CACHE_MARKERS for p in path.glob(f"**/cache/{name}"))
-    cached = sorted(set(found)) if path.is_dir() else []
+    # a staging folder left by a killed analysis is not an analysis (export/staging.py)
+    cached = sorted({f for f in found if not _in_staging(f, path)}) if path.is_dir() else []
     if cached:
         ranks = {}
         for folder in cached:
