@@ -9,12 +9,15 @@ the core the kind implies (``GPU``, ``MEMCPY``, ``COMMUNICATION``).  For a trace
 Definitions (integer ns, except ``avg_ns``, a float mean):
 
 * ``count``, ``total_ns``, ``min_ns``, ``avg_ns``, ``max_ns`` of the group's durations;
-* ``ratio`` = the group's total / the total of all groups, 0..1 (device rows); for host rows the
-  operator's share of all host *self* time (``operator_stats.host_ratio``), because inclusive times
-  of nested operators overlap and would not sum to 1.
+* ``ratio`` = the group's total / the total of every group that is not communication, 0..1, and
+  null on communication rows (device rows); for host rows the operator's share of all host *self*
+  time (``operator_stats.host_ratio``), because inclusive times of nested operators overlap and
+  would not sum to 1.
 
-Ascend's own ``op_statistic.csv`` lists compute operators only; perfsight's also has one row per
-communication op type (``hcom_allReduce_`` / ``HCCL``), so its ratios are shares of all device work.
+Ascend's own ``op_statistic.csv`` lists compute operators only and its ratios are their shares of
+each other.  perfsight's also has one row per communication op type (``hcom_allReduce_`` /
+``HCCL``, counted once per op), whose time is there to read but left out of the ratios, so that the
+ratios of the compute rows equal the vendor's (communication has its own tables).
 
 This module must not read files or convert units; it returns an Arrow table, largest total first.
 """
@@ -26,7 +29,10 @@ import pyarrow.compute as pc
 
 from perfsight.analysis import grouping
 from perfsight.analysis.kernels import core_of_kind
+from perfsight.model import SliceKind
 
+COMMUNICATION = SliceKind.COMMUNICATION.value
+"""``kernel_details.kind`` of a communication op's row: left out of the ratios."""
 HOST_CORE_TYPE = "CPU"
 """Core type of rows built from host operators (CPU-only traces)."""
 
@@ -72,12 +78,14 @@ def op_statistic(details: pa.Table | None, operator_stats: pa.Table | None = Non
                 "op_type": op_type,
                 "core_type": core_type,
                 "dur_ns": details.column("dur_ns"),
+                "is_communication": pc.equal(details.column("kind"), COMMUNICATION).cast(pa.int64()),
             }
         )
         grouped = grouping.aggregate(
             keyed,
             ["rank", "op_type", "core_type"],
             [
+                ("is_communication", "max"),
                 ("dur_ns", "count"),
                 ("dur_ns", "sum"),
                 ("dur_ns", "min"),
@@ -85,8 +93,11 @@ def op_statistic(details: pa.Table | None, operator_stats: pa.Table | None = Non
                 ("dur_ns", "max"),
             ],
         )
-        total = pc.sum(grouped.column("dur_ns_sum")).as_py() or 0
-        ratio = pc.divide(grouped.column("dur_ns_sum").cast(pa.float64()), float(total) if total else 1.0)
+        communication = pc.equal(grouped.column("is_communication_max"), 1)
+        computing = pc.if_else(communication, 0, grouped.column("dur_ns_sum"))
+        total = pc.sum(computing).as_py() or 0
+        share = pc.divide(grouped.column("dur_ns_sum").cast(pa.float64()), float(total) if total else 1.0)
+        ratio = pc.if_else(communication, pa.scalar(None, pa.float64()), share)
         names = [
             "rank",
             "op_type",
