@@ -203,3 +203,36 @@ def test_kernel_details_has_ascends_rows_with_their_type_and_core(rank: int, rea
     mine = kernel_details(read_ascend(out.parent)).to_pylist()
     want = sorted((r["Name"], r["Type"], r["Accelerator Core"]) for r in golden)
     assert sorted((r["name"], r["op_type"], r["core_type"]) for r in mine) == want
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_peer_links_equal_the_vendors_communication_matrix(rank: int, read_only) -> None:
+    """Every link of every op in Ascend's own ``communication_matrix.json`` (named by its op), and
+    its per-link totals, from the tasks' destination ranks."""
+    from perfsight.analysis.communication import communication_peers
+
+    out = _rank_dir(read_only, "level1", rank)
+    golden = json.loads((out / "communication_matrix.json").read_text())
+    trace = read_ascend(out.parent)
+    peers = communication_peers(trace).to_pandas()
+    names = trace.comm.column("name").to_pylist()
+    peers["op_name"] = [names[r] for r in peers["comm_row"]]
+    checked = 0
+    for ops in golden["step50"].values():
+        for key, links in ops.items():
+            total = peers.groupby(["src", "dst", "transport"], as_index=False)[["bytes", "transit_ns"]].sum()
+            assert len(total) == len(links), key
+            for link, want in links.items():
+                src, dst = (int(x) for x in link.split("-"))
+                # top/bottom entries name, link by link, the op they took that link's figures from
+                mine = total if "Op Name" not in want else peers.loc[peers["op_name"] == want["Op Name"]]
+                (got,) = mine.loc[(mine["src"] == src) & (mine["dst"] == dst)].itertuples()
+                assert got.transport == want["Transport Type"], (key, link)
+                assert got.bytes / 1e6 == pytest.approx(want["Transit Size(MB)"], rel=1e-6), (key, link)
+                # integer ns against the vendor's fractional ns: a nanosecond per task
+                assert got.transit_ns / 1e6 == pytest.approx(want["Transit Time(ms)"], rel=1e-6, abs=1e-5), (
+                    key,
+                    link,
+                )
+                checked += 1
+    assert checked >= 40

@@ -116,6 +116,7 @@ ANALYSES: dict[str, AnalysisFunction] = {
     "communication_ops": lambda t, o, done: communication.communication_ops(t),
     "communication_links": lambda t, o, done: communication.communication_links(t),
     "communication_sizes": lambda t, o, done: communication.communication_sizes(t),
+    "communication_peers": lambda t, o, done: communication.communication_peers(t),
     "communication_steps": lambda t, o, done: communication.step_times(done["communication_ops"]),
     "communication_step_links": lambda t, o, done: communication.step_links(done["communication_links"]),
     "communication_step_sizes": lambda t, o, done: communication.step_sizes(done["communication_sizes"]),

@@ -342,6 +342,80 @@ def link_bandwidth(comm: pa.Table, tasks: pa.Table | None = None) -> pa.Table:
     )
 
 
+PEER_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("comm_row", pa.int64(), nullable=False),  # row in Trace.comm
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("src", pa.int64(), nullable=False),
+        pa.field("dst", pa.int64(), nullable=False),
+        pa.field("transport", pa.string(), nullable=False),  # a LINK_TYPES entry but SDMA, or LOCAL
+        pa.field("bytes", pa.int64(), nullable=False),
+        pa.field("transit_ns", pa.int64(), nullable=False),
+    ]
+)
+
+LOCAL = "LOCAL"
+"""Transport of a copy within the rank's own device (HCCL's ``ON_CHIP`` link), as Ascend's matrix
+names it."""
+
+
+def peer_links(comm: pa.Table, tasks: pa.Table | None = None) -> pa.Table:
+    """Bytes and transit time of every op of ``comm`` from its rank to each peer, by transport: the
+    rows of Ascend's ``communication_matrix.json``, from tasks that name their destination rank.
+
+    The packets are :func:`link_bandwidth`'s (SDMA copies and reductions over HCCS / PCIE / SIO,
+    RDMA transfers) plus the copies within the device (``ON_CHIP``: ``LOCAL``, to the rank
+    itself when no destination is recorded).  ``comm_row`` indexes ``comm`` as given (pass
+    ``Trace.comm`` and ``Trace.comm_tasks``).  A trace whose tasks name no peer (Kineto, a level0
+    export) gives no rows: its links are the cluster analysis' logical estimate.
+    """
+    t = hccl_tasks.OpTasks(comm, tasks)
+    if t.n == 0 or not (t.dst >= 0).any():
+        return PEER_SCHEMA.empty_table()
+    rows = np.arange(t.n)
+    f, last = t.rdma_transfers(rows, _p2p(comm))
+    in_rdma = hccl_tasks.in_ranges(t.n, f, last)
+    moving = (
+        columns.numpy(pc.equal(t.transport, "SDMA"), null=False)
+        & hccl_tasks.is_one_of(t.type, hccl_tasks.SDMA_TRANSIT_TASKS)
+        & ~in_rdma
+    )
+    names = np.array([*LINK_TYPES, LOCAL], dtype=object)
+    code = np.full(t.n, -1, np.int64)
+    for link in SDMA_LINKS:
+        code[moving & columns.numpy(pc.equal(t.link, link), null=False)] = LINK_TYPES.index(link)
+    code[moving & columns.numpy(pc.equal(t.link, "ON_CHIP"), null=False)] = len(LINK_TYPES)
+    sdma = np.flatnonzero(code >= 0)
+    ranks = columns.int64(comm.column("rank"))
+    op = np.concatenate([t.op[sdma], t.op[f]])
+    link = np.concatenate([code[sdma], np.full(f.size, LINK_TYPES.index("RDMA"), np.int64)])
+    dst = np.concatenate([t.dst[sdma], t.dst[f]])
+    size = np.concatenate([t.bytes[sdma], t.bytes[f]])
+    dur = np.concatenate([t.dur[sdma], t.start[last] + t.dur[last] - t.start[f] if f.size else f])
+    dst = np.where((dst < 0) & (link == len(LINK_TYPES)), ranks[op], dst)  # a local copy: to itself
+    keep = dst >= 0
+    keys = np.stack([op[keep], dst[keep], link[keep]], axis=1)
+    if not keys.size:
+        return PEER_SCHEMA.empty_table()
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    steps = columns.int64(comm.column("step"), NO_ID)
+    return pa.Table.from_arrays(
+        [
+            pa.array(ranks[unique[:, 0]].astype(np.int32), pa.int32()),
+            pa.array(unique[:, 0], pa.int64()),
+            pa.array(steps[unique[:, 0]].astype(np.int32), pa.int32()),
+            pa.array(ranks[unique[:, 0]], pa.int64()),
+            pa.array(unique[:, 1], pa.int64()),
+            pa.array(names[unique[:, 2]].astype(str), pa.string()),
+            pa.array(_sum_by(inverse, size[keep], len(unique)), pa.int64()),
+            pa.array(_sum_by(inverse, dur[keep], len(unique)), pa.int64()),
+        ],
+        schema=PEER_SCHEMA,
+    )
+
+
 def size_distribution(comm: pa.Table, tasks: pa.Table | None = None) -> pa.Table:
     """Packets of every op grouped by link and exact size: count and total transit time.
 
@@ -535,6 +609,11 @@ def communication_ops(trace: Trace) -> pa.Table:
 def communication_links(trace: Trace) -> pa.Table:
     """:func:`link_bandwidth` of the rank's op instances (``op`` as in :func:`communication_ops`)."""
     return link_bandwidth(*primary_ops(trace.comm, trace.comm_tasks))
+
+
+def communication_peers(trace: Trace) -> pa.Table:
+    """:func:`peer_links` of the rank's ops (``comm_row`` as in :func:`communication_ops`)."""
+    return peer_links(trace.comm, trace.comm_tasks)
 
 
 def communication_sizes(trace: Trace) -> pa.Table:

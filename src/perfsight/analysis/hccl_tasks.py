@@ -55,6 +55,13 @@ def in_ranges(size: int, first: NDArray[np.int64], last: NDArray[np.int64]) -> N
     return np.cumsum(covered[:-1]) > 0
 
 
+def _rank_column(tasks: pa.Table, name: str) -> NDArray[np.int64]:
+    """A rank column of the tasks (``NO_ID`` where not recorded, or for a reader that has none)."""
+    if name not in tasks.column_names:
+        return np.full(tasks.num_rows, NO_ID, np.int64)
+    return columns.int64(pc.cast(tasks.column(name), pa.int64()), NO_ID)
+
+
 class OpTasks:
     """One rank's tasks that belong to an op of ``comm`` and say what they are (a task type other
     than :data:`UNKNOWN_TASK_TYPES`), ordered by op, plane, start."""
@@ -84,6 +91,7 @@ class OpTasks:
             self.transport = text(tasks, "transport")
             link = pc.replace_substring(pc.fill_null(text(tasks, "link"), ""), "HCCS_SW", "HCCS")
             self.link = columns.combined(link)
+            self.dst = _rank_column(tasks, "dst_rank")
         self.has = np.zeros(n_ops, dtype=bool)
         self.has[self.op] = True
 

@@ -4,8 +4,10 @@ Layout: ``{"step<N>": {"collective": {KEY: {"<src>-<dst>": LINK}}, "p2p": {KEY: 
 ``KEY = "<op>-total@<group>"`` (all instances of that op kind in the group during the step, summed;
 under ``p2p`` when ``perfsight.model.is_p2p`` says the op kind is point-to-point)
 and ``LINK = {"Transport Type", "Transit Size(MB)", "Transit Time(ms)", "Bandwidth(GB/s)",
-"Op Name"}``; MB = 2**20 bytes as in our other exports, GB/s = 10**9 bytes per second as Ascend
-writes it.  Values come from ``perfsight.cluster.matrix.matrix``; this module only converts units.
+"Op Name"}``; MB = 10**6 bytes and GB/s = 10**9 bytes per second, as Ascend's own
+``communication_matrix.json`` and ``communication.json`` count them (HCCL's 37,781,504-byte link
+is 37.781504 MB there).  Values come from ``perfsight.cluster.matrix.matrix``; this module only
+converts units.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pyarrow as pa
 
 from perfsight import columns
 from perfsight.model import is_p2p
-from perfsight.units import BYTES_PER_MB, NS_PER_MS
+from perfsight.units import NS_PER_MS, bytes_to_decimal_mb
 
 
 def communication_matrix(totals: pd.DataFrame) -> dict[str, Any]:
@@ -33,7 +35,7 @@ def communication_matrix(totals: pd.DataFrame) -> dict[str, Any]:
         entry = step[kind].setdefault(f"{row.collective}-total@{row.group}", {})
         entry[f"{int(row.src)}-{int(row.dst)}"] = {
             "Transport Type": row.link_type,
-            "Transit Size(MB)": round(float(row.bytes) / BYTES_PER_MB, 6),
+            "Transit Size(MB)": round(bytes_to_decimal_mb(float(row.bytes)), 6),
             "Transit Time(ms)": round(float(row.transit_ns) / NS_PER_MS, 6),
             "Bandwidth(GB/s)": round(float(row.bandwidth_bytes_per_s) / 1e9, 4),
             "Op Name": f"{row.collective}@{row.group}",
