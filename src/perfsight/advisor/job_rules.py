@@ -495,7 +495,8 @@ def slow_link(result: JobResult) -> list[Finding]:
     links = result.slow_links
     if links.empty or not links["slow"].any():
         return []
-    steps = max(int(_used(result)["step"].nunique()), 1)
+    # slow_link.csv sums every matched transfer, warm-up step included: per step of those
+    steps = max(int(result.links["step"].nunique()), 1) if not result.links.empty else 1
     out = []
     for row in links.loc[links["slow"]].to_dict("records"):  # the flagged links: a handful
         expected = row["bytes"] / row["median"] * 1e9 if row["median"] else row["transit_ns"]

@@ -17,9 +17,10 @@ Matching (vectorised; loops only over threads and collective names, never over r
   capture fills what is null;
 * a point-to-point op (``perfsight.model.is_p2p``) lasts until the transfer was seen to end
   (:func:`p2p_end_ns`): gloo's ``c10d::send``/``c10d::recv_`` slices only enqueue the transfer and
-  last microseconds, so without the capture's ``wait()`` a rate-limited link looks as fast as any.  Capture rows without a trace row are appended (``slice = -1``,
-  ``source = "capture"`` / ``"flight_recorder"``); trace rows nobody matched keep
-  ``source = "trace"``.
+  last microseconds, so without the capture's ``wait()`` a rate-limited link looks as fast as any.
+
+Capture rows without a trace row are appended (``slice = -1``, ``source = "capture"`` /
+``"flight_recorder"``); trace rows nobody matched keep ``source = "trace"``.
 
 Clock: capture times are Unix nanoseconds; the trace's are Unix minus ``meta.base_time_ns``
 (torch 2.13 Kineto), so the merge needs ``base_time_ns`` and says so when a trace lacks it.
