@@ -9,12 +9,14 @@ one row per scenario (expected -> top finding) as a Markdown table, the one docs
     python benchmarks/bench_diagnosis.py --only baseline straggler  # a subset
     python benchmarks/bench_diagnosis.py --reuse runs/scenarios     # analyse jobs already run
 
-Exit status 1 when a scenario's top finding is wrong.
+Scenarios that need root (the slow link: network namespaces and ``tc``) are skipped with a message
+when the benchmark is not run as root.  Exit status 1 when a scenario's top finding is wrong.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import tempfile
@@ -108,6 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reuse", type=Path, help="folder of scenario jobs (run the missing ones there)")
     args = parser.parse_args(argv)
     names = args.only or list(scenarios.SCENARIOS)
+    if os.geteuid() != 0:
+        for name in [n for n in names if scenarios.SCENARIOS[n].needs_root]:
+            print(f"{name}: skipped (needs root for network namespaces and tc)", flush=True)
+        names = [n for n in names if not scenarios.SCENARIOS[n].needs_root]
     with tempfile.TemporaryDirectory(prefix="perfsight-scenarios-") as tmp:
         root = args.reuse or Path(tmp)
         rows = [run_one(name, root, reuse=args.reuse is not None) for name in names]
@@ -123,8 +129,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _cores() -> int:
-    import os
-
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0
 
 

@@ -21,6 +21,8 @@ Injections (each on top of the baseline):
 * ``gc_stall``: rank 1 holds a large heap of Python objects and runs a full ``gc.collect()``
   between its forward and backward passes.
 * ``memory_churn``: every step allocates and fills large temporary buffers and drops them.
+* ``slow_link`` (root only): a four-rank ring in network namespaces with ``tc`` rate-limiting the
+  link from rank 1 to rank 2 (examples/scenarios/slow_link.py).
 
 It must stay importable without side effects: all work happens under ``main()``.
 """
@@ -58,6 +60,7 @@ class Scenario:
     culprit: str  # expected culprit name ("" when any name of that kind is right)
     fast: bool  # under ~30 s on two loaded cores: the tests run it
     steps: int = 5  # profiled steps (the first is dropped as warm-up)
+    needs_root: bool = False  # sets up network namespaces and tc: skipped when not run as root
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -73,6 +76,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("host_syncs", "scheduling", "op", "", False),
         Scenario("gc_stall", "host", "rank", "1", False),
         Scenario("memory_churn", "memory", "op", "", False),
+        Scenario("slow_link", "communication", "link", "1->2", False, needs_root=True),
     )
 }
 
@@ -167,6 +171,10 @@ def run(name: str, out: Path, active: int | None = None) -> Path:
             ["--out", str(out), "--overload-stage", "1", "--batch-size", "256", "--active", str(active)]
         )
         return out
+    if name == "slow_link":
+        import slow_link
+
+        return slow_link.run(out, active)
     args = argparse.Namespace(scenario=name, hidden=256, batch_size=64, active=active)
     _cluster_job.launch(train, WORLD_SIZE, out, args)
     return out
@@ -184,7 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             expected = (
                 f"{s.category} / {s.culprit_kind} {s.culprit}".strip() if s.category else "nothing above info"
             )
-            print(f"{s.name:<20} {expected}{'' if s.fast else '  (slow)'}")
+            note = " (root)" if s.needs_root else "" if s.fast else "  (slow)"
+            print(f"{s.name:<20} {expected}{note}")
         return 0
     out = args.out or Path("demo_output/scenarios") / args.scenario
     run(args.scenario, out, args.active)

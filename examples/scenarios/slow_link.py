@@ -13,11 +13,11 @@ Each rank trains a small layer and hands 8 MiB of activations to the next rank o
 receive, as pipeline stages do), under ``perfsight.profile`` (examples/_cluster_job.py); the launch
 is one process per namespace with ``ip netns exec``.  It must stay importable without side effects.
 
-Status (not yet in the diagnosis benchmark): the limit works -- steps take about as long as 8 MiB
-at the slow pair's rate -- but the trace cannot show which link it is: the recorded gloo ``send`` /
-``recv`` ranges last microseconds (the transfer happens outside them), so every link's transit and
-bandwidth look alike and the advisor names no link.  The collector must time the p2p transfer
-itself (its ``wait()``) before this scenario can be scored.
+Scored in the diagnosis benchmark (benchmarks/bench_diagnosis.py, as root): gloo's own ``send`` /
+``recv`` slices last microseconds (they only enqueue the transfer), so the link shows through
+perfsight's comm capture, which records how long each call blocked in ``wait()``; the trace model's
+p2p op lasts until that wait ended (perfsight.ingest.sidecar), and the slow link is 1 -> 2 in
+slow_link.csv and the advisor's top finding.
 """
 
 from __future__ import annotations

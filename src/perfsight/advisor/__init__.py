@@ -1,7 +1,8 @@
 """The advisor: the tuning guide's method (seeds 004 and 003) applied to perfsight's analysis tables.
 
 Rules are data (``rules.RULES``: category, thresholds, evidence sources) plus small pure functions
-(``rank_rules`` over one rank's tables, ``job_rules`` over a cluster result); ``engine`` runs them,
+(the ``rank_rules`` package over one rank's tables, the ``job_rules`` package over a cluster result,
+one module per category or subject); ``engine`` runs them,
 relates symptoms to causes and ranks the findings; ``messages`` holds the English and Chinese texts
 by key; ``text`` formats the lines that lead the CLI summaries.  Every finding carries its evidence
 (values, thresholds, the file or page that shows them) and a confidence that accounts for the

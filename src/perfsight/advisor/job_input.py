@@ -24,6 +24,7 @@ class JobResult(Protocol):
     rank_averages: pd.DataFrame
     stage_steps: pd.DataFrame
     slow_ranks: Any  # slow.SlowRanks
+    links: pd.DataFrame  # one row per op instance and link it used (step, src, dst, bytes, transit)
     slow_links: pd.DataFrame
     pipeline: dict[str, Any]
     resources: pd.DataFrame

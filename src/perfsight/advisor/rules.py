@@ -2,8 +2,9 @@
 
 Each rule is one row: an id, the category it diagnoses, the scope it runs on (one rank's analysis
 tables or the job's cluster result), its thresholds, and the output files / UI pages that show its
-evidence.  The functions in ``rank_rules`` and ``job_rules`` read their thresholds from here, so a
-threshold is changed in one place and ``advisor.json`` lists what every rule was held against.
+evidence.  The functions in the ``rank_rules`` and ``job_rules`` packages read their thresholds from
+here, so a threshold is changed in one place and ``advisor.json`` lists what every rule was held
+against.
 
 The method is the tuning guide's (seed 004): find which step-trace phase dominates (iteration gap
 -> data or host work before the step; forward+backward -> operators, casts, host syncs; tail ->

@@ -155,7 +155,7 @@ def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "ser
     layout = parallel.detect(digests, matched)
     stage_of = step_trace.stages(matched, sorted(digests), parallel.same_stage_groups(layout))
     parallel.check_stages(layout, stage_of)
-    steps = step_trace.rank_steps(digests, stage_of)
+    steps = step_trace.split_bubble(step_trace.rank_steps(digests, stage_of), matched.ops)
     rank_avgs = step_trace.averages(steps, "rank")
     stage_rows = step_trace.stage_steps(steps) if not steps.empty else steps
     stage_avgs = step_trace.averages(steps, "stage")

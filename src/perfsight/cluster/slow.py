@@ -14,6 +14,9 @@ other rank); its *delay* is the lateness as a share of the median step time.
 Slow link -- bandwidth outliers among links of the same link type and size bucket (a power of two
 of the bytes per transfer): a link whose bandwidth is below the bucket median by more than
 ``Z * 1.4826 * MAD`` and by at least ``LINK_MIN_DROP``, in a bucket of at least ``MIN_LINKS`` links.
+In a bucket of fewer than ``MIN_RANKS_FOR_MAD`` links the MAD says little (one slow link of four
+drags the median and the MAD with it), so there a link is also slow when it runs at
+``SMALL_BUCKET_SHARE`` or less of the median bandwidth of the *other* links of its bucket.
 
 Pipeline -- per stage: compute per step (mean over its ranks), bubble, receive waits and FLOPs;
 ``spread`` = (max - min) / max of stage compute; the pipeline is imbalanced when the spread is at
@@ -38,6 +41,7 @@ MAD_SCALE = 1.4826  # MAD * this estimates the standard deviation of normal data
 MIN_SHARE = 0.05
 LINK_MIN_DROP = 0.3
 MIN_LINKS = 3
+SMALL_BUCKET_SHARE = 0.5
 IMBALANCE = 0.2
 MIN_RANKS_FOR_MAD = 5  # below this the MAD of lateness says nothing; the step-time floor alone decides
 
@@ -137,8 +141,12 @@ def slow_links(link_rows: pd.DataFrame) -> pd.DataFrame:
     )
     size = bucket.transform("size")
     drop = per_link["median"] - per_link["bandwidth"]
+    others = bucket.transform(lambda b: pd.Series(_median_of_others(b.to_numpy(np.float64)), index=b.index))
+    far_below_others = (size < MIN_RANKS_FOR_MAD) & (per_link["bandwidth"] <= SMALL_BUCKET_SHARE * others)
     per_link["slow"] = (
-        (size >= MIN_LINKS) & (drop > Z * MAD_SCALE * mad) & (drop >= LINK_MIN_DROP * per_link["median"])
+        (size >= MIN_LINKS)
+        & ((drop > Z * MAD_SCALE * mad) | far_below_others)
+        & (drop >= LINK_MIN_DROP * per_link["median"])
     )
     return per_link
 

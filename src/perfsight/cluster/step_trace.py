@@ -16,6 +16,14 @@ The ranks of a data- or tensor-parallel group share one stage (``perfsight.clust
 rank without p2p traffic takes the stage of its group's ranks that have some.  Other ranks without
 p2p traffic are stage 0 (no pipeline).
 
+Bubble and receive (pipeline ranks): a rank alone knows only the time spent in receive ops and
+nothing else (``|R \\ C|`` of ``perfsight.analysis.overlap``, its own file's Bubble).  Matched with
+the sends that feed them, each receive's time splits in two (``perfsight.cluster.op_time``: before
+the sending rank arrived is waiting, the rest transit): ``bubble_ns`` is the share spent waiting for
+the previous stage to send (the stage idles), ``receive_not_overlapped_ns`` the share spent moving
+the data.  So ``communication_not_overlapped = ..._exclude_receive + receive_not_overlapped +
+bubble``; a rank whose receives matched no send keeps all of it as receive (its waiting is unknown).
+
 Warm-up policy (for the averages): steps cut by the profiling window (``complete = false``) are
 never used; the first profiled step is dropped when at least three complete steps remain (it pays
 for lazy initialisation, allocator growth and cold caches); every other step counts equally.
@@ -121,6 +129,28 @@ def rank_steps(digests: Mapping[int, RankDigest], stage_of: Mapping[int, int]) -
     for column in PHASES:
         out[column] = out[column].fillna(0).astype("int64")
     return out[["rank", "step", "stage", "averaged", "complete", *PHASES]]
+
+
+def split_bubble(steps: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    """``steps`` (of :func:`rank_steps`) with each rank-step's receive-only time split into
+    ``bubble_ns`` (waiting for the sender) and ``receive_not_overlapped_ns`` (transfer) by the share
+    of its matched receive ops' elapse spent waiting (see the module docstring)."""
+    if steps.empty:
+        return steps
+    receive_only = (
+        steps["communication_not_overlapped_ns"] - steps["communication_not_overlapped_exclude_receive_ns"]
+    )
+    share = pd.Series(0.0, index=steps.index)
+    if {"wait_ns", "elapse_ns"} <= set(ops.columns):
+        recv = ops.loc[(ops["collective"] == "recv") & (ops["instance"] >= 0) & ops["elapse_ns"].notna()]
+        per = recv.groupby(["rank", "step"])[["wait_ns", "elapse_ns"]].sum()
+        waited = per["wait_ns"].astype("float64").div(per["elapse_ns"].where(per["elapse_ns"] > 0))
+        keys = pd.MultiIndex.from_frame(steps[["rank", "step"]].astype("int64"))
+        share = pd.Series(waited.reindex(keys).fillna(0.0).clip(0.0, 1.0).to_numpy(), index=steps.index)
+    out = steps.copy()
+    out["bubble_ns"] = (receive_only * share).round().astype("int64")
+    out["receive_not_overlapped_ns"] = receive_only - out["bubble_ns"]
+    return out
 
 
 def _after_warmup(steps: pd.DataFrame) -> pd.Series:

@@ -14,9 +14,13 @@ Matching (vectorised; loops only over threads and collective names, never over r
 * a flight-recorder row (an op DDP issued from C++) is the trace's host comm row of the **same
   collective** whose interval contains the entry's creation time;
 * the trace's values win where it has them (NCCL's ``record_param_comms`` metadata); the
-  capture fills what is null.  Capture rows without a trace row are appended (``slice = -1``,
-  ``source = "capture"`` / ``"flight_recorder"``); trace rows nobody matched keep
-  ``source = "trace"``.
+  capture fills what is null;
+* a point-to-point op (``perfsight.model.is_p2p``) lasts until the transfer was seen to end
+  (:func:`p2p_end_ns`): gloo's ``c10d::send``/``c10d::recv_`` slices only enqueue the transfer and
+  last microseconds, so without the capture's ``wait()`` a rate-limited link looks as fast as any.
+
+Capture rows without a trace row are appended (``slice = -1``, ``source = "capture"`` /
+``"flight_recorder"``); trace rows nobody matched keep ``source = "trace"``.
 
 Clock: capture times are Unix nanoseconds; the trace's are Unix minus ``meta.base_time_ns``
 (torch 2.13 Kineto), so the merge needs ``base_time_ns`` and says so when a trace lacks it.
@@ -39,7 +43,7 @@ import pyarrow.parquet as pq
 from perfsight import columns
 from perfsight.ingest.assemble import step_of
 from perfsight.ingest.kineto import _canonical_collective
-from perfsight.model import COMM_SCHEMA, DATALOADER_SCHEMA, NO_ID, Trace, conform
+from perfsight.model import COMM_SCHEMA, DATALOADER_SCHEMA, NO_ID, Trace, conform, is_p2p
 
 COMM_SIDECAR = "comm"
 DATALOADER_SIDECAR = "dataloader"
@@ -99,6 +103,9 @@ def merge_comm(trace: Trace, capture: pa.Table, base_time_ns: int) -> pa.Table:
     collective = (
         _canonical_collective(capture.column("collective")) if capture.num_rows else pa.array([], pa.string())
     )
+    transfer_end = p2p_end_ns(
+        collective, issue_end, wait_start - base_time_ns, wait_end - base_time_ns, wait_ns
+    )
 
     host = ~columns.numpy(comm.column("is_device"), False).astype(bool)
     k_start = columns.int64(comm.column("start_ns"), 0)
@@ -127,6 +134,12 @@ def merge_comm(trace: Trace, capture: pa.Table, base_time_ns: int) -> pa.Table:
     matched = match >= 0
     merged = comm
     k_rows, c_rows = match[matched], np.flatnonzero(matched)
+    if len(k_rows):  # a p2p op's slice is its enqueueing; it lasts until its transfer ended
+        dur = columns.int64(comm.column("dur_ns"), 0)
+        dur[k_rows] = np.maximum(dur[k_rows], transfer_end[c_rows] - k_start[k_rows])
+        merged = merged.set_column(
+            merged.schema.get_field_index("dur_ns"), "dur_ns", pa.array(dur, pa.int64())
+        )
     for field in _FILLED:
         merged = _fill(merged, field, capture.column(field), k_rows, c_rows)
     wait_column = np.full(n, -1, dtype=np.int64)
@@ -169,6 +182,7 @@ def merge_comm(trace: Trace, capture: pa.Table, base_time_ns: int) -> pa.Table:
         columns.int64(trace.slices.column("start_ns"), 0)[picked] if trace.slices.num_rows else start[extra]
     )
     s_dur = columns.int64(trace.slices.column("dur_ns"), 0)[picked] if trace.slices.num_rows else end[extra]
+    s_dur = np.maximum(s_dur, transfer_end[extra] - s_start)
     s_step = (
         columns.int64(trace.slices.column("step"), NO_ID)[picked] if trace.slices.num_rows else start[extra]
     )
@@ -190,6 +204,28 @@ def merge_comm(trace: Trace, capture: pa.Table, base_time_ns: int) -> pa.Table:
         }
     )
     return pa.concat_tables([conform(merged, COMM_SCHEMA), conform(appended, COMM_SCHEMA)])
+
+
+def p2p_end_ns(
+    collective: pa.Array | pa.ChunkedArray,
+    issue_end: np.ndarray,
+    wait_start: np.ndarray,
+    wait_end: np.ndarray,
+    wait_ns: np.ndarray,
+) -> np.ndarray:
+    """When each captured point-to-point op's transfer was seen to end (``-1`` for other rows).
+
+    The transfer ends by the end of the caller's ``wait()`` on it.  That end is the op's end when
+    the caller waited at least as long as it did other work between issuing the op and waiting
+    (``dist.send``/``dist.recv`` wait at once; an ``irecv`` waited right after is the same): the
+    range [call, wait end] is then mostly this op.  A wait that came after longer other work and
+    returned sooner says only that the transfer ended somewhere before: the op keeps the end of its
+    call, so compute done meanwhile is never counted as transfer time.
+    """
+    p2p = columns.numpy(is_p2p(collective), null=False).astype(bool) if len(issue_end) else np.zeros(0, bool)
+    gap = wait_start - issue_end
+    blocked = p2p & (wait_ns >= 0) & (wait_ns >= gap)
+    return np.where(blocked, wait_end, -1)
 
 
 def _equals(values: pa.Array | pa.ChunkedArray, text: str) -> np.ndarray:

@@ -1,0 +1,223 @@
+"""Rank rules of a job: the slow card (a rank whose gap, computing or free time stands out in its
+stage in every step) and the rank the others wait for at collectives.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfsight.advisor.finding import (
+    SEVERITIES,
+    Evidence,
+    Finding,
+    confidence,
+    ms,
+    pct,
+    robust_effect,
+    severity_for,
+)
+from perfsight.advisor.job_input import JobResult
+from perfsight.advisor.job_rules.view import averaged_steps, max_residual_ns, median_step_ns
+from perfsight.advisor.messages import PHASE_FIXES, PHASES
+from perfsight.advisor.rules import RULES, threshold
+
+PHASE_CATEGORY = {"iteration_interval_ns": "data", "computing_ns": "compute", "free_ns": "host"}
+
+
+def slow_rank(result: JobResult, data_ranks: set[int] | None = None) -> list[Finding]:
+    """The slow card: a rank whose gap, computing or free time stands out in its stage.
+
+    ``data_ranks``: ranks whose own analysis found their gap to be data loading (else a gap that
+    stands out is host work).  Per step, each rank's phase is compared with the median of the
+    other ranks of its stage at that step; the rank must exceed them in every step, and the
+    median excess must beat ``min_share`` of the median step and its robust error
+    (:func:`perfsight.advisor.finding.robust_effect`).
+    """
+    rule = "slow_rank"
+    used = averaged_steps(result)
+    step_ns = median_step_ns(result)
+    if used.empty or step_ns <= 0 or used["rank"].nunique() < 2:
+        return []
+    best: tuple[float, int, str, np.ndarray] | None = None
+    for phase in PHASE_CATEGORY:  # three phases; everything inside is vectorised over ranks and steps
+        table = used.pivot_table(index=["stage", "step"], columns="rank", values=phase, aggfunc="first")
+        for _stage, block in table.groupby(level="stage"):
+            block = block.dropna(axis=1, how="all")
+            if block.shape[1] < 2:
+                continue
+            values = block.to_numpy(np.float64)
+            others = np.stack(
+                [np.nanmedian(np.delete(values, i, axis=1), axis=1) for i in range(values.shape[1])], axis=1
+            )
+            excess = values - others
+            for i in range(excess.shape[1]):  # a rank of the stage: a handful
+                effect, error, consistent = robust_effect(excess[:, i].tolist())
+                if consistent and (best is None or effect - error > best[0] - best[1]):
+                    best = (effect, error, int(block.columns[i]), phase)
+    if best is None:
+        return []
+    effect, error, rank, phase = best
+    share = effect / step_ns
+    conf = confidence(effect, error)
+    if share < threshold(rule, "min_share") or conf <= 0:
+        return []
+    category = PHASE_CATEGORY[phase]
+    if category == "data" and data_ranks is not None and rank not in data_ranks:
+        category = "host"
+    severity = severity_for(share, threshold(rule, "warning"), threshold(rule, "critical"))
+    flops_rank, flops_others = _flops(result, rank)
+    same_work = (
+        category == "compute"
+        and flops_rank > 0
+        and abs(flops_rank - flops_others) <= threshold(rule, "same_flops") * flops_others
+    )
+    if same_work:  # the same FLOPs, done slower: the card or its host, not the program
+        category = "host"
+        severity = SEVERITIES[min(SEVERITIES.index(severity) + 1, len(SEVERITIES) - 1)]
+    residual = max_residual_ns(result)
+    table = result.slow_ranks.table.set_index("rank")
+    lateness = float(table["lateness_ns"].get(rank, np.nan)) if "lateness_ns" in table else np.nan
+    centre = float(table["lateness_ns"].median()) if "lateness_ns" in table else np.nan
+    late, late_zh = "", ""
+    evidence = [
+        Evidence(
+            f"{PHASES[phase][0]} excess over the other ranks' median, per step",
+            int(effect),
+            "ns",
+            int(threshold(rule, "min_share") * step_ns),
+            RULES[rule].sources[0],
+        ),
+        Evidence(
+            "step-to-step noise of that excess (2 standard errors)",
+            int(error),
+            "ns",
+            None,
+            RULES[rule].sources[0],
+        ),
+    ]
+    if np.isfinite(lateness) and lateness - centre > residual:
+        late = f"; it reaches collectives {ms(lateness - centre)} ms after the median rank"
+        late_zh = f";到达集合通信比中位数晚 {ms(lateness - centre)} ms"
+        evidence.append(
+            Evidence(
+                "lateness at collectives", int(lateness - centre), "ns", int(residual), RULES[rule].sources[1]
+            )
+        )
+    evidence.append(
+        Evidence("clock-alignment residual (largest)", int(residual), "ns", None, RULES[rule].sources[2])
+    )
+    if flops_rank > 0 and flops_others > 0:
+        evidence.append(
+            Evidence(
+                "FLOPs of this rank / the others' median",
+                flops_rank / flops_others,
+                "",
+                1 + threshold(rule, "same_flops"),
+                "cluster_analysis_output/cluster_resources.csv",
+            )
+        )
+    fix_en, fix_zh = PHASE_FIXES["same_work" if same_work else category]
+    return [
+        Finding(
+            rule=rule,
+            category=category,
+            severity=severity,
+            culprit_kind="rank",
+            culprit=str(rank),
+            key="rank.slow",
+            params={
+                "culprit": rank,
+                "phase": PHASES[phase][0],
+                "phase_zh": PHASES[phase][1],
+                "excess_ms": ms(effect),
+                "excess_pct": pct(share),
+                "late": late,
+                "late_zh": late_zh,
+                "phase_fix": fix_en,
+                "phase_fix_zh": fix_zh,
+            },
+            evidence=evidence,
+            effect_ns=effect,
+            error_ns=error,
+            confidence=conf,
+            ranks=[rank],
+        )
+    ]
+
+
+def _flops(result: JobResult, rank: int) -> tuple[float, float]:
+    """FLOPs of ``rank`` over the averaged steps and the median of the other ranks' (0 if unknown)."""
+    res = result.resources
+    if res.empty or "flops" not in res:
+        return 0.0, 0.0
+    flops = res.set_index("rank")["flops"].astype("float64")
+    if rank not in flops.index or len(flops) < 2:
+        return 0.0, 0.0
+    return float(flops.loc[rank]), float(flops.drop(index=rank).median())
+
+
+def waited_for(result: JobResult) -> list[Finding]:
+    """A rank the others wait for at collectives (seed 004: long wait time -> a slow node), by the
+    wait the matched ops attribute to their last arrival.  Wait is read across clocks, so its
+    error is the clock-alignment residual plus its step-to-step noise."""
+    rule = "waited_for"
+    ops = result.matched.ops
+    step_ns = median_step_ns(result)
+    if ops.empty or "wait_ns" not in ops or step_ns <= 0 or ops["rank"].nunique() < 2:
+        return []
+    used = averaged_steps(result)
+    keyed = ops.loc[(ops["instance"] >= 0) & ~ops["is_p2p"] & ops["step"].isin(set(used["step"].tolist()))]
+    keyed = keyed.loc[keyed["rank"] != keyed["last_rank"]]
+    if keyed.empty:
+        return []
+    others = max(ops["rank"].nunique() - 1, 1)
+    per_step = keyed.groupby(["last_rank", "step"])["wait_ns"].sum().unstack(fill_value=0) / others
+    per_step = per_step.reindex(columns=sorted(set(used["step"].tolist())), fill_value=0)
+    mean = per_step.median(axis=1)
+    rank = int(mean.idxmax())
+    effect, noise, _ = robust_effect(per_step.loc[rank].tolist())
+    residual = max_residual_ns(result)
+    error = noise + residual
+    share = effect / step_ns
+    conf = confidence(effect, error)
+    if share < threshold(rule, "min_share") or conf <= 0:
+        return []
+    ranks_in_job = int(ops["rank"].nunique())
+    instances = int(keyed.loc[keyed["last_rank"] == rank, "instance"].nunique())
+    total = int(keyed["instance"].nunique())
+    src = RULES[rule].sources
+    return [
+        Finding(
+            rule=rule,
+            category="scheduling",
+            # with two ranks one is always last: who waits cannot tell a slow rank from the noise
+            severity=severity_for(share, threshold(rule, "warning"), threshold(rule, "critical"))
+            if ranks_in_job >= threshold(rule, "min_ranks")
+            else "info",
+            culprit_kind="rank",
+            culprit=str(rank),
+            key="rank.waited_for",
+            params={
+                "culprit": rank,
+                "wait_ms": ms(effect),
+                "share_pct": pct(share),
+                "late": instances,
+                "total": total,
+            },
+            evidence=[
+                Evidence(
+                    "others' wait for this rank per step",
+                    int(effect),
+                    "ns",
+                    int(threshold(rule, "min_share") * step_ns),
+                    src[0],
+                ),
+                Evidence("collectives it arrived last at", instances, "count", None, src[0]),
+                Evidence("clock-alignment residual (largest)", int(residual), "ns", None, src[1]),
+            ],
+            effect_ns=effect,
+            error_ns=error,
+            confidence=conf,
+            ranks=[rank],
+        )
+    ]

@@ -1,0 +1,159 @@
+"""Memory rules: allocator churn (large blocks allocated and freed every step, charged to the
+operator that allocates) and a peak close to the device's capacity.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from perfsight import columns
+from perfsight.advisor.finding import (
+    Evidence,
+    Finding,
+    confidence,
+    pct,
+    robust_effect,
+    severity_for,
+)
+from perfsight.advisor.rank_rules.view import OP_SOURCE, RankView, finding_for, op_per_step
+from perfsight.advisor.rules import RULES, threshold
+
+
+def memory_churn(view: RankView) -> list[Finding]:
+    """Large blocks allocated and freed every step, many times the peak (allocator churn)."""
+    rule = "memory_churn"
+    mem = view.tables.get("operator_memory")
+    peaks = view.tables.get("memory_peaks")
+    if not len(view.steps) or mem is None or mem.num_rows == 0 or peaks is None or peaks.num_rows == 0:
+        return []
+    peak = float(pc.max(peaks.column("peak_allocated_bytes")).as_py() or 0)
+    st = view.tables["step_trace"]
+    starts = columns.int64(st.column("start_ns"))
+    step_numbers = columns.int64(st.column("step"))
+    order = np.argsort(starts)
+    alloc = columns.int64(mem.column("alloc_ns"))
+    which = np.searchsorted(starts[order], alloc, side="right") - 1
+    step_of = np.where(which >= 0, step_numbers[order][np.maximum(which, 0)], -1)
+    size = columns.int64(mem.column("size_bytes"), null=0).astype(np.float64)
+    per_step = view.sum_by_step(alloc, size, step_of)
+    allocated = float(per_step.mean())
+    churn = allocated / peak if peak > 0 else 0.0
+    if churn < threshold(rule, "min_churn") or allocated < threshold(rule, "min_bytes_per_step"):
+        return []
+    names = _outermost_op(view, alloc)
+    fallback = pc.cast(mem.column("name"), pa.string()).to_numpy(zero_copy_only=False).astype(str)
+    names = np.where(names == "", fallback, names)
+    used = np.isin(step_of, view.steps)
+    uniq, inverse = np.unique(names[used], return_inverse=True)
+    by_name = np.bincount(inverse, weights=size[used], minlength=len(uniq))
+    culprit = str(uniq[int(np.argmax(by_name))]) if len(uniq) else "?"
+    op_time, _ = op_per_step(view, (culprit,))
+    effect, error, _ = robust_effect(op_time.tolist())
+    conf = confidence(effect, error)
+    if conf <= 0:
+        return []
+    share = effect / view.mean_step_ns if view.mean_step_ns else 0.0
+    src = RULES[rule].sources[0]
+    return [
+        finding_for(
+            rule,
+            view,
+            severity=severity_for(
+                max(share, threshold(rule, "warning")),
+                threshold(rule, "warning"),
+                threshold(rule, "critical"),
+            ),
+            culprit_kind="op",
+            culprit=culprit,
+            key="memory.churn",
+            params={
+                "culprit": culprit,
+                "alloc_mb": round(allocated / 2**20, 1),
+                "peak_mb": round(peak / 2**20, 1),
+                "churn": round(churn, 1),
+            },
+            evidence=[
+                Evidence(
+                    "bytes allocated per step",
+                    int(allocated),
+                    "bytes",
+                    int(threshold(rule, "min_bytes_per_step")),
+                    src,
+                ),
+                Evidence("allocated per step / peak", churn, "", threshold(rule, "min_churn"), src),
+                Evidence(f"{culprit} time per step", int(effect), "ns", None, OP_SOURCE),
+            ],
+            effect_ns=effect,
+            error_ns=error,
+            confidence=conf,
+        )
+    ]
+
+
+def _outermost_op(view: RankView, at_ns: np.ndarray) -> np.ndarray:
+    """Name of the outermost operator on the main thread (the one with the most operators) running
+    at each instant of ``at_ns``, "" where none is.  Why: an allocation's innermost op is
+    ``aten::empty``; the op a user wrote (``torch.ones``, ``torch.cat``) is the outermost one, and its
+    time includes filling the fresh memory."""
+    ops = view.tables.get("operator_instances")
+    out = np.full(len(at_ns), "", dtype=object)
+    if ops is None or ops.num_rows == 0 or not len(at_ns):
+        return out.astype(str)
+    thread = columns.int64(ops.column("thread"))
+    values, counts = np.unique(thread, return_counts=True)
+    main = thread == values[int(np.argmax(counts))]
+    start = columns.int64(ops.column("start_ns"))[main]
+    end = start + columns.int64(ops.column("dur_ns"), null=0)[main]
+    name = pc.cast(ops.column("name"), pa.string()).to_numpy(zero_copy_only=False)[main].astype(str)
+    order = np.lexsort((-end, start))  # by start; the longer first among equal starts
+    start, end, name = start[order], end[order], name[order]
+    reach = np.maximum.accumulate(end)
+    outer = np.concatenate([[True], start[1:] >= reach[:-1]])  # not inside an earlier op
+    start, end, name = start[outer], end[outer], name[outer]
+    which = np.searchsorted(start, at_ns, side="right") - 1
+    inside = (which >= 0) & (at_ns < end[np.maximum(which, 0)])
+    out[inside] = name[which[inside]]
+    return out.astype(str)
+
+
+def memory_capacity(view: RankView) -> list[Finding]:
+    """Peak reserved memory close to the device's capacity (when the trace records it)."""
+    rule = "memory_capacity"
+    peaks = view.tables.get("memory_peaks")
+    capacity = next((d.memory_bytes for d in view.trace.meta.devices if d.memory_bytes), None)
+    if peaks is None or peaks.num_rows == 0 or not capacity:
+        return []
+    peak = float(pc.max(peaks.column("peak_reserved_bytes")).as_py() or 0)
+    share = peak / capacity
+    if share < threshold(rule, "min_peak_share"):
+        return []
+    return [
+        finding_for(
+            rule,
+            view,
+            severity="critical" if share >= 0.97 else "warning",
+            culprit_kind="rank",
+            culprit=str(view.rank),
+            key="memory.capacity",
+            params={
+                "culprit": f"rank {view.rank}",
+                "peak_mb": round(peak / 2**20, 1),
+                "capacity_mb": round(capacity / 2**20, 1),
+                "share_pct": pct(share),
+            },
+            evidence=[
+                Evidence(
+                    "peak reserved / capacity",
+                    share,
+                    "share",
+                    threshold(rule, "min_peak_share"),
+                    RULES[rule].sources[0],
+                )
+            ],
+            effect_ns=0.0,
+            error_ns=0.0,
+            confidence=1.0,
+        )
+    ]

@@ -1,0 +1,123 @@
+"""What every single-rank rule reads: the rank's analysis tables, its trace, and the steps averaged.
+
+``rank_view`` picks the steps (complete ones, a warm-up step dropped as the cluster analysis does);
+``RankView`` sums per-step values over them; the small helpers here are shared by the rules of
+several categories.  Must not hold a rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from perfsight import columns
+from perfsight.advisor.finding import Finding
+from perfsight.advisor.rules import RULES
+from perfsight.analysis.step_trace import MIN_STEPS_TO_DROP_WARMUP
+from perfsight.model import SliceKind, Trace
+
+
+@dataclasses.dataclass
+class RankView:
+    """What the rules read about one rank: its analysis tables, its trace, and the steps used."""
+
+    tables: dict[str, pa.Table]
+    trace: Trace
+    steps: np.ndarray  # the step numbers averaged over
+    step_ns: np.ndarray  # their durations, in the same order
+
+    @property
+    def rank(self) -> int:
+        return int(self.trace.meta.rank)
+
+    @property
+    def mean_step_ns(self) -> float:
+        return float(self.step_ns.mean()) if len(self.step_ns) else 0.0
+
+    @property
+    def on_device(self) -> bool:
+        """The steps are on a device timeline (perfsight.analysis.timeline), not the host's."""
+        st = self.tables.get("step_trace")
+        return bool(st is not None and st.num_rows and "device" in st.column("timeline").to_pylist())
+
+    def per_step(self, table: str, column: str) -> np.ndarray:
+        """``column`` of ``table`` for the used steps, in step order (0 where a step has no row)."""
+        t = self.tables.get(table)
+        if t is None or t.num_rows == 0 or column not in t.column_names:
+            return np.zeros(len(self.steps))
+        steps = columns.int64(t.column("step"))
+        values = columns.int64(t.column(column), null=0)
+        out = np.zeros(len(self.steps))
+        where = np.searchsorted(self.steps, steps)
+        ok = (where < len(self.steps)) & (self.steps[np.minimum(where, len(self.steps) - 1)] == steps)
+        np.add.at(out, where[ok], values[ok])
+        return out
+
+    def sum_by_step(self, starts: np.ndarray, values: np.ndarray, step_of: np.ndarray) -> np.ndarray:
+        """Sum ``values`` into the used steps by their step number ``step_of`` (others dropped)."""
+        out = np.zeros(len(self.steps))
+        where = np.searchsorted(self.steps, step_of)
+        ok = (where < len(self.steps)) & (self.steps[np.minimum(where, len(self.steps) - 1)] == step_of)
+        np.add.at(out, where[ok], values[ok])
+        return out
+
+
+def rank_view(tables: dict[str, pa.Table], trace: Trace) -> RankView:
+    """The used steps of a rank: complete steps of ``step_trace``, minus a warm-up step."""
+    st = tables.get("step_trace")
+    if st is None or st.num_rows == 0:
+        return RankView(tables, trace, np.zeros(0, np.int64), np.zeros(0))
+    steps = columns.int64(st.column("step"))
+    durations = columns.int64(st.column("duration_ns"), null=0).astype(np.float64)
+    complete = np.ones(len(steps), bool)
+    if trace.steps.num_rows:
+        known = dict(
+            zip(
+                columns.int64(trace.steps.column("step")).tolist(),
+                trace.steps.column("complete").to_pylist(),
+                strict=True,
+            )
+        )  # one entry per step: a loop over steps, not events
+        complete = np.array([bool(known.get(int(s), True)) for s in steps])
+    order = np.argsort(steps, kind="stable")
+    steps, durations, complete = steps[order], durations[order], complete[order]
+    if complete.sum() >= MIN_STEPS_TO_DROP_WARMUP:
+        first = np.flatnonzero(complete)[0]
+        complete[first] = False
+    if not complete.any():
+        complete[:] = True
+    return RankView(tables, trace, steps[complete], durations[complete])
+
+
+def finding_for(rule: str, view: RankView, **fields) -> Finding:
+    """A finding of ``rule`` about this rank (its category from the rule's data unless given)."""
+    fields.setdefault("category", RULES[rule].category)
+    fields.setdefault("ranks", [view.rank])
+    return Finding(rule=rule, **fields)
+
+
+def slices_of_kind(trace: Trace, kind: SliceKind) -> pa.Table:
+    """The slices of one kind (DataLoader ranges, runtime synchronisations)."""
+    kinds = pc.cast(trace.slices.column("kind"), pa.string())
+    return trace.slices.filter(pc.equal(kinds, kind.value))
+
+
+def op_per_step(view: RankView, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Time and calls per used step of the operators named ``names`` (operator_instances): host
+    time on a host-only trace, the device time of the kernels they launched when there is a device."""
+    ops = view.tables.get("operator_instances")
+    if ops is None or ops.num_rows == 0:
+        return np.zeros(len(view.steps)), np.zeros(len(view.steps))
+    picked = ops.filter(pc.is_in(pc.cast(ops.column("name"), pa.string()), pa.array(names)))
+    step_of = columns.int64(picked.column("step"), null=-1)
+    # with a device, the time the ops cost the device (the kernels they launched), as computing_ns is
+    column = "device_ns" if view.on_device and "device_ns" in ops.column_names else "dur_ns"
+    dur = columns.int64(picked.column(column), null=0).astype(np.float64)
+    starts = columns.int64(picked.column("start_ns"))
+    return view.sum_by_step(starts, dur, step_of), view.sum_by_step(starts, np.ones(len(dur)), step_of)
+
+
+OP_SOURCE = RULES["top_operator"].sources[0]
