@@ -128,21 +128,30 @@ def save_trace(
 def load_trace(folder: str | Path) -> Trace:
     """The :class:`Trace` saved by :func:`save_trace` in ``folder``; :class:`CacheError` if incomplete."""
     folder = Path(folder)
-    meta_path = folder / CACHE_META_FILE
+    meta = load_meta(folder)
+    tables = {name: load_trace_table(folder, name) for name in TABLE_SCHEMAS}
+    return Trace(meta=meta, vendor=_load_vendor(folder / VENDOR_DIR), **tables)
+
+
+def load_meta(folder: str | Path) -> RunMetadata:
+    """The run metadata saved in ``folder``, without its tables (a run-vs-run diff needs only it
+    and the analysis tables, not the trace's millions of slices)."""
+    meta_path = Path(folder) / CACHE_META_FILE
     try:
-        meta = RunMetadata.from_dict(json.loads(meta_path.read_text(encoding="utf-8")))
+        return RunMetadata.from_dict(json.loads(meta_path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError) as error:
         raise CacheError(f"{meta_path}: cannot read run metadata ({error})") from error
-    tables = {}
-    for name, schema in TABLE_SCHEMAS.items():
-        path = folder / f"{name}.parquet"
-        if not path.is_file():
-            raise CacheError(f"{path}: missing from the cache")
-        try:
-            tables[name] = conform(_read_parquet(path), schema)
-        except (KeyError, pa.ArrowException) as error:
-            raise CacheError(f"{path}: does not match the trace model ({error})") from error
-    return Trace(meta=meta, vendor=_load_vendor(folder / VENDOR_DIR), **tables)
+
+
+def load_trace_table(folder: str | Path, name: str) -> pa.Table:
+    """One table of the saved trace (``name`` a key of ``TABLE_SCHEMAS``), with the model's schema."""
+    path = Path(folder) / f"{name}.parquet"
+    if not path.is_file():
+        raise CacheError(f"{path}: missing from the cache")
+    try:
+        return conform(_read_parquet(path), TABLE_SCHEMAS[name])
+    except (KeyError, pa.ArrowException) as error:
+        raise CacheError(f"{path}: does not match the trace model ({error})") from error
 
 
 def _save_vendor(vendor: VendorResults, target: Path) -> None:
