@@ -96,21 +96,26 @@ def _cache_folders(path: Path) -> dict[int, Path]:
 
 def load_side(spec: str, label: str) -> Side:
     """The side ``spec`` names (see the module docstring); :class:`CompareInputError` if it cannot be."""
-    from perfsight.store import cache
-
     path, rank = parse_spec(spec)
     if not path.exists():
         raise CompareInputError(f"{label} {spec}: no such file or folder")
     cached = _cache_folders(path)
     if cached:
         chosen = _choose_rank(spec, label, rank, sorted(cached))
-        try:
-            tables = cache.load_tables(cached[chosen], NEEDED_TABLES)
-            steps = cache.load_trace_table(cached[chosen], "steps")
-        except cache.CacheError as error:
-            raise CompareInputError(f"{label} {spec}: {error}") from None
-        return _side(spec, label, chosen, sorted(cached), tables, steps)
+        return cached_side(cached[chosen], label, spec, chosen, sorted(cached))
     return _analysed_in_memory(spec, label, path, rank)
+
+
+def cached_side(folder: Path, label: str, spec: str, rank: int, ranks: list[int]) -> Side:
+    """The side of one rank's cache folder (``.../cache``): its analysis tables and its steps only."""
+    from perfsight.store import cache
+
+    try:
+        tables = cache.load_tables(folder, NEEDED_TABLES)
+        steps = cache.load_trace_table(folder, "steps")
+    except cache.CacheError as error:
+        raise CompareInputError(f"{label} {spec}: {error}") from None
+    return _side(spec, label, rank, ranks, tables, steps)
 
 
 def _analysed_in_memory(spec: str, label: str, path: Path, rank: int | None) -> Side:
