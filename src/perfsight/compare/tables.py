@@ -384,9 +384,8 @@ def communication(base: Side, new: Side) -> pd.DataFrame:
     for side in ("base", "new"):
         with np.errstate(divide="ignore", invalid="ignore"):
             transit = out[f"{side}_transit_ns_total"]
-            out[f"{side}_bandwidth_gb_s"] = np.where(
-                transit > 0, out[f"{side}_bytes_total"] / transit, np.nan
-            )
+            moved = out[f"{side}_bytes_total"]  # no bytes recorded (gloo on CPU): unknown, not 0 GB/s
+            out[f"{side}_bandwidth_gb_s"] = np.where((transit > 0) & (moved > 0), moved / transit, np.nan)
     out = out.rename(
         columns={
             "base_elapse_ns": "base_time_ns",
