@@ -17,6 +17,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from perfsight.compare.align import align, beyond_noise, per_step_stats
 from perfsight.compare.inputs import Side
@@ -75,6 +76,52 @@ def _frame(side: Side, name: str, columns: list[str]) -> pd.DataFrame:
     for column in set(columns) - set(present):
         frame[column] = pd.Series(dtype="float64")
     return frame
+
+
+NO_OPERATOR = "(no operator)"
+"""The launching operator of kernels no host operator launched (or whose launch was not traced)."""
+
+
+def _text(table: pa.Table, column: str) -> pa.ChunkedArray:
+    if column not in table.column_names:
+        return pa.chunked_array([pa.nulls(table.num_rows, pa.string())])
+    return table.column(column).cast(pa.string())
+
+
+def _text_keys(table: pa.Table, keys: list[str]) -> pa.Table:
+    """``step`` and the ``keys`` as plain text with nulls as "" (a key of a group)."""
+    step = table.column("step") if "step" in table.column_names else pa.nulls(table.num_rows, pa.int32())
+    return pa.table({"step": step, **{k: pc.fill_null(_text(table, k), "") for k in keys}})
+
+
+def _in_steps_arrow(table: pa.Table, side: Side) -> pa.Table:
+    """Rows of the steps ``side`` averages (all rows, as step -1, for a run without steps)."""
+    if not side.steps_used:
+        return table.set_column(
+            table.column_names.index("step"), "step", pa.array(np.full(table.num_rows, -1, np.int32))
+        )
+    steps = pa.array(side.steps_used, pa.int64())
+    return table.filter(pc.is_in(table.column("step").cast(pa.int64()), value_set=steps))
+
+
+def _step_sums(table: pa.Table, side: Side, keys: list[str], values: list[str], count: str) -> pd.DataFrame:
+    """Per key and step of the steps ``side`` averages: the sums of ``values`` and the rows
+    (``count``).  Grouped in Arrow: an analysis table can hold millions of rows, and only the
+    grouped rows (thousands) become pandas."""
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {}
+    grouped = _text_keys(table, keys)
+    for value in values:
+        column = table.column(value).cast(pa.float64()) if value in table.column_names else None
+        columns[value] = (
+            pc.fill_null(column, 0.0) if column is not None else pa.array(np.zeros(table.num_rows))
+        )
+    for name, column in columns.items():
+        grouped = grouped.append_column(name, column)
+    grouped = grouped.append_column(count, pa.array(np.ones(table.num_rows)))
+    grouped = _in_steps_arrow(grouped, side)
+    sums = grouped.group_by(["step", *keys]).aggregate([(v, "sum") for v in [*values, count]])
+    frame = sums.to_pandas()
+    return frame.rename(columns={f"{v}_sum": v for v in [*values, count]})[[*keys, "step", count, *values]]
 
 
 def _metric_rows(side: Side) -> pd.DataFrame:
@@ -166,18 +213,12 @@ def step_breakdown(base: Side, new: Side) -> pd.DataFrame:
 
 
 def _operator_rows(side: Side) -> pd.DataFrame:
-    frame = _in_steps(
-        _frame(side, "operator_instances", ["step", "name", "input_dims", "self_ns", "device_ns", "dur_ns"]),
+    return _step_sums(
+        side.table("operator_instances"),
         side,
-    )
-    frame = frame.assign(input_dims=frame["input_dims"].fillna("").astype(str), calls=1.0)
-    for column in ("self_ns", "device_ns", "dur_ns"):
-        frame[column] = frame[column].fillna(0).astype("float64")
-    keys = ["name", "input_dims", "step"]
-    return (
-        frame.groupby(keys, dropna=False, sort=False)[["calls", "self_ns", "device_ns", "dur_ns"]]
-        .sum()
-        .reset_index()
+        ["name", "input_dims"],
+        ["self_ns", "device_ns", "dur_ns"],
+        "calls",
     )
 
 
@@ -252,12 +293,14 @@ def _largest_first(out: pd.DataFrame) -> pd.DataFrame:
 
 
 def _kernel_rows(side: Side) -> tuple[pd.DataFrame, pd.DataFrame]:
-    frame = _in_steps(_frame(side, "kernel_details", ["step", "name", "op", "dur_ns"]), side)
-    frame = frame.assign(op=frame["op"].fillna("").astype(str), name=frame["name"].astype(str), kernels=1.0)
-    frame["op"] = frame["op"].where(frame["op"] != "", "(no operator)")
-    frame["dur_ns"] = frame["dur_ns"].fillna(0).astype("float64")
-    per_step = frame.groupby(["op", "step"], sort=False)[["kernels", "dur_ns"]].sum().reset_index()
-    pairs = frame[["op", "name"]].drop_duplicates().sort_values(["op", "name"])
+    """Per launching operator and step: kernels and device time; and per operator its distinct
+    kernel names (the first three, sorted)."""
+    table = side.table("kernel_details")
+    per_step = _step_sums(table, side, ["op"], ["dur_ns"], "kernels")
+    per_step["op"] = per_step["op"].where(per_step["op"] != "", NO_OPERATOR)
+    pairs = _in_steps_arrow(_text_keys(table, ["op", "name"]), side).group_by(["op", "name"]).aggregate([])
+    pairs = pairs.to_pandas().sort_values(["op", "name"])
+    pairs["op"] = pairs["op"].where(pairs["op"] != "", NO_OPERATOR)
     names = (
         pairs.groupby("op")
         .agg(distinct=("name", "size"), names=("name", lambda s: " | ".join(s.iloc[:3])))
@@ -324,31 +367,21 @@ def kernels_by_operator(base: Side, new: Side) -> pd.DataFrame:
 
 
 def _communication_rows(side: Side) -> pd.DataFrame:
-    ops = _in_steps(
-        _frame(
-            side,
-            "communication_ops",
-            ["op", "step", "name", "group", "collective", "elapse_ns", "transit_ns", "wait_ns"],
-        ),
-        side,
-    )
-    links = _frame(side, "communication_links", ["op", "bytes"])
-    moved = links.groupby("op")["bytes"].sum()
-    family = ops["collective"].fillna("").astype(str)
-    ops = ops.assign(
-        family=family.where(family != "", ops["name"].fillna("").astype(str)),
-        group=ops["group"].fillna("").astype(str),
-        calls=1.0,
-        bytes=ops["op"].map(moved).fillna(0).astype("float64"),
-    )
-    for column in ("elapse_ns", "transit_ns", "wait_ns"):
-        ops[column] = ops[column].fillna(0).astype("float64")
-    return (
-        ops.groupby(["family", "group", "step"], sort=False)[
-            ["calls", "elapse_ns", "transit_ns", "wait_ns", "bytes"]
-        ]
-        .sum()
-        .reset_index()
+    """Per op family, group and step: calls, elapsed, transit and wait time, and bytes moved (the
+    op's links summed)."""
+    ops = side.table("communication_ops")
+    links = side.table("communication_links")
+    if {"op", "bytes"} <= set(links.column_names) and "op" in ops.column_names and links.num_rows:
+        moved = links.group_by("op").aggregate([("bytes", "sum")]).rename_columns(["op", "bytes"])
+        ops = ops.join(moved, "op", join_type="left outer")
+    if ops.num_rows:
+        collective = pc.fill_null(_text(ops, "collective"), "")
+        family = pc.if_else(pc.equal(collective, ""), pc.fill_null(_text(ops, "name"), ""), collective)
+        ops = ops.append_column("family", family)
+    else:
+        ops = ops.append_column("family", pa.array([], pa.string()))
+    return _step_sums(
+        ops, side, ["family", "group"], ["elapse_ns", "transit_ns", "wait_ns", "bytes"], "calls"
     )
 
 
