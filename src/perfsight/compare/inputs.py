@@ -39,6 +39,23 @@ NEEDED_TABLES = (
     "kernel_details",
 )
 """The analysis tables a comparison reads (names of ``perfsight.pipeline.ANALYSES``)."""
+LARGE_TABLE_COLUMNS = {
+    "operator_instances": ("rank", "step", "name", "input_dims", "self_ns", "device_ns", "dur_ns"),
+    "kernel_details": ("rank", "step", "name", "op", "dur_ns"),
+    "communication_ops": (
+        "rank",
+        "op",
+        "step",
+        "name",
+        "group",
+        "collective",
+        "elapse_ns",
+        "transit_ns",
+        "wait_ns",
+    ),
+    "communication_links": ("rank", "op", "bytes"),
+}
+"""The columns read of the tables that grow with the trace (a 1 GB trace: a million operator rows)."""
 
 
 class CompareInputError(ValueError):
@@ -111,7 +128,7 @@ def cached_side(folder: Path, label: str, spec: str, rank: int, ranks: list[int]
     from perfsight.store import cache
 
     try:
-        tables = cache.load_tables(folder, NEEDED_TABLES)
+        tables = cache.load_tables(folder, NEEDED_TABLES, LARGE_TABLE_COLUMNS)
         steps = cache.load_trace_table(folder, "steps")
     except cache.CacheError as error:
         raise CompareInputError(f"{label} {spec}: {error}") from None

@@ -88,10 +88,20 @@ def _text(table: pa.Table, column: str) -> pa.ChunkedArray:
     return table.column(column).cast(pa.string())
 
 
-def _text_keys(table: pa.Table, keys: list[str]) -> pa.Table:
-    """``step`` and the ``keys`` as plain text with nulls as "" (a key of a group)."""
+def _keys(table: pa.Table, keys: list[str]) -> pa.Table:
+    """``step`` and the ``keys`` as they are (dictionary or text; a missing key column is null)."""
     step = table.column("step") if "step" in table.column_names else pa.nulls(table.num_rows, pa.int32())
-    return pa.table({"step": step, **{k: pc.fill_null(_text(table, k), "") for k in keys}})
+    missing = pa.nulls(table.num_rows, pa.string())
+    return pa.table(
+        {"step": step, **{k: table.column(k) if k in table.column_names else missing for k in keys}}
+    )
+
+
+def _plain_keys(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Grouped key columns as plain text, null as "" (a few thousand rows: pandas is fine here)."""
+    for key in keys:
+        frame[key] = frame[key].astype(object).where(frame[key].notna(), "").astype(str)
+    return frame
 
 
 def _in_steps_arrow(table: pa.Table, side: Side) -> pa.Table:
@@ -109,7 +119,7 @@ def _step_sums(table: pa.Table, side: Side, keys: list[str], values: list[str], 
     (``count``).  Grouped in Arrow: an analysis table can hold millions of rows, and only the
     grouped rows (thousands) become pandas."""
     columns: dict[str, pa.Array | pa.ChunkedArray] = {}
-    grouped = _text_keys(table, keys)
+    grouped = _keys(table, keys)
     for value in values:
         column = table.column(value).cast(pa.float64()) if value in table.column_names else None
         columns[value] = (
@@ -120,8 +130,9 @@ def _step_sums(table: pa.Table, side: Side, keys: list[str], values: list[str], 
     grouped = grouped.append_column(count, pa.array(np.ones(table.num_rows)))
     grouped = _in_steps_arrow(grouped, side)
     sums = grouped.group_by(["step", *keys]).aggregate([(v, "sum") for v in [*values, count]])
-    frame = sums.to_pandas()
-    return frame.rename(columns={f"{v}_sum": v for v in [*values, count]})[[*keys, "step", count, *values]]
+    frame = _plain_keys(sums.to_pandas(), keys).rename(columns={f"{v}_sum": v for v in [*values, count]})
+    # a null key and an empty one are both "": their rows are one group
+    return frame.groupby([*keys, "step"], sort=False)[[count, *values]].sum().reset_index()
 
 
 def _metric_rows(side: Side) -> pd.DataFrame:
@@ -298,8 +309,8 @@ def _kernel_rows(side: Side) -> tuple[pd.DataFrame, pd.DataFrame]:
     table = side.table("kernel_details")
     per_step = _step_sums(table, side, ["op"], ["dur_ns"], "kernels")
     per_step["op"] = per_step["op"].where(per_step["op"] != "", NO_OPERATOR)
-    pairs = _in_steps_arrow(_text_keys(table, ["op", "name"]), side).group_by(["op", "name"]).aggregate([])
-    pairs = pairs.to_pandas().sort_values(["op", "name"])
+    pairs = _in_steps_arrow(_keys(table, ["op", "name"]), side).group_by(["op", "name"]).aggregate([])
+    pairs = _plain_keys(pairs.to_pandas(), ["op", "name"]).drop_duplicates().sort_values(["op", "name"])
     pairs["op"] = pairs["op"].where(pairs["op"] != "", NO_OPERATOR)
     names = (
         pairs.groupby("op")

@@ -97,9 +97,16 @@ def _write_parquet(path: Path, table: pa.Table) -> None:
     tmp.replace(path)
 
 
-def _read_parquet(path: Path) -> pa.Table:
+def _read_parquet(path: Path, columns: Iterable[str] | None = None) -> pa.Table:
+    """The table at ``path``; with ``columns``, only those of them the file has, its text columns
+    dictionary-encoded as written (a tenth of the time of decoding every name of a large table)."""
     try:
-        return pq.read_table(path)
+        if columns is None:
+            return pq.read_table(path)
+        schema = pq.read_schema(path)
+        wanted = [c for c in columns if c in schema.names]
+        text = [c for c in wanted if is_text(schema.field(c).type)]
+        return pq.read_table(path, columns=wanted, read_dictionary=text)
     except (OSError, pa.ArrowException) as error:
         raise CacheError(f"{path}: cannot read cached table ({error})") from error
 
@@ -206,15 +213,19 @@ def save_tables(folder: str | Path, tables: Mapping[str, pa.Table]) -> Path:
     return target
 
 
-def load_tables(folder: str | Path, names: Iterable[str] | None = None) -> dict[str, pa.Table]:
+def load_tables(
+    folder: str | Path, names: Iterable[str] | None = None, columns: Mapping[str, Iterable[str]] | None = None
+) -> dict[str, pa.Table]:
     """Analysis outputs saved by :func:`save_tables` (all of them, or only ``names``; absent ones
-    are left out).  A folder without analysis tables gives ``{}``."""
+    are left out).  A folder without analysis tables gives ``{}``.  ``columns``: for the tables it
+    names, only those columns, text ones dictionary-encoded (see :func:`_read_parquet`)."""
     target = Path(folder) / ANALYSIS_DIR
     if not target.is_dir():
         return {}
     wanted = None if names is None else set(names)
+    chosen = columns or {}
     return {
-        path.name[: -len(".parquet")]: _read_parquet(path)
+        path.name[: -len(".parquet")]: _read_parquet(path, chosen.get(path.name[: -len(".parquet")]))
         for path in sorted(target.glob("*.parquet"))
         if wanted is None or path.name[: -len(".parquet")] in wanted
     }
