@@ -41,7 +41,7 @@ NEEDED_TABLES = (
 """The analysis tables a comparison reads (names of ``perfsight.pipeline.ANALYSES``)."""
 LARGE_TABLE_COLUMNS = {
     "operator_instances": ("rank", "step", "name", "input_dims", "self_ns", "device_ns", "dur_ns"),
-    "kernel_details": ("rank", "step", "name", "op", "dur_ns"),
+    "kernel_details": ("rank", "step", "name", "op", "op_type", "dur_ns"),
     "communication_ops": (
         "rank",
         "op",

@@ -303,15 +303,26 @@ def _largest_first(out: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("delta_time_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
+def _launcher(frame: pd.DataFrame) -> pd.Series:
+    """The operator a kernel is grouped under: its launching host operator, else the vendor's op
+    type (Ascend kernels often record no host launch, but always their type, e.g. ``Conv2D``)."""
+    op = frame["op"].where(frame["op"] != "", frame["op_type"])
+    return op.where(op != "", NO_OPERATOR)
+
+
 def _kernel_rows(side: Side) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per launching operator and step: kernels and device time; and per operator its distinct
-    kernel names (the first three, sorted)."""
+    """Per launching operator (:func:`_launcher`) and step: kernels and device time; and per
+    operator its distinct kernel names (the first three, sorted)."""
     table = side.table("kernel_details")
-    per_step = _step_sums(table, side, ["op"], ["dur_ns"], "kernels")
-    per_step["op"] = per_step["op"].where(per_step["op"] != "", NO_OPERATOR)
-    pairs = _in_steps_arrow(_keys(table, ["op", "name"]), side).group_by(["op", "name"]).aggregate([])
-    pairs = _plain_keys(pairs.to_pandas(), ["op", "name"]).drop_duplicates().sort_values(["op", "name"])
-    pairs["op"] = pairs["op"].where(pairs["op"] != "", NO_OPERATOR)
+    per_step = _step_sums(table, side, ["op", "op_type"], ["dur_ns"], "kernels")
+    per_step = per_step.assign(op=_launcher(per_step)).groupby(["op", "step"], sort=False)[
+        ["kernels", "dur_ns"]
+    ]
+    per_step = per_step.sum().reset_index()
+    keys = ["op", "op_type", "name"]
+    pairs = _in_steps_arrow(_keys(table, keys), side).group_by(keys).aggregate([])
+    pairs = _plain_keys(pairs.to_pandas(), keys)
+    pairs = pairs.assign(op=_launcher(pairs))[["op", "name"]].drop_duplicates().sort_values(["op", "name"])
     names = (
         pairs.groupby("op")
         .agg(distinct=("name", "size"), names=("name", lambda s: " | ".join(s.iloc[:3])))

@@ -65,12 +65,9 @@ def _steps_text(side: Side) -> str:
     if not side.steps_used:
         return "no steps: the whole window"
     used = side.steps_used
-    span = (
-        f"{used[0]}-{used[-1]}"
-        if used == list(range(used[0], used[-1] + 1)) and len(used) > 1
-        else ", ".join(map(str, used))
-    )
-    return f"{len(used)} step(s) averaged ({span} of {len(side.steps_all)})"
+    run = len(used) > 1 and used == list(range(used[0], used[-1] + 1))
+    span = f"{used[0]}-{used[-1]}" if run else ", ".join(map(str, used))
+    return f"{len(used)} of {len(side.steps_all)} step(s) averaged ({span})"
 
 
 def _item(row: Any) -> str:
