@@ -184,3 +184,27 @@ def test_different_step_counts_compare_per_step_means_and_say_which_steps(ws128)
     assert any("left out" in note for note in c.notes)
     doc = c.to_dict(limit=5)
     assert doc["new"]["steps_used"] == c.new.steps_used and len(doc["operators"]) <= 5
+
+
+def test_an_analysed_folder_and_its_raw_traces_compare_the_same(ws128, ws128_pair, tmp_path) -> None:
+    """The cache path reads a subset of columns as dictionaries; the raw path analyses in memory:
+    a user must get the same tables from either."""
+    out = tmp_path / "analysed"
+    result = _cli("analyse", str(ws128), "--out", str(out), "--no-progress")
+    assert result.returncode == 0, result.stderr[-2000:]
+    cached = compare(f"{out}:rank0", f"{out}:rank1")
+    for name in ("step_breakdown", "operators", "kernels_by_operator", "communication", "regressions"):
+        pd.testing.assert_frame_equal(
+            cached.table(name).reset_index(drop=True),
+            ws128_pair.table(name).reset_index(drop=True),
+            check_dtype=False,
+        )
+
+
+def test_ascend_kernels_without_a_host_launch_are_grouped_by_their_op_type(ascend_analysed) -> None:
+    c = compare(f"{ascend_analysed['level1']}:rank0", f"{ascend_analysed['level1']}:rank1")
+    kernels = c.kernels_by_operator
+    assert len(kernels) > 1
+    assert "(no operator)" not in set(kernels["op"]), "Ascend kernels record their op type: use it"
+    conv = kernels[kernels["op"].str.contains("Conv2D")]
+    assert len(conv) and (conv["status"] != "added").all() and (conv["status"] != "removed").all()
