@@ -57,6 +57,7 @@ PACKAGES = {
     "store": "store",
     "advisor": "advisor",  # rules over the analysis tables (a job's through the cluster result's tables)
     "cluster": "cluster",
+    "compare": "cluster",  # run-vs-run diff: reads two runs' single-rank analysis tables
     "server": "top",
     "commands": "top",
 }

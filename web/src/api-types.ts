@@ -353,10 +353,326 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/compare": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Compare Runs
+         * @description NEW against BASE (two runs, or two ranks of one run): docs/COMPARE.md.
+         */
+        get: operations["compare_runs_api_compare_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** CompareCommunicationRow */
+        CompareCommunicationRow: {
+            /** Family */
+            family: string;
+            /** Group */
+            group: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "added" | "removed" | "changed" | "same";
+            /** Base Calls */
+            base_calls: number;
+            /** New Calls */
+            new_calls: number;
+            /** Delta Calls */
+            delta_calls: number;
+            /** Base Time Ns */
+            base_time_ns: number;
+            /** New Time Ns */
+            new_time_ns: number;
+            /** Delta Time Ns */
+            delta_time_ns: number;
+            /** Delta Pct */
+            delta_pct: number | null;
+            /** Base Time Std Ns */
+            base_time_std_ns: number | null;
+            /** New Time Std Ns */
+            new_time_std_ns: number | null;
+            /** Beyond Noise */
+            beyond_noise: boolean | null;
+            /** Base Wait Ns */
+            base_wait_ns: number;
+            /** New Wait Ns */
+            new_wait_ns: number;
+            /** Base Bytes */
+            base_bytes: number;
+            /** New Bytes */
+            new_bytes: number;
+            /** Base Bandwidth Gb S */
+            base_bandwidth_gb_s: number | null;
+            /** New Bandwidth Gb S */
+            new_bandwidth_gb_s: number | null;
+        };
+        /** CompareCounts */
+        CompareCounts: {
+            /** Added */
+            added: number;
+            /** Removed */
+            removed: number;
+            /** Changed */
+            changed: number;
+            /** Same */
+            same: number;
+        };
+        /** CompareKernelRow */
+        CompareKernelRow: {
+            /** Op */
+            op: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "added" | "removed" | "changed" | "same";
+            /** Base Kernels */
+            base_kernels: number;
+            /** New Kernels */
+            new_kernels: number;
+            /** Delta Kernels */
+            delta_kernels: number;
+            /** Base Time Ns */
+            base_time_ns: number;
+            /** New Time Ns */
+            new_time_ns: number;
+            /** Delta Time Ns */
+            delta_time_ns: number;
+            /** Delta Pct */
+            delta_pct: number | null;
+            /** Base Time Std Ns */
+            base_time_std_ns: number | null;
+            /** New Time Std Ns */
+            new_time_std_ns: number | null;
+            /** Beyond Noise */
+            beyond_noise: boolean | null;
+            /** Base Distinct Kernels */
+            base_distinct_kernels: number;
+            /** New Distinct Kernels */
+            new_distinct_kernels: number;
+            /** Base Kernel Names */
+            base_kernel_names: string;
+            /** New Kernel Names */
+            new_kernel_names: string;
+            /** Names Differ */
+            names_differ: boolean;
+        };
+        /** CompareMetricRow */
+        CompareMetricRow: {
+            /** Metric */
+            metric: string;
+            /**
+             * Unit
+             * @enum {string}
+             */
+            unit: "ns" | "bytes" | "flop" | "ratio";
+            /** Category */
+            category: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "added" | "removed" | "changed" | "same";
+            /** Base */
+            base: number | null;
+            /** New */
+            new: number | null;
+            /** Delta */
+            delta: number | null;
+            /** Delta Pct */
+            delta_pct: number | null;
+            /**
+             * Base Std
+             * @description step-to-step standard deviation of BASE
+             */
+            base_std: number | null;
+            /** New Std */
+            new_std: number | null;
+            /** Beyond Noise */
+            beyond_noise: boolean | null;
+        };
+        /** CompareNoise */
+        CompareNoise: {
+            /**
+             * Sigmas
+             * @description standard errors of the difference a change must exceed
+             */
+            sigmas: number;
+            /**
+             * Min Relative
+             * @description ...and this fraction of the larger mean
+             */
+            min_relative: number;
+        };
+        /** CompareOperatorRow */
+        CompareOperatorRow: {
+            /** Name */
+            name: string;
+            /** Input Dims */
+            input_dims: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "added" | "removed" | "changed" | "same";
+            /**
+             * Basis
+             * @enum {string}
+             */
+            basis: "device_ns" | "self_ns";
+            /** Base Calls */
+            base_calls: number;
+            /** New Calls */
+            new_calls: number;
+            /** Delta Calls */
+            delta_calls: number;
+            /** Base Time Ns */
+            base_time_ns: number;
+            /** New Time Ns */
+            new_time_ns: number;
+            /** Delta Time Ns */
+            delta_time_ns: number;
+            /** Delta Pct */
+            delta_pct: number | null;
+            /** Base Mean Ns */
+            base_mean_ns: number | null;
+            /** New Mean Ns */
+            new_mean_ns: number | null;
+            /** Delta Mean Ns */
+            delta_mean_ns: number | null;
+            /** Base Self Ns */
+            base_self_ns: number;
+            /** New Self Ns */
+            new_self_ns: number;
+            /** Base Device Ns */
+            base_device_ns: number;
+            /** New Device Ns */
+            new_device_ns: number;
+            /** Base Dur Ns */
+            base_dur_ns: number;
+            /** New Dur Ns */
+            new_dur_ns: number;
+            /** Base Time Std Ns */
+            base_time_std_ns: number | null;
+            /** New Time Std Ns */
+            new_time_std_ns: number | null;
+            /** Beyond Noise */
+            beyond_noise: boolean | null;
+        };
+        /** CompareRegressionRow */
+        CompareRegressionRow: {
+            /**
+             * Category
+             * @description communication, operator, kernel, or the step-breakdown metric's category
+             */
+            category: string;
+            /** Item */
+            item: string;
+            /** Detail */
+            detail: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "added" | "removed" | "changed" | "same";
+            /** Base Ns */
+            base_ns: number | null;
+            /** New Ns */
+            new_ns: number | null;
+            /** Delta Ns */
+            delta_ns: number | null;
+            /** Delta Pct */
+            delta_pct: number | null;
+            /** Beyond Noise */
+            beyond_noise: boolean | null;
+            /**
+             * Structural
+             * @description calls per step changed, or the row is on one side only
+             */
+            structural: boolean;
+            /**
+             * Real
+             * @description beyond noise or structural: what the summary leads with
+             */
+            real: boolean;
+            /** Table */
+            table: string;
+        };
+        /** CompareSide */
+        CompareSide: {
+            /**
+             * Input
+             * @description run id and rank, as RUN:rankN
+             */
+            input: string;
+            /** Rank */
+            rank: number;
+            /**
+             * Ranks
+             * @description ranks the run holds
+             */
+            ranks: number;
+            /**
+             * Steps Used
+             * @description steps averaged (empty: the run has no steps; its whole window)
+             */
+            steps_used: number[];
+            /** Steps All */
+            steps_all: number[];
+        };
+        /** CompareTableCounts */
+        CompareTableCounts: {
+            operators: components["schemas"]["CompareCounts"];
+            kernels_by_operator: components["schemas"]["CompareCounts"];
+            communication: components["schemas"]["CompareCounts"];
+        };
+        /** Comparison */
+        Comparison: {
+            base: components["schemas"]["CompareSide"];
+            new: components["schemas"]["CompareSide"];
+            noise: components["schemas"]["CompareNoise"];
+            /** Notes */
+            notes: string[];
+            counts: components["schemas"]["CompareTableCounts"];
+            /** Step Breakdown */
+            step_breakdown: components["schemas"]["CompareMetricRow"][];
+            /** Step Breakdown Rows */
+            step_breakdown_rows: number;
+            /** Regressions */
+            regressions: components["schemas"]["CompareRegressionRow"][];
+            /**
+             * Regressions Rows
+             * @description rows before the limit
+             */
+            regressions_rows: number;
+            /** Operators */
+            operators: components["schemas"]["CompareOperatorRow"][];
+            /** Operators Rows */
+            operators_rows: number;
+            /** Kernels By Operator */
+            kernels_by_operator: components["schemas"]["CompareKernelRow"][];
+            /** Kernels By Operator Rows */
+            kernels_by_operator_rows: number;
+            /** Communication */
+            communication: components["schemas"]["CompareCommunicationRow"][];
+            /** Communication Rows */
+            communication_rows: number;
+        };
         /** DataWait */
         DataWait: {
             /**
@@ -2709,6 +3025,72 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Findings"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    compare_runs_api_compare_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                base: string;
+                /** @description run id from /api/runs */
+                new: string;
+                /** @description rank (default: the lowest) */
+                base_rank?: number | null;
+                /** @description rank (default: the lowest) */
+                new_rank?: number | null;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Comparison"];
                 };
             };
             /** @description parameters that contradict each other */

@@ -11,6 +11,7 @@ import { h, replace } from "./dom";
 import * as fmt from "./format";
 import { t } from "./i18n";
 import { jobPage } from "./pages/job";
+import { comparePage, jobComparePage } from "./pages/compare";
 import { findingsPage, jobFindingsPage } from "./pages/findings";
 import { jobStepsPage } from "./pages/job-steps";
 import { memoryPage } from "./pages/memory";
@@ -21,8 +22,9 @@ import { stepsPage } from "./pages/steps";
 import { timelinePage } from "./pages/timeline";
 import { href, JOB_PAGES, parse, RUN_PAGES, type PageName } from "./router";
 
-const PAGES: Record<Exclude<PageName, "runs">, (ctx: PageContext) => Promise<void>> = {
+const PAGES: Record<Exclude<PageName, "runs" | "compare">, (ctx: PageContext) => Promise<void>> = {
   job: jobPage,
+  "job-compare": jobComparePage,
   "job-steps": jobStepsPage,
   "job-findings": jobFindingsPage,
   overview: overviewPage,
@@ -98,6 +100,11 @@ async function render(): Promise<void> {
     }
     return;
   }
+  if (route.page === "compare") {
+    replace(app, header(t.compare.title), main);
+    await comparePage(main, route.params);
+    return;
+  }
   const run = route.params.get("run") as string;
   const tabs = h("nav", { class: "tabs" });
   const rankSelect = h("select", { "aria-label": t.nav.rank, "data-testid": "rank-select" });
@@ -135,7 +142,7 @@ async function render(): Promise<void> {
     };
     main.className = route.page === "timeline" ? "wide" : "";
     replace(main);
-    const page = PAGES[route.page as Exclude<PageName, "runs">];
+    const page = PAGES[route.page as Exclude<PageName, "runs" | "compare">];
     await page({ run, rank, ranks, params: route.params, root: main, link });
     staleRetries = 0;
   } catch (err) {

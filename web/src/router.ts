@@ -8,6 +8,8 @@ export type PageName =
   | "job"
   | "job-steps"
   | "job-findings"
+  | "job-compare"
+  | "compare"
   | "overview"
   | "findings"
   | "steps"
@@ -18,7 +20,7 @@ export type PageName =
 /** The pages of one rank (a single-device run, or one rank of a job). */
 export const RUN_PAGES: PageName[] = ["overview", "findings", "steps", "operators", "memory", "timeline"];
 /** The pages of a job as a whole (runs of several ranks): a job opens on the first. */
-export const JOB_PAGES: PageName[] = ["job", "job-steps", "job-findings"];
+export const JOB_PAGES: PageName[] = ["job", "job-steps", "job-findings", "job-compare"];
 
 export interface Route {
   page: PageName;
@@ -30,6 +32,7 @@ export function parse(hash: string = window.location.hash): Route {
   const [path, query = ""] = text.split("?", 2);
   const params = new URLSearchParams(query);
   const known = [...JOB_PAGES, ...RUN_PAGES] as string[];
+  if (path === "compare" && params.get("base") && params.get("new")) return { page: "compare", params }; // two runs, no `run`
   const page = known.includes(path) && params.get("run") ? (path as PageName) : "runs";
   return { page, params };
 }

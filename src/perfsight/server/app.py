@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from perfsight import __version__
-from perfsight.server import findings, job_pages, models, pages, queries, timeline
+from perfsight.server import compare, findings, job_pages, models, pages, queries, timeline
 from perfsight.server.registry import (
     READ_ERRORS,
     SAVED_FOLDER,
@@ -389,6 +389,21 @@ def create_app(
     def job_findings(run: RunParam) -> dict:
         """The advisor's findings of a job (its job rules and its ranks'), most important first."""
         return findings.job_findings(opened(run))
+
+    # ------------------------------------------------------------------ run-vs-run comparison
+    @app.get("/api/compare", **documented(models.Comparison))
+    def compare_runs(
+        base: RunParam,
+        new: RunParam,
+        base_rank: RankParam = None,
+        new_rank: RankParam = None,
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 5000,
+    ) -> Response:
+        """NEW against BASE (two runs, or two ranks of one run): docs/COMPARE.md."""
+        try:
+            return fast_json(compare.comparison(opened(base), base_rank, opened(new), new_rank, limit))
+        except compare.CompareInputError as error:  # an analysis without the tables a comparison reads
+            raise HTTPException(404, registry.public(str(error))) from None
 
     @app.get("/api/{rest:path}", include_in_schema=False)
     def api_not_found(rest: str) -> JSONResponse:

@@ -584,3 +584,154 @@ class Findings(BaseModel):
     )
     counts: dict[Severity, int] = Field(description="findings per severity")
     findings: list[Finding] = Field(description="as the advisor ranked them, most important first")
+
+
+# ---------------------------------------------------------------- run-vs-run comparison (/api/compare)
+# Rows of perfsight.compare's tables (docs/COMPARE.md): per-step means over the steps each side
+# averages, NEW minus BASE; ``beyond_noise`` is null where a side has one step (spread unknown).
+CompareStatus = Literal["added", "removed", "changed", "same"]
+
+
+class CompareSide(BaseModel):
+    input: str = Field(description="run id and rank, as RUN:rankN")
+    rank: int
+    ranks: int = Field(description="ranks the run holds")
+    steps_used: list[int] = Field(
+        description="steps averaged (empty: the run has no steps; its whole window)"
+    )
+    steps_all: list[int]
+
+
+class CompareNoise(BaseModel):
+    sigmas: float = Field(description="standard errors of the difference a change must exceed")
+    min_relative: float = Field(description="...and this fraction of the larger mean")
+
+
+class CompareCounts(BaseModel):
+    added: int
+    removed: int
+    changed: int
+    same: int
+
+
+class CompareMetricRow(BaseModel):
+    metric: str
+    unit: Literal["ns", "bytes", "flop", "ratio"]
+    category: str
+    status: CompareStatus
+    base: float | None
+    new: float | None
+    delta: float | None
+    delta_pct: float | None
+    base_std: float | None = Field(description="step-to-step standard deviation of BASE")
+    new_std: float | None
+    beyond_noise: bool | None
+
+
+class CompareRegressionRow(BaseModel):
+    category: str = Field(
+        description="communication, operator, kernel, or the step-breakdown metric's category"
+    )
+    item: str
+    detail: str
+    status: CompareStatus
+    base_ns: float | None
+    new_ns: float | None
+    delta_ns: float | None
+    delta_pct: float | None
+    beyond_noise: bool | None
+    structural: bool = Field(description="calls per step changed, or the row is on one side only")
+    real: bool = Field(description="beyond noise or structural: what the summary leads with")
+    table: str
+
+
+class CompareOperatorRow(BaseModel):
+    name: str
+    input_dims: str
+    status: CompareStatus
+    basis: Literal["device_ns", "self_ns"]
+    base_calls: float
+    new_calls: float
+    delta_calls: float
+    base_time_ns: float
+    new_time_ns: float
+    delta_time_ns: float
+    delta_pct: float | None
+    base_mean_ns: float | None
+    new_mean_ns: float | None
+    delta_mean_ns: float | None
+    base_self_ns: float
+    new_self_ns: float
+    base_device_ns: float
+    new_device_ns: float
+    base_dur_ns: float
+    new_dur_ns: float
+    base_time_std_ns: float | None
+    new_time_std_ns: float | None
+    beyond_noise: bool | None
+
+
+class CompareKernelRow(BaseModel):
+    op: str
+    status: CompareStatus
+    base_kernels: float
+    new_kernels: float
+    delta_kernels: float
+    base_time_ns: float
+    new_time_ns: float
+    delta_time_ns: float
+    delta_pct: float | None
+    base_time_std_ns: float | None
+    new_time_std_ns: float | None
+    beyond_noise: bool | None
+    base_distinct_kernels: int
+    new_distinct_kernels: int
+    base_kernel_names: str
+    new_kernel_names: str
+    names_differ: bool
+
+
+class CompareCommunicationRow(BaseModel):
+    family: str
+    group: str
+    status: CompareStatus
+    base_calls: float
+    new_calls: float
+    delta_calls: float
+    base_time_ns: float
+    new_time_ns: float
+    delta_time_ns: float
+    delta_pct: float | None
+    base_time_std_ns: float | None
+    new_time_std_ns: float | None
+    beyond_noise: bool | None
+    base_wait_ns: float
+    new_wait_ns: float
+    base_bytes: float
+    new_bytes: float
+    base_bandwidth_gb_s: float | None
+    new_bandwidth_gb_s: float | None
+
+
+class CompareTableCounts(BaseModel):
+    operators: CompareCounts
+    kernels_by_operator: CompareCounts
+    communication: CompareCounts
+
+
+class Comparison(BaseModel):
+    base: CompareSide
+    new: CompareSide
+    noise: CompareNoise
+    notes: list[str]
+    counts: CompareTableCounts
+    step_breakdown: list[CompareMetricRow]
+    step_breakdown_rows: int
+    regressions: list[CompareRegressionRow]
+    regressions_rows: int = Field(description="rows before the limit")
+    operators: list[CompareOperatorRow]
+    operators_rows: int
+    kernels_by_operator: list[CompareKernelRow]
+    kernels_by_operator_rows: int
+    communication: list[CompareCommunicationRow]
+    communication_rows: int

@@ -4,7 +4,23 @@ import { card } from "../components/card";
 import { h, replace } from "../dom";
 import * as fmt from "../format";
 import { t } from "../i18n";
-import { href } from "../router";
+import { go, href } from "../router";
+
+/** The runs ticked for a comparison, in the order ticked (first BASE, then NEW); kept across the
+ * list's refreshes while runs are being analysed. */
+let picked: string[] = [];
+
+function pickBox(run: RunInfo, button: HTMLButtonElement): HTMLInputElement {
+  const box = h("input", { type: "checkbox", "aria-label": `${t.runs.pick}: ${run.name}`, "data-pick": run.id, checked: picked.includes(run.id) });
+  box.addEventListener("change", () => {
+    picked = box.checked ? [...picked.filter((id) => id !== run.id), run.id].slice(-2) : picked.filter((id) => id !== run.id);
+    document.querySelectorAll<HTMLInputElement>("input[data-pick]").forEach((other) => {
+      other.checked = picked.includes(other.dataset.pick ?? "");
+    });
+    button.disabled = picked.length !== 2;
+  });
+  return box;
+}
 
 function statusBadge(status: string): HTMLElement {
   const css = status === "ready" ? "ready" : status === "failed" ? "failed" : status === "analysing" || status === "queued" ? "running" : "";
@@ -16,6 +32,11 @@ export async function runsPage(main: HTMLElement): Promise<boolean> {
   const [info, list] = await Promise.all([get<Info>("info"), get<{ runs: RunInfo[] }>("runs")]);
   const runs = [...list.runs].sort((a, b) => b.date.localeCompare(a.date) || a.name.localeCompare(b.name));
   const cols = t.runs.columns;
+  picked = picked.filter((id) => runs.some((run) => run.id === id));
+  const compare = h("button", { type: "button", class: "btn", "data-testid": "compare-picked", disabled: picked.length !== 2 }, t.runs.compare);
+  compare.addEventListener("click", () => {
+    if (picked.length === 2) go("compare", { base: picked[0], new: picked[1] });
+  });
   const body = runs.map((run) =>
     h(
       "tr",
@@ -29,6 +50,7 @@ export async function runsPage(main: HTMLElement): Promise<boolean> {
       h("td", { class: "num" }, run.steps === null ? "–" : String(run.steps)),
       h("td", {}, fmt.date(run.date)),
       h("td", { title: run.error ?? "" }, statusBadge(run.status)),
+      h("td", { class: "pick" }, pickBox(run, compare)), // last: the columns before keep their places
     ),
   );
   replace(
@@ -36,7 +58,7 @@ export async function runsPage(main: HTMLElement): Promise<boolean> {
     h("h1", {}, t.runs.title),
     h("p", { class: "muted" }, `${t.runs.baseDir}: `, h("code", {}, info.base_dir_name)),
     card(
-      { title: t.runs.title, testId: "run-list" },
+      { title: t.runs.title, testId: "run-list", hint: t.runs.compareHint, tools: [compare] },
       runs.length
         ? h(
             "table",
@@ -55,6 +77,7 @@ export async function runsPage(main: HTMLElement): Promise<boolean> {
                 h("th", { class: "num" }, cols.steps),
                 h("th", {}, cols.date),
                 h("th", {}, cols.status),
+                h("th", { class: "pick" }, t.runs.compareColumn),
               ),
             ),
             h("tbody", {}, body),
