@@ -3,6 +3,8 @@
  * (`Strings`); nothing else in web/src holds user-visible words.
  */
 
+import { jobViewsEn } from "./job-views";
+
 export const en = {
   appName: "perfsight",
   loading: "Loading…",
@@ -45,6 +47,7 @@ export const en = {
     job: "Job overview",
     "job-steps": "Cluster step trace",
     "job-findings": "Job findings",
+    ...jobViewsEn.nav,
     overview: "Overview",
     findings: "Findings",
     steps: "Step trace",
@@ -322,6 +325,8 @@ export const en = {
       source: "Shown in",
     },
   },
+
+  jobViews: jobViewsEn,
 
   table: {
     page: "Page",
