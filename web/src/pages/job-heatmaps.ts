@@ -22,6 +22,9 @@ import { href, type PageName } from "../router";
 
 /** Above this many ranks, cells shrink to plain squares (their numbers are in the hover card). */
 const LABELLED_MAX = 128;
+/** A dense row: the host's name, then 14 px cells 2 px apart (style.css). */
+const DENSE_LABEL_PX = 120;
+const DENSE_CELL_PX = 16;
 
 type Ramp = readonly [string, string];
 
@@ -79,8 +82,8 @@ function grid(ctx: PageContext, data: JobHeatmaps, metric: Metric): HTMLElement 
       h(
         "div",
         { class: "hm-host" },
-        h("div", { class: "hm-host-name" }, host ?? t.jobViews.heatmaps.unknownHost),
-        h("div", { class: "muted" }, t.jobViews.heatmaps.hostRanks(cells.length)),
+        h("div", { class: "hm-host-name", title: host ?? "" }, host ?? t.jobViews.heatmaps.unknownHost),
+        labelled ? h("div", { class: "muted" }, t.jobViews.heatmaps.hostRanks(cells.length)) : null,
       ),
       h(
         "div",
@@ -106,7 +109,13 @@ function grid(ctx: PageContext, data: JobHeatmaps, metric: Metric): HTMLElement 
     );
   });
   const hover = h("div", { class: "hm-card", hidden: true, role: "tooltip" });
-  const box = h("div", { class: "hm-grid", "data-testid": `heatmap-${metric.key}` }, rows, hover);
+  const box = h("div", { class: labelled ? "hm-grid" : "hm-grid dense", "data-testid": `heatmap-${metric.key}` }, rows, hover);
+  if (!labelled) {
+    // many ranks: hosts side by side, as many columns as the widest host's cells allow, so that a
+    // thousand ranks fit on one screen
+    const widest = Math.max(1, ...data.hosts.map((host) => data.cells.filter((c) => c.host === host).length));
+    box.style.gridTemplateColumns = `repeat(auto-fill, minmax(${Math.min(DENSE_LABEL_PX + widest * DENSE_CELL_PX, 1200)}px, 1fr))`;
+  }
   box.addEventListener("mouseover", (e) => {
     const cell = (e.target as Element).closest?.(".hm-cell") as HTMLElement | null;
     const c = cell ? byRank.get(Number(cell.dataset.rank)) : undefined;

@@ -60,6 +60,7 @@ export async function jobTimePage(ctx: PageContext): Promise<void> {
       symbol: "none",
       lineStyle: { opacity: 0 },
       areaStyle: { color: TIME_OVERVIEW_COLORS.band },
+      itemStyle: { color: TIME_OVERVIEW_COLORS.band },
       data: data.steps.map((x) => ms(x.max_ns - x.min_ns)),
     },
     {
