@@ -67,7 +67,7 @@ def test_the_overloaded_stage_is_the_darkest_cell_of_the_flops_heatmap(
     assert "largest peak" in p.locator('[data-testid="card-heatmap-memory"] .hm-legend').inner_text()
     # the hover card names the rank, its host and its FLOPs
     cell.hover()
-    card = p.locator(".hm-card")
+    card = p.locator('[data-testid="heatmap-flops"] .hm-card')
     card.wait_for(state="visible")
     assert card.inner_text().startswith(f"Rank {heaviest}")
     host = next(c["host"] for c in api["cells"] if c["rank"] == heaviest)

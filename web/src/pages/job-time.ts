@@ -213,9 +213,12 @@ export async function jobTimePage(ctx: PageContext): Promise<void> {
   // a click anywhere in a step's column selects it (not only on a point)
   instance.getZr().on("click", (e: any) => {
     if (!instance.containPixel("grid", [e.offsetX, e.offsetY])) return;
-    const index = instance.convertFromPixel({ xAxisIndex: 0 }, [e.offsetX, e.offsetY]) as unknown as number;
-    const step = steps[Math.round(Array.isArray(index) ? index[0] : index)];
-    if (step !== undefined) choose(step);
+    // the step whose column centre is nearest the click (convertToPixel of each category index)
+    const centres = steps.map((_, i) => instance.convertToPixel({ xAxisIndex: 0 }, i) as unknown as number);
+    let nearest = 0;
+    centres.forEach((x, i) => {
+      if (Math.abs(x - e.offsetX) < Math.abs(centres[nearest] - e.offsetX)) nearest = i;
+    });
+    if (steps.length) choose(steps[nearest]);
   });
-
 }
