@@ -322,7 +322,8 @@ export interface paths {
         };
         /**
          * Job Heatmaps
-         * @description Seed 002's memory and FLOPs heatmaps: one cell per rank, by host.
+         * @description Seed 002's memory and FLOPs heatmaps: one cell per rank, by host (a thousand cells:
+         *     sent without a second validation pass).
          */
         get: operations["job_heatmaps_api_job_heatmaps_get"];
         put?: never;
@@ -2828,7 +2829,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Successful Response */
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -380,11 +380,12 @@ def create_app(
         root, saved = job_source(run)
         return job_pages.step_trace(run, root, saved, step, stage, sort, order)
 
-    @app.get("/api/job/heatmaps", response_model=models.JobHeatmaps, responses=ERRORS)
-    def job_heatmaps(run: RunParam) -> dict:
-        """Seed 002's memory and FLOPs heatmaps: one cell per rank, by host."""
+    @app.get("/api/job/heatmaps", **documented(models.JobHeatmaps))
+    def job_heatmaps(run: RunParam) -> Response:
+        """Seed 002's memory and FLOPs heatmaps: one cell per rank, by host (a thousand cells:
+        sent without a second validation pass)."""
         root, saved = job_source(run)
-        return job_views.heatmaps(run, root, saved)
+        return fast_json(job_views.heatmaps(run, root, saved))
 
     @app.get("/api/job/time-overview", response_model=models.JobTimeOverview, responses=ERRORS)
     def job_time_overview(run: RunParam) -> dict:
