@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from fastapi.testclient import TestClient
 from _jobs import DDP_JOB, DDP_RANKS, OVERLOADED_STAGE, PP_JOB, demo_base
 from _server_helpers import wait_ready
 from perfsight.server import create_app
+from shared_data import REPO
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +131,60 @@ def test_the_time_overview_is_the_cluster_step_trace_per_step(
 def test_an_unknown_run_is_a_404_that_names_it(client: TestClient) -> None:
     missing = client.get("/api/job/heatmaps", params={"run": "no-such-run"})
     assert missing.status_code == 404 and "no-such-run" in missing.json()["detail"]
+
+
+BAND_RANKS = 72  # more than the time overview draws as lines (job_views.SERIES_MAX_RANKS)
+RANKS_PER_HOST = 8
+
+
+@pytest.fixture(scope="module")
+def wide_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient, Path]]:
+    """A synthetic 72-rank data-parallel job on 9 hosts (benchmarks/gen_cluster_job.py), analysed
+    by the server."""
+    base = tmp_path_factory.mktemp("views-wide")
+    result = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gen_cluster_job.py"), "--out", str(base / "job")]
+        + ["--ranks", str(BAND_RANKS), "--size-mb", "0.2", "--layers", "2", "--stragglers", "5:1.3"]
+        + ["--ranks-per-host", str(RANKS_PER_HOST)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    cache = tmp_path_factory.mktemp("views-wide-cache")
+    with TestClient(create_app(base, cache_dir=cache)) as client:
+        assert wait_ready(client, "job", timeout_s=600)["status"] == "ready"
+        yield client, cache
+
+
+def test_a_wide_job_is_one_heatmap_row_per_host_and_a_band_of_step_times(
+    wide_job: tuple[TestClient, Path],
+) -> None:
+    client, cache = wide_job
+    heat = client.get("/api/job/heatmaps", params={"run": "job"}).json()
+    assert len(heat["cells"]) == BAND_RANKS
+    assert len(heat["hosts"]) == BAND_RANKS // RANKS_PER_HOST
+    for host in heat["hosts"]:
+        assert len([c for c in heat["cells"] if c["host"] == host]) == RANKS_PER_HOST
+    # the generator records each GPU's memory: the heatmap is a share of capacity, as the CSV's
+    want = {
+        int(r["rank"]): r for r in _csv(next(cache.rglob("cluster_analysis_output/cluster_resources.csv")))
+    }
+    assert heat["memory_basis"] == "capacity"
+    for cell in heat["cells"]:
+        assert cell["peak_share"] == pytest.approx(float(want[cell["rank"]]["peak_share"]))
+    overview = client.get("/api/job/time-overview", params={"run": "job"}).json()
+    assert overview["rank_count"] == BAND_RANKS and overview["series"] == []  # too many ranks for lines
+    trace = [
+        r for r in _csv(next(cache.rglob("cluster_analysis_output/cluster_step_trace_time.csv")))
+        if r["Type"] == "rank" and r["Step"] != "average"
+    ]  # fmt: skip
+    for s in overview["steps"]:
+        times = [float(r["Step Time(us)"]) * 1000 for r in trace if r["Step"] == s["step"]]
+        assert s["ranks"] == BAND_RANKS
+        assert (s["min_ns"], s["max_ns"]) == (
+            pytest.approx(min(times), abs=1),
+            pytest.approx(max(times), abs=1),
+        )
+        assert min(times) <= s["median_ns"] <= max(times)
