@@ -20,8 +20,9 @@ import { t } from "../i18n";
 import { HEATMAP_RAMPS } from "../palette";
 import { href, type PageName } from "../router";
 
-/** Above this many ranks, cells shrink to plain squares (their numbers are in the hover card). */
-const LABELLED_MAX = 128;
+/** Above this many ranks, cells shrink to plain squares (their numbers are in the hover card): at
+ * 128 labelled cells a heatmap no longer fits a screen. */
+const LABELLED_MAX = 64;
 /** A dense row: the host's name, then 14 px cells 2 px apart (style.css). */
 const DENSE_LABEL_PX = 120;
 const DENSE_CELL_PX = 16;

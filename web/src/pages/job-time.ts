@@ -199,7 +199,12 @@ export async function jobTimePage(ctx: PageContext): Promise<void> {
     }),
     xAxis: { type: "category", name: s.step, data: steps, axisPointer: { type: "shadow" } },
     yAxis: [
-      { type: "value", name: `${s.stepTime} (${fmt.MS})`, axisLabel: { formatter: (v: number) => fmt.msTick(v) } },
+      {
+        type: "value",
+        name: `${s.stepTime} (${fmt.MS})`,
+        scale: true, // the spread between ranks is what this axis shows: it starts near the fastest step
+        axisLabel: { formatter: (v: number) => fmt.msTick(v) },
+      },
       {
         type: "value",
         name: `${s.meanCommunication} / ${s.meanWait} (${fmt.MS})`,
