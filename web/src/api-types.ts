@@ -313,6 +313,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/job/heatmaps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Job Heatmaps
+         * @description Seed 002's memory and FLOPs heatmaps: one cell per rank, by host (a thousand cells:
+         *     sent without a second validation pass).
+         */
+        get: operations["job_heatmaps_api_job_heatmaps_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/job/time-overview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Job Time Overview
+         * @description Seed 000's time overview: per step, the ranks' step times with mean communication and wait.
+         */
+        get: operations["job_time_overview_api_job_time_overview_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/run/findings": {
         parameters: {
             query?: never;
@@ -932,6 +973,54 @@ export interface components {
             /** Detail */
             detail?: components["schemas"]["ValidationError"][];
         };
+        /**
+         * HeatmapCell
+         * @description One rank of the memory and FLOPs heatmaps (cluster_resources.csv).
+         */
+        HeatmapCell: {
+            /** Rank */
+            rank: number;
+            /**
+             * Host
+             * @description the rank's host (null when the trace does not say)
+             */
+            host: string | null;
+            /**
+             * Stage
+             * @description pipeline stage (0 without pipeline parallelism)
+             */
+            stage: number | null;
+            /**
+             * Peak Allocated Bytes
+             * @description peak allocated memory of the rank's device (else host)
+             */
+            peak_allocated_bytes: number | null;
+            /**
+             * Capacity Bytes
+             * @description the device's memory, when the trace records it
+             */
+            capacity_bytes: number | null;
+            /**
+             * Peak Share
+             * @description peak / capacity (0..1), when the capacity is known
+             */
+            peak_share: number | null;
+            /**
+             * Peak Of Max
+             * @description peak / the largest peak of the job (0..1)
+             */
+            peak_of_max: number | null;
+            /**
+             * Flops
+             * @description floating-point operations over the steps averaged
+             */
+            flops: number | null;
+            /**
+             * Flops Normalised
+             * @description flops / the largest rank's flops (0..1)
+             */
+            flops_normalised: number | null;
+        };
         /** Info */
         Info: {
             /** Version */
@@ -955,6 +1044,36 @@ export interface components {
             start_ns: number;
             /** End Ns */
             end_ns: number;
+        };
+        /** JobHeatmaps */
+        JobHeatmaps: {
+            /** Run */
+            run: string;
+            /**
+             * Memory Basis
+             * @description what the memory colour is a share of: "capacity" (every rank's device capacity is known), "max_peak" (the largest peak of the job), or "none" (no memory recorded)
+             * @enum {string}
+             */
+            memory_basis: "capacity" | "max_peak" | "none";
+            /** Max Peak Bytes */
+            max_peak_bytes: number | null;
+            /** Max Flops */
+            max_flops: number | null;
+            /**
+             * Flops Known
+             * @description some rank has counted FLOPs
+             */
+            flops_known: boolean;
+            /**
+             * Hosts
+             * @description the hosts, in the order of the cells (rows of the heatmap)
+             */
+            hosts: (string | null)[];
+            /**
+             * Cells
+             * @description one per rank, by host then rank
+             */
+            cells: components["schemas"]["HeatmapCell"][];
         };
         /** JobOverview */
         JobOverview: {
@@ -1083,6 +1202,30 @@ export interface components {
             pipeline: boolean;
             /** Ranks */
             ranks: components["schemas"]["JobRank"][];
+        };
+        /** JobTimeOverview */
+        JobTimeOverview: {
+            /** Run */
+            run: string;
+            /** Rank Count */
+            rank_count: number;
+            /**
+             * Wait Known
+             * @description the job has communication ops (else mean_wait_ns is null)
+             */
+            wait_known: boolean;
+            /**
+             * Steps
+             * @description in step order
+             */
+            steps: components["schemas"]["TimeOverviewStep"][];
+            /**
+             * Series
+             * @description one per rank when the job has at most series_max_ranks ranks, else empty
+             */
+            series: components["schemas"]["TimeOverviewSeries"][];
+            /** Series Max Ranks */
+            series_max_ranks: number;
         };
         /** KernelPage */
         KernelPage: {
@@ -1765,6 +1908,51 @@ export interface components {
              * @description overlap-analysis intervals (Computing, Communication, ...) clipped to ?step=
              */
             intervals: components["schemas"]["Interval"][];
+        };
+        /** TimeOverviewSeries */
+        TimeOverviewSeries: {
+            /** Rank */
+            rank: number;
+            /** Stage */
+            stage: number | null;
+            /**
+             * Durations Ns
+             * @description step time per step of `steps` (null: not recorded)
+             */
+            durations_ns: (number | null)[];
+        };
+        /**
+         * TimeOverviewStep
+         * @description One step across the job's ranks (cluster step trace and communication ops, ns).
+         */
+        TimeOverviewStep: {
+            /** Step */
+            step: string;
+            /**
+             * Ranks
+             * @description ranks that recorded this step
+             */
+            ranks: number;
+            /** Min Ns */
+            min_ns: number;
+            /** Median Ns */
+            median_ns: number;
+            /** Max Ns */
+            max_ns: number;
+            /** Fastest Rank */
+            fastest_rank: number;
+            /** Slowest Rank */
+            slowest_rank: number;
+            /**
+             * Mean Communication Ns
+             * @description the ranks' communication time, averaged over ranks
+             */
+            mean_communication_ns: number;
+            /**
+             * Mean Wait Ns
+             * @description the ranks' wait for peers at collectives, summed per rank and averaged over ranks
+             */
+            mean_wait_ns: number | null;
         };
         /** TimelineSummary */
         TimelineSummary: {
@@ -2905,6 +3093,124 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["JobStepTrace"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    job_heatmaps_api_job_heatmaps_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobHeatmaps"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    job_time_overview_api_job_time_overview_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobTimeOverview"];
                 };
             };
             /** @description parameters that contradict each other */

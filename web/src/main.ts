@@ -14,6 +14,8 @@ import { jobPage } from "./pages/job";
 import { comparePage, jobComparePage } from "./pages/compare";
 import { findingsPage, jobFindingsPage } from "./pages/findings";
 import { jobStepsPage } from "./pages/job-steps";
+import { jobHeatmapsPage } from "./pages/job-heatmaps";
+import { jobTimePage } from "./pages/job-time";
 import { memoryPage } from "./pages/memory";
 import { operatorsPage } from "./pages/operators";
 import { overviewPage } from "./pages/overview";
@@ -27,6 +29,8 @@ const PAGES: Record<Exclude<PageName, "runs" | "compare">, (ctx: PageContext) =>
   "job-compare": jobComparePage,
   "job-steps": jobStepsPage,
   "job-findings": jobFindingsPage,
+  "job-time": jobTimePage,
+  "job-heatmaps": jobHeatmapsPage,
   overview: overviewPage,
   findings: findingsPage,
   steps: stepsPage,
@@ -127,7 +131,8 @@ async function render(): Promise<void> {
         h(
           "a",
           {
-            href: JOB_PAGES.includes(page) ? href(page, { run }) : link(page),
+            // a step chosen on a job page (the time overview) carries to the other job pages
+            href: JOB_PAGES.includes(page) ? href(page, { run, step: route.params.get("step") }) : link(page),
             class: `${page === route.page ? "active" : ""}${page === JOB_PAGES[JOB_PAGES.length - 1] && ranks.length > 1 ? " tab-sep" : ""}`,
             "data-page": page,
           },

@@ -31,3 +31,18 @@ export const SEVERITY_COLORS = {
   warning: "#d48a12",
   info: "#8c96a8",
 } as const;
+
+/** The job heatmaps' colour ramps (share 0 -> 1, light to dark) and the time overview's series:
+ * memory and FLOPs each keep one hue, so the two heatmaps are never read as one scale. */
+export const HEATMAP_RAMPS = {
+  memory: ["#eef3fc", "#1f4fa8"],
+  flops: ["#f6effc", "#5b2e9e"],
+  missing: "#e4e7ec",
+} as const;
+export const TIME_OVERVIEW_COLORS = {
+  band: "#c9d5ea",
+  median: "#3b6fd4",
+  communication: OVERLAP_COLORS.communication,
+  wait: "#d48a12",
+  selected: "#c2413c",
+} as const;

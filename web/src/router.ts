@@ -10,6 +10,8 @@ export type PageName =
   | "job-findings"
   | "job-compare"
   | "compare"
+  | "job-time"
+  | "job-heatmaps"
   | "overview"
   | "findings"
   | "steps"
@@ -20,7 +22,7 @@ export type PageName =
 /** The pages of one rank (a single-device run, or one rank of a job). */
 export const RUN_PAGES: PageName[] = ["overview", "findings", "steps", "operators", "memory", "timeline"];
 /** The pages of a job as a whole (runs of several ranks): a job opens on the first. */
-export const JOB_PAGES: PageName[] = ["job", "job-steps", "job-findings", "job-compare"];
+export const JOB_PAGES: PageName[] = ["job", "job-steps", "job-time", "job-heatmaps", "job-findings", "job-compare"];
 
 export interface Route {
   page: PageName;

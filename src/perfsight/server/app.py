@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from perfsight import __version__
-from perfsight.server import compare, findings, job_pages, models, pages, queries, timeline
+from perfsight.server import compare, findings, job_pages, job_views, models, pages, queries, timeline
 from perfsight.server.registry import (
     READ_ERRORS,
     SAVED_FOLDER,
@@ -379,6 +379,19 @@ def create_app(
     ) -> dict:
         root, saved = job_source(run)
         return job_pages.step_trace(run, root, saved, step, stage, sort, order)
+
+    @app.get("/api/job/heatmaps", **documented(models.JobHeatmaps))
+    def job_heatmaps(run: RunParam) -> Response:
+        """Seed 002's memory and FLOPs heatmaps: one cell per rank, by host (a thousand cells:
+        sent without a second validation pass)."""
+        root, saved = job_source(run)
+        return fast_json(job_views.heatmaps(run, root, saved))
+
+    @app.get("/api/job/time-overview", response_model=models.JobTimeOverview, responses=ERRORS)
+    def job_time_overview(run: RunParam) -> dict:
+        """Seed 000's time overview: per step, the ranks' step times with mean communication and wait."""
+        root, saved = job_source(run)
+        return job_views.time_overview(run, root, saved)
 
     @app.get("/api/run/findings", response_model=models.Findings, responses=ERRORS)
     def run_findings(run: RunParam, rank: RankParam = None) -> dict:

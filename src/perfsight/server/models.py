@@ -533,6 +533,69 @@ class JobStepTrace(BaseModel):
     ranks: list[JobRank]
 
 
+# ------------------------------------------------------------------------ job heatmaps and time overview
+class HeatmapCell(BaseModel):
+    """One rank of the memory and FLOPs heatmaps (cluster_resources.csv)."""
+
+    rank: int
+    host: str | None = Field(description="the rank's host (null when the trace does not say)")
+    stage: int | None = Field(description="pipeline stage (0 without pipeline parallelism)")
+    peak_allocated_bytes: int | None = Field(
+        description="peak allocated memory of the rank's device (else host)"
+    )
+    capacity_bytes: int | None = Field(description="the device's memory, when the trace records it")
+    peak_share: float | None = Field(description="peak / capacity (0..1), when the capacity is known")
+    peak_of_max: float | None = Field(description="peak / the largest peak of the job (0..1)")
+    flops: float | None = Field(description="floating-point operations over the steps averaged")
+    flops_normalised: float | None = Field(description="flops / the largest rank's flops (0..1)")
+
+
+class JobHeatmaps(BaseModel):
+    run: str
+    memory_basis: Literal["capacity", "max_peak", "none"] = Field(
+        description='what the memory colour is a share of: "capacity" (every rank\'s device capacity '
+        'is known), "max_peak" (the largest peak of the job), or "none" (no memory recorded)'
+    )
+    max_peak_bytes: int | None
+    max_flops: float | None
+    flops_known: bool = Field(description="some rank has counted FLOPs")
+    hosts: list[str | None] = Field(description="the hosts, in the order of the cells (rows of the heatmap)")
+    cells: list[HeatmapCell] = Field(description="one per rank, by host then rank")
+
+
+class TimeOverviewStep(BaseModel):
+    """One step across the job's ranks (cluster step trace and communication ops, ns)."""
+
+    step: str
+    ranks: int = Field(description="ranks that recorded this step")
+    min_ns: int
+    median_ns: int
+    max_ns: int
+    fastest_rank: int
+    slowest_rank: int
+    mean_communication_ns: int = Field(description="the ranks' communication time, averaged over ranks")
+    mean_wait_ns: int | None = Field(
+        description="the ranks' wait for peers at collectives, summed per rank and averaged over ranks"
+    )
+
+
+class TimeOverviewSeries(BaseModel):
+    rank: int
+    stage: int | None
+    durations_ns: list[int | None] = Field(description="step time per step of `steps` (null: not recorded)")
+
+
+class JobTimeOverview(BaseModel):
+    run: str
+    rank_count: int
+    wait_known: bool = Field(description="the job has communication ops (else mean_wait_ns is null)")
+    steps: list[TimeOverviewStep] = Field(description="in step order")
+    series: list[TimeOverviewSeries] = Field(
+        description="one per rank when the job has at most series_max_ranks ranks, else empty"
+    )
+    series_max_ranks: int
+
+
 # ---------------------------------------------------------------------------------------- findings
 Severity = Literal["critical", "warning", "info"]
 

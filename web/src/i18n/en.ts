@@ -3,6 +3,8 @@
  * (`Strings`); nothing else in web/src holds user-visible words.
  */
 
+import { jobViewsEn } from "./job-views";
+
 export const en = {
   appName: "perfsight",
   loading: "Loading…",
@@ -51,6 +53,7 @@ export const en = {
     "job-steps": "Cluster step trace",
     "job-findings": "Job findings",
     "job-compare": "Card comparison",
+    ...jobViewsEn.nav,
     overview: "Overview",
     findings: "Findings",
     steps: "Step trace",
@@ -328,6 +331,8 @@ export const en = {
       source: "Shown in",
     },
   },
+
+  jobViews: jobViewsEn,
 
   table: {
     page: "Page",

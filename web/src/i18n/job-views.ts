@@ -1,0 +1,136 @@
+/**
+ * The strings of two job pages -- the memory and FLOPs heatmaps and the time overview -- in English
+ * and Chinese (the seeds' own words where they have them: 集群内存使用情况, 集群FLOPs热力图, 时间概览).
+ * Kept in one module so that each language's table (en.ts, and a zh.ts when the UI gets one) takes
+ * the block as a whole: `jobViews: jobViewsEn` / `jobViews: jobViewsZh`, with the tab names below.
+ */
+
+export const jobViewsEn = {
+  nav: { "job-heatmaps": "Memory & FLOPs", "job-time": "Time overview" },
+  heatmaps: {
+    memory: "Peak memory per rank",
+    memoryHintCapacity: "Each cell is a rank: its peak allocated memory as a share of its device's capacity. Click a rank to open its memory page.",
+    memoryHintMaxPeak:
+      "Each cell is a rank: its peak allocated memory as a share of the largest peak of the job (the device capacity is not recorded). Click a rank to open its memory page.",
+    noMemory: "No rank recorded memory (profile with memory tracking on to see this heatmap).",
+    flops: "FLOPs per rank",
+    flopsHint: "Each cell is a rank: its floating-point operations over the steps averaged, as a share of the heaviest rank's. Click a rank to open its operators.",
+    noFlops: "No FLOPs were counted on any rank (operators without shapes, or a trace that does not record them).",
+    scaleCapacity: "of device capacity",
+    scaleMaxPeak: "of the largest peak",
+    scaleFlops: "of the heaviest rank",
+    unknownHost: "host not recorded",
+    hostRanks: (n: number) => `${n} ${n === 1 ? "rank" : "ranks"}`,
+    heaviest: (rank: number, value: string, stage: number | null) =>
+      `Heaviest: rank ${rank}${stage === null ? "" : ` of stage ${stage}`} (${value})`,
+    lightest: (rank: number, value: string, share: string) => `lightest: rank ${rank} (${value}, ${share} of the heaviest)`,
+    largestPeak: (rank: number, value: string) => `Largest peak: rank ${rank} (${value})`,
+    card: {
+      rank: "Rank",
+      host: "Host",
+      stage: "Stage",
+      peak: "Peak allocated",
+      capacity: "Capacity",
+      share: "Share",
+      flops: "FLOPs",
+      flopsShare: "FLOPs / heaviest rank",
+      peakOfMax: "Peak / largest peak",
+    },
+  },
+  time: {
+    title: "Time overview",
+    hint: "Per step: every rank's step time (left axis), the ranks' mean communication and wait time (right axis). Click a step to select it for the job pages.",
+    hintBand: (n: number) =>
+      `Per step: the fastest, median and slowest of ${n} ranks (left axis), the ranks' mean communication and wait time (right axis). Click a step to select it.`,
+    stepTime: "Step time",
+    fastest: "Fastest rank",
+    median: "Median",
+    slowest: "Slowest rank",
+    band: "Fastest – slowest",
+    meanCommunication: "Mean communication",
+    meanWait: "Mean wait",
+    step: "Step",
+    selected: "Selected step",
+    none: "none",
+    openSteps: (step: string) => `Open step ${step} in the cluster step trace`,
+    clear: "Clear",
+    table: "Steps",
+    tableHint: "Click a row to select its step",
+    columns: {
+      step: "Step",
+      ranks: "Ranks",
+      min: "Fastest (ms)",
+      median: "Median (ms)",
+      max: "Slowest (ms)",
+      slowestRank: "Slowest rank",
+      communication: "Mean comm (ms)",
+      wait: "Mean wait (ms)",
+    },
+    noWait: "no communication ops recorded",
+  },
+};
+
+export type JobViewsStrings = typeof jobViewsEn;
+
+export const jobViewsZh: JobViewsStrings = {
+  nav: { "job-heatmaps": "内存与FLOPs", "job-time": "时间概览" },
+  heatmaps: {
+    memory: "集群内存使用情况（各卡内存峰值）",
+    memoryHintCapacity: "每个方块是一张卡：其内存峰值占设备可用内存的比例。点击某张卡可跳转至该卡的内存详情页面。",
+    memoryHintMaxPeak: "每个方块是一张卡：其内存峰值占全作业最大峰值的比例（未记录设备可用内存）。点击某张卡可跳转至该卡的内存详情页面。",
+    noMemory: "没有任何卡记录内存（开启内存采集后可查看此热力图）。",
+    flops: "集群FLOPs热力图",
+    flopsHint: "每个方块是一张卡：其参与平均的各step的FLOPs与所有卡中最大FLOPs的比值。点击某张卡可跳转至该卡的算子耗时详情页面。",
+    noFlops: "没有任何卡统计到FLOPs（算子没有形状信息，或该trace未记录）。",
+    scaleCapacity: "占设备可用内存",
+    scaleMaxPeak: "占最大峰值",
+    scaleFlops: "占最大FLOPs",
+    unknownHost: "未记录服务器",
+    hostRanks: (n: number) => `${n} 张卡`,
+    heaviest: (rank: number, value: string, stage: number | null) =>
+      `最大：${stage === null ? "" : `stage ${stage} 的`}卡 ${rank}（${value}）`,
+    lightest: (rank: number, value: string, share: string) => `最小：卡 ${rank}（${value}，为最大的 ${share}）`,
+    largestPeak: (rank: number, value: string) => `最大峰值：卡 ${rank}（${value}）`,
+    card: {
+      rank: "卡",
+      host: "服务器",
+      stage: "Stage",
+      peak: "内存峰值",
+      capacity: "可用内存",
+      share: "占比",
+      flops: "FLOPs",
+      flopsShare: "FLOPs / 最大FLOPs",
+      peakOfMax: "峰值 / 最大峰值",
+    },
+  },
+  time: {
+    title: "时间概览",
+    hint: "各step所有卡的训练时间（左轴），各卡的平均通信时间与等待时间（右轴）。点击某个step可在各作业页面中选中它。",
+    hintBand: (n: number) => `各step ${n} 张卡中最快、中位与最慢的训练时间（左轴），各卡的平均通信时间与等待时间（右轴）。点击某个step可选中它。`,
+    stepTime: "训练时间",
+    fastest: "最快的卡",
+    median: "中位数",
+    slowest: "最慢的卡",
+    band: "最快 – 最慢",
+    meanCommunication: "平均通信时间",
+    meanWait: "平均等待时间",
+    step: "Step",
+    selected: "选中的step",
+    none: "无",
+    openSteps: (step: string) => `在集群迭代轨迹中查看 step ${step}`,
+    clear: "清除",
+    table: "各step",
+    tableHint: "点击一行选中该step",
+    columns: {
+      step: "Step",
+      ranks: "卡数",
+      min: "最快 (ms)",
+      median: "中位 (ms)",
+      max: "最慢 (ms)",
+      slowestRank: "最慢的卡",
+      communication: "平均通信 (ms)",
+      wait: "平均等待 (ms)",
+    },
+    noWait: "未记录通信算子",
+  },
+};
