@@ -17,6 +17,7 @@ import {
 import * as echarts from "echarts/core";
 import { CanvasRenderer } from "echarts/renderers";
 import { escapeHtml } from "./dom";
+import { SERIES_COLORS } from "./palette";
 
 echarts.use([
   AriaComponent,
@@ -35,7 +36,8 @@ echarts.use([
 
 export type EChartsOption = echarts.EChartsCoreOption;
 
-export const PALETTE = ["#3b6fd4", "#2fa37a", "#e0a030", "#d9534f", "#8a63d2", "#1aa3b8", "#c0619e", "#7f8c8d"];
+/** Colours of series that carry no stage or category of their own (palette.ts decides every colour). */
+export const PALETTE = SERIES_COLORS;
 
 const live = new Set<echarts.ECharts>();
 window.addEventListener("resize", () => live.forEach((c) => c.resize()));
