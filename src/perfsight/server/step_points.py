@@ -34,13 +34,21 @@ MAX_CANDIDATES = 2000
 
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
-_scratch = Path(tempfile.mkdtemp(prefix="perfsight-steps-"))
-"""Where chosen step traces go for a rank the server has no folder of its own for (never the run's)."""
+_scratch: list[Path] = []
+"""Where chosen step traces go for a rank the server has no folder of its own for (never the run's):
+a temporary folder made on first need."""
 
 
 def _lock(key: str) -> threading.Lock:
     with _locks_guard:
         return _locks.setdefault(key, threading.Lock())
+
+
+def _scratch_folder() -> Path:
+    with _locks_guard:
+        if not _scratch:
+            _scratch.append(Path(tempfile.mkdtemp(prefix="perfsight-steps-")))
+        return _scratch[0]
 
 
 def chosen(fp_point: str | None, bp_point: str | None) -> bool:
@@ -55,7 +63,7 @@ def step_trace_path(data: RankData, fp_point: str | None, bp_point: str | None) 
         return data.table_path("step_trace")
     stamp = data.timeline.meta.get("stamp", "")
     key = hashlib.sha256(orjson.dumps([str(data.cache_folder), stamp, fp_point, bp_point])).hexdigest()[:20]
-    folder = data.overview_file.parent if data.overview_file is not None else _scratch
+    folder = data.overview_file.parent if data.overview_file is not None else _scratch_folder()
     target = folder / f"step_trace_rank{data.rank}_{key}.parquet"
     with _lock(key):
         if target.is_file():
