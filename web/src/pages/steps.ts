@@ -63,8 +63,7 @@ export async function stepsPage(ctx: PageContext): Promise<void> {
       { class: "grid" },
       card({ title: t.steps.gantt, hint: stepNumber === null ? t.steps.averageHint : undefined, full: true, tools: [picker], testId: "card-gantt" }, ganttEl),
       card({ title: t.steps.curves, full: true }, curvesEl),
-      card({ title: t.polish.points, hint: t.polish.pointsHint, full: true, testId: "card-points" }, pointPicker(all, ctx)),
-      card({ title: t.steps.fpbp, full: true, testId: "card-fpbp" }, fpbpTable(all, ctx)),
+      card({ title: t.polish.points, hint: t.polish.pointsHint, full: true, testId: "card-fpbp" }, pointPicker(all, ctx), fpbpTable(all, ctx)),
     ),
   );
 
