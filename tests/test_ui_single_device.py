@@ -220,8 +220,9 @@ def test_the_rank_filter_chooses_the_ranks_the_timeline_shows(page: Watched, ser
 
 
 # ------------------------------------------------------------------------------------------ CPU only
+@pytest.mark.parametrize("run", [CPU_RUN, DDP_JOB])  # the shared CPU trace; make demo's gloo DDP job on CPU
 def test_a_cpu_only_run_says_so_once_and_hides_its_empty_device_widgets(
-    page: Watched, server: Server
+    page: Watched, server: Server, run: str
 ) -> None:
     with gzip.open(CPU_ONLY, "rt", encoding="utf-8") as handle:  # the premise, from the raw file
         cats = {e.get("cat") for e in json.load(handle)["traceEvents"]}
@@ -230,9 +231,9 @@ def test_a_cpu_only_run_says_so_once_and_hides_its_empty_device_widgets(
     for name, ready in (
         ("overview", "stat-tracks"),
         ("operators", "operator-type-table"),
-        ("memory", "memory-none"),
+        ("memory", "no-device"),
     ):
-        p.goto(server.page_url(name, CPU_RUN))
+        p.goto(server.page_url(name, run))
         p.wait_for_selector(f'[data-testid="{ready}"]')
         assert p.locator('[data-testid="no-device"]').count() == 1, name
         assert "no device activity" in p.inner_text('[data-testid="no-device"]')
@@ -243,6 +244,12 @@ def test_a_cpu_only_run_says_so_once_and_hides_its_empty_device_widgets(
             headers = p.locator("table th").all_text_contents()
             assert headers and not any("Device" in h for h in headers)
             assert p.locator('[data-testid="card-top-types"] button', has_text="device time").count() == 0
+        if name == "memory":  # host memory may be shown, but no device allocator's "Peak reserved 0 B"
+            devices = server.get("run/memory", run=run)["devices"]
+            selector = '[data-testid="peak-allocated-0"]' if devices else '[data-testid="memory-none"]'
+            p.wait_for_selector(selector)
+            assert p.locator('[data-testid^="peak-reserved-"]').count() == 0
+            assert "Reserved" not in p.inner_text("main")
     assert not page.errors
 
 
