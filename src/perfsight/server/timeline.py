@@ -19,6 +19,10 @@ So every event at least a pixel long is always returned as itself, whatever the 
 response holds at most about two entries per pixel per lane; the work per lane is bounded by the
 pixels, not by the trace.  Search scans the name dictionary, then one integer column of the whole
 trace: it finds an event anywhere, not only in loaded windows.
+
+The track list also says what a user needs to find their way: each track's label (rank, pipeline
+stage, device, thread or stream) and every rank's profiled steps, which the viewer opens on and
+marks; the window, flow and search queries can be limited to the ranks the viewer shows.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ DIRECT_FACTOR = 4
 
 
 def track_list(opened: OpenedRun, rank: int | None) -> list[dict[str, Any]]:
+    """Every track of the rank (all ranks when None), with its label, nesting depth and event count."""
     out = []
     stages = rank_stages(opened.root)
     for data in _ranks(opened, rank):
