@@ -219,6 +219,31 @@ def test_the_rank_filter_chooses_the_ranks_the_timeline_shows(page: Watched, ser
     assert not page.errors
 
 
+# ------------------------------------------------------------------------------------------ colours
+def test_each_stage_and_overlap_category_has_one_colour_on_every_chart(page: Watched, server: Server) -> None:
+    """Iteration gap, forward+backward, tail, computing, communication... keep their colour from chart
+    to chart (as drawn: each chart states its series' colours), and no two of them share one."""
+    p = page.page
+    charts = [
+        ("overview", GPU_RUN, "chart-step-breakdown"),
+        ("steps", GPU_RUN, "chart-step-curves"),
+        ("job-steps", DDP_JOB, "chart-job-steps"),
+        ("job", DDP_JOB, "chart-rank-time"),
+        ("job-steps", PP_JOB, "chart-job-steps"),
+    ]
+    colour_of: dict[str, set[str]] = {}
+    for name, run, chart in charts:
+        p.goto(server.page_url(name, run))
+        p.wait_for_selector(f'[data-testid="{chart}"] canvas')
+        for series, colour in json.loads(p.get_attribute(f'[data-testid="{chart}"]', "data-series-colors")):
+            colour_of.setdefault(series, set()).add(colour.lower())
+    assert {"Iteration gap", "Forward + backward", "Tail"} <= set(colour_of)
+    assert all(len(colours) == 1 for colours in colour_of.values()), colour_of
+    # and no two meanings share a colour (the tail was computing's green: it is mostly not computing)
+    assert len({c for colours in colour_of.values() for c in colours}) == len(colour_of), colour_of
+    assert not page.errors
+
+
 # ------------------------------------------------------------------------------------------ CPU only
 @pytest.mark.parametrize("run", [CPU_RUN, DDP_JOB])  # the shared CPU trace; make demo's gloo DDP job on CPU
 def test_a_cpu_only_run_says_so_once_and_hides_its_empty_device_widgets(

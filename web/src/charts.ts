@@ -54,6 +54,7 @@ export function chart(el: HTMLElement, option: EChartsOption): echarts.ECharts {
     ...option,
   });
   live.add(instance);
+  el.dataset.seriesColors = JSON.stringify(seriesColors(instance));
   const observer = new MutationObserver(() => {
     if (!el.isConnected) {
       instance.dispose();
@@ -63,6 +64,16 @@ export function chart(el: HTMLElement, option: EChartsOption): echarts.ECharts {
   });
   observer.observe(document.body, { childList: true, subtree: true });
   return instance;
+}
+
+/** [series name, colour] of each named series as drawn: its own colour, else the palette's in turn.
+ * Kept on the chart's element (data-series-colors) so a test can check that a stage or category
+ * has one colour on every chart. */
+function seriesColors(instance: echarts.ECharts): [string, string][] {
+  const series = ((instance.getOption() as any).series ?? []) as any[];
+  return series
+    .map((s, i): [string, string] => [String(s.name ?? ""), String(s.itemStyle?.color ?? s.lineStyle?.color ?? PALETTE[i % PALETTE.length])])
+    .filter(([name]) => name !== "");
 }
 
 /** Lines of a tooltip as (label, value) pairs, escaped; the only HTML added is <b> and <br>. */

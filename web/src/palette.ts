@@ -10,7 +10,7 @@ export const STAGE_COLORS = {
   step: "#8c96a8",
   iterationInterval: "#e0a030",
   fpBp: "#3b6fd4",
-  tail: "#2fa37a",
+  tail: "#6b8e23", // olive, not computing's green: the tail is mostly optimizer and exposed communication
 } as const;
 
 /** Where a step's time goes (overlap breakdown), including a pipeline's bubble. */
