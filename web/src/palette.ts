@@ -25,13 +25,6 @@ export const OVERLAP_COLORS = {
   receive: "#7a5c3e",
 } as const;
 
-/** The advisor's severities (findings): the same three colours on every badge and marker. */
-export const SEVERITY_COLORS = {
-  critical: "#c2413c",
-  warning: "#d48a12",
-  info: "#8c96a8",
-} as const;
-
 /** Series with no stage or category of their own (operator types, memory curves), in order. */
 export const SERIES_COLORS = ["#5470c6", "#91cc75", "#fac858", "#ee6666", "#73c0de", "#3ba272", "#fc8452", "#9a60b4", "#ea7ccc"];
 
@@ -44,3 +37,10 @@ export const TIMELINE_DEVICE_COLORS = ["#2f5fc4", "#238a60", "#c27c10", "#7650c0
 
 /** Step boundaries drawn over the timeline: the step-trace colour of a whole step. */
 export const STEP_MARK_COLOR = STAGE_COLORS.step;
+
+/** The advisor's severities (findings): the same three colours on every badge and marker. */
+export const SEVERITY_COLORS = {
+  critical: "#c2413c",
+  warning: "#d48a12",
+  info: "#8c96a8",
+} as const;
