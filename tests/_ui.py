@@ -46,7 +46,7 @@ TWO_RANKS = [KINETO / "two_ranks_ws128" / f"sampled_rank-{rank}.json.gz" for ran
 
 # The timeline canvas's layout (web/src/timeline/render.ts): tests aim clicks with it.
 RULER_H = 26
-GUTTER_W = 200
+GUTTER_W = 250
 ROW_H = 18
 TRACK_GAP = 8
 

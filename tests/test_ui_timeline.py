@@ -72,8 +72,8 @@ def test_timeline_zooms_and_pans_with_keys_wheel_and_drag_fetching_windows_at_sc
     ui_page: Watched, ui_server: Server
 ) -> None:
     page = open_timeline(ui_page, ui_server, KINETO_RUN)
-    end = ui_server.get("run/timeline/tracks", run=KINETO_RUN)["end_ns"]
-    assert visible(page) == (0, end)
+    span = ui_server.get("run/timeline/tracks", run=KINETO_RUN)["steps_span"]
+    assert visible(page) == (span["start_ns"], span["end_ns"])  # it opens on the profiled steps
     assert int(page.eval_on_selector(CANVAS, "c => c.dataset.events")) > 0
     width = plot_width(page)
 

@@ -1558,6 +1558,23 @@ export interface components {
              */
             slowest_stage: number | null;
         };
+        /** PointCandidate */
+        PointCandidate: {
+            /** Name */
+            name: string;
+            /** Count */
+            count: number;
+            /**
+             * Steps
+             * @description how many steps hold it
+             */
+            steps: number;
+            /**
+             * Offset Ns
+             * @description median start from its step's start
+             */
+            offset_ns: number;
+        };
         /** RunInfo */
         RunInfo: {
             /**
@@ -1834,6 +1851,17 @@ export interface components {
             /** Mfu */
             mfu: number | null;
         };
+        /** StepMark */
+        StepMark: {
+            /** Rank */
+            rank: number;
+            /** Step */
+            step: number;
+            /** Start Ns */
+            start_ns: number;
+            /** End Ns */
+            end_ns: number;
+        };
         /** StepRow */
         StepRow: {
             /** Step */
@@ -1908,6 +1936,33 @@ export interface components {
              * @description overlap-analysis intervals (Computing, Communication, ...) clipped to ?step=
              */
             intervals: components["schemas"]["Interval"][];
+            /**
+             * Fp Point
+             * @description the forward-start op asked for (null: as analysed)
+             */
+            fp_point: string | null;
+            /**
+             * Bp Point
+             * @description the backward-end op asked for (null: as analysed)
+             */
+            bp_point: string | null;
+            /**
+             * Point Warnings
+             * @description named points some steps lack (automatic there)
+             */
+            point_warnings: string[];
+            /**
+             * Point Candidates
+             * @description host ops in the steps, by median start
+             */
+            point_candidates: components["schemas"]["PointCandidate"][];
+        };
+        /** TimeSpan */
+        TimeSpan: {
+            /** Start Ns */
+            start_ns: number;
+            /** End Ns */
+            end_ns: number;
         };
         /** TimeOverviewSeries */
         TimeOverviewSeries: {
@@ -1975,6 +2030,11 @@ export interface components {
             track: number;
             /** Name */
             name: string;
+            /**
+             * Label
+             * @description what the UI calls it: "rank 0 · stage 1 · thread 42 (python)"
+             */
+            label: string;
             /** Is Device */
             is_device: boolean;
             /** Device Index */
@@ -2024,6 +2084,13 @@ export interface components {
             kinds: string[];
             /** Tracks */
             tracks: components["schemas"]["Track"][];
+            /**
+             * Steps
+             * @description every profiled step of every rank (the step_trace table)
+             */
+            steps: components["schemas"]["StepMark"][];
+            /** @description first step's start to last step's end; null: no steps */
+            steps_span: components["schemas"]["TimeSpan"] | null;
         };
         /** ValidationError */
         ValidationError: {
@@ -2235,6 +2302,10 @@ export interface operations {
                 /** @description rank (default: the lowest) */
                 rank?: number | null;
                 step?: number | null;
+                /** @description an op's exact name (FP/BP point) */
+                fp_point?: string | null;
+                /** @description an op's exact name (FP/BP point) */
+                bp_point?: string | null;
             };
             header?: never;
             path?: never;
@@ -2762,6 +2833,8 @@ export interface operations {
                 rank?: number | null;
                 /** @description RANK:TRACK,... */
                 tracks?: string | null;
+                /** @description ranks shown: N,N,... (default all) */
+                ranks?: string | null;
             };
             header?: never;
             path?: never;
@@ -2888,6 +2961,8 @@ export interface operations {
                 rank?: number | null;
                 offset?: number;
                 limit?: number;
+                /** @description ranks shown: N,N,... (default all) */
+                ranks?: string | null;
             };
             header?: never;
             path?: never;
@@ -2954,6 +3029,8 @@ export interface operations {
                 /** @description rank (default: the lowest) */
                 rank?: number | null;
                 limit?: number;
+                /** @description ranks shown: N,N,... (default all) */
+                ranks?: string | null;
             };
             header?: never;
             path?: never;

@@ -17,6 +17,7 @@ import {
 import * as echarts from "echarts/core";
 import { CanvasRenderer } from "echarts/renderers";
 import { escapeHtml } from "./dom";
+import { SERIES_COLORS } from "./palette";
 
 echarts.use([
   AriaComponent,
@@ -35,7 +36,8 @@ echarts.use([
 
 export type EChartsOption = echarts.EChartsCoreOption;
 
-export const PALETTE = ["#3b6fd4", "#2fa37a", "#e0a030", "#d9534f", "#8a63d2", "#1aa3b8", "#c0619e", "#7f8c8d"];
+/** Colours of series that carry no stage or category of their own (palette.ts decides every colour). */
+export const PALETTE = SERIES_COLORS;
 
 const live = new Set<echarts.ECharts>();
 window.addEventListener("resize", () => live.forEach((c) => c.resize()));
@@ -52,6 +54,7 @@ export function chart(el: HTMLElement, option: EChartsOption): echarts.ECharts {
     ...option,
   });
   live.add(instance);
+  el.dataset.seriesColors = JSON.stringify(seriesColors(instance));
   const observer = new MutationObserver(() => {
     if (!el.isConnected) {
       instance.dispose();
@@ -61,6 +64,16 @@ export function chart(el: HTMLElement, option: EChartsOption): echarts.ECharts {
   });
   observer.observe(document.body, { childList: true, subtree: true });
   return instance;
+}
+
+/** [series name, colour] of each named series as drawn: its own colour, else the palette's in turn.
+ * Kept on the chart's element (data-series-colors) so a test can check that a stage or category
+ * has one colour on every chart. */
+function seriesColors(instance: echarts.ECharts): [string, string][] {
+  const series = ((instance.getOption() as any).series ?? []) as any[];
+  return series
+    .map((s, i): [string, string] => [String(s.name ?? ""), String(s.itemStyle?.color ?? s.lineStyle?.color ?? PALETTE[i % PALETTE.length])])
+    .filter(([name]) => name !== "");
 }
 
 /** Lines of a tooltip as (label, value) pairs, escaped; the only HTML added is <b> and <br>. */

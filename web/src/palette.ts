@@ -10,7 +10,7 @@ export const STAGE_COLORS = {
   step: "#8c96a8",
   iterationInterval: "#e0a030",
   fpBp: "#3b6fd4",
-  tail: "#2fa37a",
+  tail: "#6b8e23", // olive, not computing's green: the tail is mostly optimizer and exposed communication
 } as const;
 
 /** Where a step's time goes (overlap breakdown), including a pipeline's bubble. */
@@ -24,6 +24,19 @@ export const OVERLAP_COLORS = {
   bubble: "#c0619e",
   receive: "#7a5c3e",
 } as const;
+
+/** Series with no stage or category of their own (operator types, memory curves), in order. */
+export const SERIES_COLORS = ["#5470c6", "#91cc75", "#fac858", "#ee6666", "#73c0de", "#3ba272", "#fc8452", "#9a60b4", "#ea7ccc"];
+
+/** Time spent waiting for data: part of the iteration gap, so drawn in its colour. */
+export const DATA_WAIT_COLOR = STAGE_COLORS.iterationInterval;
+
+/** Timeline slices coloured by name (host threads, device streams); kinds with a meaning use the colours above. */
+export const TIMELINE_HOST_COLORS = ["#5b8def", "#4fb38a", "#e6a23c", "#9b7be0", "#3fb1c9", "#d46fa8", "#8fa14a", "#d98b52"];
+export const TIMELINE_DEVICE_COLORS = ["#2f5fc4", "#238a60", "#c27c10", "#7650c0", "#1f8ea5", "#b04b86"];
+
+/** Step boundaries drawn over the timeline: the step-trace colour of a whole step. */
+export const STEP_MARK_COLOR = STAGE_COLORS.step;
 
 /** The advisor's severities (findings): the same three colours on every badge and marker. */
 export const SEVERITY_COLORS = {

@@ -41,6 +41,8 @@ Order = Annotated[Literal["asc", "desc"], Query()]
 Fuzzy = Annotated[str | None, Query(max_length=200, description="fuzzy filter on names")]
 TimeNs = Annotated[int, Query(ge=-(2**62), le=2**62, description="ns relative to the run's origin_ns")]
 StepParam = Annotated[int | None, Query(ge=-1, le=2**31 - 1)]
+OpName = Annotated[str | None, Query(max_length=10_000, description="an op's exact name (FP/BP point)")]
+RanksParam = Annotated[str | None, Query(max_length=20_000, description="ranks shown: N,N,... (default all)")]
 
 ERRORS = {
     400: {"model": models.ErrorBody, "description": "parameters that contradict each other"},
@@ -206,9 +208,15 @@ def create_app(
         return Response(pages.overview_json(data, data.rank(rank)), media_type="application/json")
 
     @app.get("/api/run/step-trace", **documented(models.StepTrace))
-    def step_trace(run: RunParam, rank: RankParam = None, step: StepParam = None) -> Response:
+    def step_trace(
+        run: RunParam,
+        rank: RankParam = None,
+        step: StepParam = None,
+        fp_point: OpName = None,
+        bp_point: OpName = None,
+    ) -> Response:
         data = opened(run)
-        return fast_json(pages.step_trace(data, data.rank(rank), step))
+        return fast_json(pages.step_trace(data, data.rank(rank), step, fp_point, bp_point))
 
     @app.get("/api/run/operator-types", response_model=models.OperatorTypePage, responses=ERRORS)
     def operator_types(
@@ -292,6 +300,7 @@ def create_app(
     @app.get("/api/run/timeline/tracks", **documented(models.Tracks))
     def tracks(run: RunParam, rank: RankParam = None) -> Response:
         data = opened(run, rank)
+        marks = timeline.step_marks(data, None if rank is None else {rank})
         return fast_json(
             {
                 "run": data.run.id,
@@ -301,8 +310,16 @@ def create_app(
                 "ranks": sorted(data.ranks),
                 "kinds": timeline.kind_names(),
                 "tracks": timeline.track_list(data, rank),
+                "steps": marks,
+                "steps_span": timeline.steps_span(marks),
             }
         )
+
+    def chosen_ranks(text: str | None) -> set[int] | None:
+        try:
+            return timeline.parse_ranks(text)
+        except ValueError as error:
+            raise HTTPException(400, str(error)) from None
 
     @app.get("/api/run/timeline/window", **documented(models.Window))
     def window(
@@ -312,6 +329,7 @@ def create_app(
         width_px: Annotated[int, Query(ge=1, le=10_000)],
         rank: RankParam = None,
         tracks: Annotated[str | None, Query(max_length=100_000, description="RANK:TRACK,...")] = None,
+        ranks: RanksParam = None,
     ) -> Response:
         check_window(start_ns, end_ns)
         try:
@@ -319,7 +337,7 @@ def create_app(
         except ValueError as error:
             raise HTTPException(400, str(error)) from None
         data = opened(run, rank)
-        return fast_json(timeline.window(data, start_ns, end_ns, width_px, rank, chosen))
+        return fast_json(timeline.window(data, start_ns, end_ns, width_px, rank, chosen, chosen_ranks(ranks)))
 
     @app.get("/api/run/timeline/event", response_model=models.EventDetail, responses=ERRORS)
     def event(run: RunParam, id: Annotated[int, Query(ge=0, le=2**62)], rank: RankParam = None) -> dict:
@@ -336,9 +354,10 @@ def create_app(
         rank: RankParam = None,
         offset: Offset = 0,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        ranks: RanksParam = None,
     ) -> dict:
         data = opened(run, rank)
-        total, hits = timeline.search(data, q, rank, offset, limit)
+        total, hits = timeline.search(data, q, rank, offset, limit, chosen_ranks(ranks))
         return {"query": q, "total": total, "offset": offset, "limit": limit, "hits": hits}
 
     @app.get("/api/run/timeline/flows", **documented(models.Flows))
@@ -348,10 +367,11 @@ def create_app(
         end_ns: TimeNs,
         rank: RankParam = None,
         limit: Annotated[int, Query(ge=1, le=20_000)] = 2000,
+        ranks: RanksParam = None,
     ) -> Response:
         check_window(start_ns, end_ns)
         data = opened(run, rank)
-        total, found = timeline.flows(data, start_ns, end_ns, rank, limit)
+        total, found = timeline.flows(data, start_ns, end_ns, rank, limit, chosen_ranks(ranks))
         return fast_json({"total": total, "truncated": total > len(found), "flows": found})
 
     # ------------------------------------------------------------------ UI

@@ -188,6 +188,13 @@ class Interval(BaseModel):
     end_ns: int
 
 
+class PointCandidate(BaseModel):
+    name: str
+    count: int
+    steps: int = Field(description="how many steps hold it")
+    offset_ns: int = Field(description="median start from its step's start")
+
+
 class StepTrace(BaseModel):
     run: str
     rank: int
@@ -199,6 +206,10 @@ class StepTrace(BaseModel):
     intervals: list[Interval] = Field(
         description="overlap-analysis intervals (Computing, Communication, ...) clipped to ?step="
     )
+    fp_point: str | None = Field(description="the forward-start op asked for (null: as analysed)")
+    bp_point: str | None = Field(description="the backward-end op asked for (null: as analysed)")
+    point_warnings: list[str] = Field(description="named points some steps lack (automatic there)")
+    point_candidates: list[PointCandidate] = Field(description="host ops in the steps, by median start")
 
 
 # ---------------------------------------------------------------------------------------------- operators
@@ -300,10 +311,23 @@ class Memory(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------- timeline
+class StepMark(BaseModel):
+    rank: int
+    step: int
+    start_ns: int
+    end_ns: int
+
+
+class TimeSpan(BaseModel):
+    start_ns: int
+    end_ns: int
+
+
 class Track(BaseModel):
     rank: int
     track: int
     name: str
+    label: str = Field(description='what the UI calls it: "rank 0 · stage 1 · thread 42 (python)"')
     is_device: bool
     device_index: int
     stream: int
@@ -321,6 +345,8 @@ class Tracks(BaseModel):
     ranks: list[int]
     kinds: list[str] = Field(description="dictionary for the kind codes of /timeline/window")
     tracks: list[Track]
+    steps: list[StepMark] = Field(description="every profiled step of every rank (the step_trace table)")
+    steps_span: TimeSpan | None = Field(description="first step's start to last step's end; null: no steps")
 
 
 class Lane(BaseModel):

@@ -9,6 +9,7 @@ the run's origin (see ``models``) so the browser can hold them exactly.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ import pyarrow.parquet as pq
 from perfsight import __version__, columns
 from perfsight.analysis.operators import RANKING_MEASURES
 from perfsight.analysis.overlap import SHARES
-from perfsight.server import models, queries
+from perfsight.server import models, queries, step_points
 from perfsight.server.registry import OpenedRun, RankData
 
 TOP_OPERATOR_TYPES = 20
@@ -54,9 +55,10 @@ def clear_memo() -> None:
         _memo.clear()
 
 
-def step_table(data: RankData, origin: int) -> pa.Table:
-    """step_trace joined with overlap_breakdown, one row per step (an empty table if missing)."""
-    st, ob = data.table_path("step_trace"), data.table_path("overlap_breakdown")
+def step_table(data: RankData, origin: int, steps: Path | None = None) -> pa.Table:
+    """step_trace (``steps``: another file of its schema, e.g. with the user's FP/BP points) joined
+    with overlap_breakdown, one row per step (an empty table if missing)."""
+    st, ob = steps or data.table_path("step_trace"), data.table_path("overlap_breakdown")
     if not st.is_file() or not ob.is_file():
         return pa.table({"step": pa.array([], pa.int32())})
     sql = """
@@ -229,8 +231,17 @@ AVERAGED = tuple(models.StepAverage.model_fields)
 """The stages ``/step-trace`` averages over steps: the fields of its response's ``average``."""
 
 
-def step_trace(opened: OpenedRun, data: RankData, step: int | None) -> dict[str, Any]:
-    table = step_table(data, opened.origin_ns)
+def step_trace(
+    opened: OpenedRun,
+    data: RankData,
+    step: int | None,
+    fp_point: str | None = None,
+    bp_point: str | None = None,
+) -> dict[str, Any]:
+    """The ``/step-trace`` response; with ``fp_point``/``bp_point``, the step trace the analysis
+    computes with those points (``step_points``), the rest unchanged."""
+    steps_path = step_points.step_trace_path(data, fp_point, bp_point)
+    table = step_table(data, opened.origin_ns, steps_path)
     if table.num_rows:
         table = table.filter(pc.is_valid(table.column("start_ns")))
     keep = list(models.StepRow.model_fields)  # the response row declares the columns, once
@@ -272,6 +283,10 @@ def step_trace(opened: OpenedRun, data: RankData, step: int | None) -> dict[str,
         else [],
         "step": chosen["step"] if chosen is not None else None,
         "intervals": intervals,
+        "fp_point": fp_point or None,
+        "bp_point": bp_point or None,
+        "point_warnings": step_points.warnings(steps_path, fp_point, bp_point),
+        "point_candidates": _memoised(data, "step-points", lambda: step_points.candidates(data)),
     }
 
 

@@ -19,18 +19,26 @@ So every event at least a pixel long is always returned as itself, whatever the 
 response holds at most about two entries per pixel per lane; the work per lane is bounded by the
 pixels, not by the trace.  Search scans the name dictionary, then one integer column of the whole
 trace: it finds an event anywhere, not only in loaded windows.
+
+The track list also says what a user needs to find their way: each track's label (rank, pipeline
+stage, device, thread or stream) and every rank's profiled steps, which the viewer opens on and
+marks; the window, flow and search queries can be limited to the ranks the viewer shows.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from perfsight.model import KIND_NAMES
+from perfsight.server import queries
 from perfsight.server.registry import OpenedRun, RankData
+from perfsight.server.runs import CLUSTER_OUTPUT_DIR
 from perfsight.store.timeline_index import TimelineArrays, merge_runs
 
 DIRECT_FACTOR = 4
@@ -38,7 +46,9 @@ DIRECT_FACTOR = 4
 
 
 def track_list(opened: OpenedRun, rank: int | None) -> list[dict[str, Any]]:
+    """Every track of the rank (all ranks when None), with its label, nesting depth and event count."""
     out = []
+    stages = rank_stages(opened.root)
     for data in _ranks(opened, rank):
         depth: dict[int, int] = {}
         count: dict[int, int] = {}
@@ -51,6 +61,7 @@ def track_list(opened: OpenedRun, rank: int | None) -> list[dict[str, Any]]:
                     "rank": data.rank,
                     "track": row["track"],
                     "name": row["name"],
+                    "label": track_label(data.rank, stages.get(data.rank), row),
                     "is_device": row["is_device"],
                     "device_index": row["device_index"],
                     "stream": row["stream"],
@@ -63,8 +74,74 @@ def track_list(opened: OpenedRun, rank: int | None) -> list[dict[str, Any]]:
     return out
 
 
-def _ranks(opened: OpenedRun, rank: int | None) -> list[RankData]:
-    return [opened.rank(rank)] if rank is not None else [opened.ranks[r] for r in sorted(opened.ranks)]
+def track_label(rank: int, stage: int | None, track: dict[str, Any]) -> str:
+    """What a track is called on screen: where it runs, then the reader's name of the thread or stream
+    ("rank 0 · stage 1 · thread 4242 (MainThread)", "rank 0 · device 0 · stream 7").  Why not the
+    bare name: a job's tracks are all called "thread N" or "stream N"; only rank and stage tell
+    them apart, and they come first so that a label cut short still says which rank it is."""
+    parts = [f"rank {rank}"]
+    if stage is not None:
+        parts.append(f"stage {stage}")
+    if track["is_device"] and track["device_index"] >= 0:
+        parts.append(f"device {track['device_index']}")
+    parts.append(str(track["name"]))
+    return " · ".join(parts)
+
+
+def rank_stages(root: Path | None) -> dict[int, int]:
+    """Pipeline stage of each rank, from the job's cluster summary (its ``stages`` member, which the
+    cluster analysis decides); empty for a run of one stage, or without a cross-rank analysis."""
+    if root is None:
+        return {}
+    try:
+        summary = json.loads((root / CLUSTER_OUTPUT_DIR / "cluster_summary.json").read_text(encoding="utf-8"))
+        members = summary.get("stages") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not isinstance(members, dict) or len(members) < 2:
+        return {}
+    try:
+        return {int(r): int(stage) for stage, ranks in members.items() for r in ranks}
+    except (TypeError, ValueError):
+        return {}
+
+
+def step_marks(opened: OpenedRun, ranks: set[int] | None) -> list[dict[str, Any]]:
+    """Every profiled step of the chosen ranks (all when None), from the ``step_trace`` analysis table:
+    its window on the step trace's own clock, relative to the run's origin.  One query over every
+    rank's table, so a job of a thousand ranks costs one scan, not a thousand."""
+    files = {
+        str(d.table_path("step_trace")): d.rank
+        for d in _ranks(opened, None, ranks)
+        if d.has_table("step_trace")
+    }
+    if not files:
+        return []
+    origin = int(opened.origin_ns)
+    found = queries.arrow(
+        f"SELECT filename, step, start_ns - {origin} AS start_ns, end_ns - {origin} AS end_ns "
+        "FROM read_parquet(?, filename = true)",
+        [list(files)],
+    )
+    out = [
+        {"rank": files[f], "step": step, "start_ns": start, "end_ns": end}
+        for f, step, start, end in zip(*found.to_pydict().values(), strict=True)
+    ]
+    return sorted(out, key=lambda m: (m["rank"], m["step"]))
+
+
+def steps_span(marks: list[dict[str, Any]]) -> dict[str, int] | None:
+    """From the first step's start to the last step's end (None without steps): where the timeline
+    opens, since the whole trace may hold a profiler-wide event many times longer than the steps."""
+    if not marks:
+        return None
+    return {"start_ns": min(m["start_ns"] for m in marks), "end_ns": max(m["end_ns"] for m in marks)}
+
+
+def _ranks(opened: OpenedRun, rank: int | None, ranks: set[int] | None = None) -> list[RankData]:
+    if rank is not None:
+        return [opened.rank(rank)]
+    return [opened.ranks[r] for r in sorted(opened.ranks) if ranks is None or r in ranks]
 
 
 @dataclasses.dataclass
@@ -181,6 +258,7 @@ def window(
     width: int,
     rank: int | None,
     tracks: set[tuple[int, int]] | None,
+    ranks: set[int] | None = None,
 ) -> dict[str, Any]:
     """The ``/timeline/window`` response (column-wise lanes, names as a shared dictionary)."""
     origin = opened.origin_ns
@@ -188,7 +266,7 @@ def window(
     out_tracks: list[dict[str, Any]] = []
     names: list[str] = []
     events = 0
-    for data in _ranks(opened, rank):
+    for data in _ranks(opened, rank, ranks):
         ix = data.timeline
         by_track: dict[int, list[dict[str, Any]]] = {}
         rank_lanes: list[tuple[dict[str, Any], np.ndarray]] = []
@@ -253,13 +331,13 @@ def _lane_of(ix: TimelineArrays, positions: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def search(
-    opened: OpenedRun, query: str, rank: int | None, offset: int, limit: int
+    opened: OpenedRun, query: str, rank: int | None, offset: int, limit: int, ranks: set[int] | None = None
 ) -> tuple[int, list[dict[str, Any]]]:
     """Events whose name contains ``query`` (case-insensitive), over every event of the trace."""
     needle = query.lower()
     found: list[tuple[RankData, np.ndarray]] = []
     total = 0
-    for data in _ranks(opened, rank):
+    for data in _ranks(opened, rank, ranks):
         ix = data.timeline
         codes = np.array([i for i, name in enumerate(ix.names) if needle in name.lower()], np.int32)
         if len(codes) == 0:
@@ -361,13 +439,13 @@ def event(opened: OpenedRun, rank: int | None, event_id: int) -> dict[str, Any]:
 
 
 def flows(
-    opened: OpenedRun, start_ns: int, end_ns: int, rank: int | None, limit: int
+    opened: OpenedRun, start_ns: int, end_ns: int, rank: int | None, limit: int, ranks: set[int] | None = None
 ) -> tuple[int, list[dict[str, Any]]]:
     """Flow arrows with either end starting inside the window (at most ``limit``, by source start)."""
     ws, we = opened.origin_ns + start_ns, opened.origin_ns + end_ns
     total = 0
     out: list[dict[str, Any]] = []
-    for data in _ranks(opened, rank):
+    for data in _ranks(opened, rank, ranks):
         ix = data.timeline
         if len(ix.flow_src) == 0:
             continue
@@ -415,3 +493,13 @@ def parse_tracks(text: str | None) -> set[tuple[int, int]] | None:
             raise ValueError(f"track {part!r} is not RANK:TRACK")
         out.add((int(rank_text), int(track_text)))
     return out
+
+
+def parse_ranks(text: str | None) -> set[int] | None:
+    """``"0,2,5"`` -> {0, 2, 5} (None: every rank); ValueError with a reason on bad input."""
+    if text is None or not text.strip():
+        return None
+    try:
+        return {int(part) for part in text.split(",") if part.strip()}
+    except ValueError:
+        raise ValueError(f"ranks {text!r} is not a comma-separated list of rank numbers") from None

@@ -216,6 +216,27 @@ export const en = {
     },
   },
 
+  // single-device polish (issue 16): timeline ranks and step marks, CPU-only runs, FP/BP points
+  polish: {
+    ranks: "Ranks",
+    allRanks: "All ranks",
+    ranksShown: (shown: string) => `Ranks: ${shown}`,
+    wholeTrace: "Whole trace",
+    stepsView: "Profiled steps",
+    stepMark: (step: number) => `step ${step}`,
+    trackList: "Tracks shown",
+    stepList: "Step boundaries",
+    noDevice: "This run recorded no device activity (CPU only): device time, device memory and device widgets are hidden.",
+    points: "Forward/backward points",
+    pointsHint: "Pick the op that starts the forward pass and the op that ends the backward pass; the step trace is recomputed with them",
+    fpPoint: "FP start op",
+    bpPoint: "BP end op",
+    automatic: "automatic",
+    apply: "Recompute",
+    resetPoints: "Automatic detection",
+    inSteps: (n: number) => `in ${n} step(s)`,
+  },
+
   job: {
     ranks: "Ranks",
     hosts: "Hosts",

@@ -2,21 +2,28 @@
  * Memory: allocated and reserved bytes over time per device, with the peak marked, and the
  * operators that allocate the most.
  */
-import { get, type Memory } from "../api";
+import { get, type Memory, type Overview } from "../api";
 import { card, chartBox, stat } from "../components/card";
 import { chart, tooltip } from "../charts";
 import type { PageContext } from "../context";
 import { h, replace } from "../dom";
 import * as fmt from "../format";
 import { t } from "../i18n";
+import { hasDevice, noDeviceLine } from "./overview";
 
 export async function memoryPage(ctx: PageContext): Promise<void> {
-  const data = await get<Memory>("run/memory", { run: ctx.run, rank: ctx.rank });
+  const [data, overview] = await Promise.all([
+    get<Memory>("run/memory", { run: ctx.run, rank: ctx.rank }),
+    get<Overview>("run/overview", { run: ctx.run, rank: ctx.rank }),
+  ]);
   const m = t.memory;
+  const notice = hasDevice(overview) ? null : noDeviceLine();
   if (!data.devices.length) {
-    replace(ctx.root, card({ title: m.curve, full: true, testId: "memory-none" }, h("p", { class: "muted" }, m.none)));
+    replace(ctx.root, h("div", { class: "grid" }, notice, card({ title: m.curve, full: true, testId: "memory-none" }, h("p", { class: "muted" }, m.none))));
     return;
   }
+  // reserved memory is a device caching allocator's: a CPU-only run (or a trace without it) has none to show
+  const showReserved = (dev: (typeof data.devices)[number]) => notice === null && (dev.peak_reserved_bytes ?? 0) > 0;
   const charts: [HTMLDivElement, (typeof data.devices)[number]][] = [];
   const cards = data.devices.map((dev, i) => {
     const el = chartBox(`chart-memory-${i}`, true);
@@ -28,7 +35,7 @@ export async function memoryPage(ctx: PageContext): Promise<void> {
         "div",
         { class: "stats" },
         stat(`${m.peak} ${m.allocated}`, fmt.bytes(dev.peak_allocated_bytes), `peak-allocated-${i}`),
-        stat(`${m.peak} ${m.reserved}`, fmt.bytes(dev.peak_reserved_bytes), `peak-reserved-${i}`),
+        showReserved(dev) ? stat(`${m.peak} ${m.reserved}`, fmt.bytes(dev.peak_reserved_bytes), `peak-reserved-${i}`) : null,
         stat(`${m.peak} @`, fmt.duration(dev.peak_ts_ns)),
       ),
       el,
@@ -70,7 +77,7 @@ export async function memoryPage(ctx: PageContext): Promise<void> {
       ),
     ),
   );
-  replace(ctx.root, h("div", { class: "grid" }, cards, top));
+  replace(ctx.root, h("div", { class: "grid" }, notice, cards, top));
 
   for (const [el, dev] of charts) {
     const ms = dev.curve.ts_ns.map((x) => fmt.nsToMs(x));
@@ -109,7 +116,10 @@ export async function memoryPage(ctx: PageContext): Promise<void> {
         axisLabel: { formatter: (v: number) => fmt.msTick(v) },
       },
       yAxis: { type: "value", axisLabel: { formatter: (v: number) => fmt.bytes(v) } },
-      series: [{ ...series(m.allocated, dev.curve.allocated_bytes), ...peakMark }, series(m.reserved, dev.curve.reserved_bytes)],
+      series: [
+        { ...series(m.allocated, dev.curve.allocated_bytes), ...peakMark },
+        ...(showReserved(dev) ? [series(m.reserved, dev.curve.reserved_bytes)] : []),
+      ],
     });
   }
 }

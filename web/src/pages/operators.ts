@@ -11,7 +11,7 @@ import type { PageContext } from "../context";
 import { h, replace } from "../dom";
 import * as fmt from "../format";
 import { t } from "../i18n";
-import { truncate } from "./overview";
+import { hasDevice, noDeviceLine, truncate } from "./overview";
 
 type Measure = "device_total_ns" | "host_self_ns";
 
@@ -41,6 +41,8 @@ export async function operatorsPage(ctx: PageContext): Promise<void> {
   // the ranking (what operators are ranked by, and their order) is the server's operator_ranking table
   const overview = await get<Overview>("run/overview", { run: ctx.run, rank: ctx.rank });
   let measure: Measure = overview.top_by;
+  const device = hasDevice(overview);
+  const deviceOnly = (col: Column): Column[] => (device ? [col] : []); // a CPU-only run has no device time
   let shape: "pie" | "bar" = "pie";
 
   const topEl = chartBox("chart-top-types", true);
@@ -52,7 +54,7 @@ export async function operatorsPage(ctx: PageContext): Promise<void> {
       msCol("host_total_ns", c.hostTotal),
       msCol("host_self_ns", c.hostSelf),
       msCol("host_avg_ns", c.hostAvg),
-      msCol("device_total_ns", c.deviceTotal),
+      ...deviceOnly(msCol("device_total_ns", c.deviceTotal)),
       { key: "host_ratio", label: c.ratio, numeric: true, sortable: true, format: (v) => fmt.percent(v as number) },
       { key: "flops", label: c.flops, numeric: true, sortable: true, format: (v) => fmt.flops(v as number) },
     ],
@@ -73,7 +75,7 @@ export async function operatorsPage(ctx: PageContext): Promise<void> {
       { key: "start_ns", label: c.start, numeric: true, sortable: true, format: (v) => fmt.ms(v as number) },
       msCol("dur_ns", c.hostTime),
       msCol("self_ns", c.selfTime),
-      msCol("device_ns", c.deviceTime),
+      ...deviceOnly(msCol("device_ns", c.deviceTime)),
       { key: "input_dims", label: c.shapes, format: (v) => fmt.shapes(v) },
       { key: "input_types", label: c.dtypes, format: (v) => fmt.list(v) },
       { key: "flops", label: c.flops, numeric: true, sortable: true, format: (v) => fmt.flops(v as number) },
@@ -88,7 +90,7 @@ export async function operatorsPage(ctx: PageContext): Promise<void> {
   });
 
   const toggles = [
-    segmented<Measure>(
+    !device ? null : segmented<Measure>(
       [
         ["device_total_ns", opsT.byDevice],
         ["host_self_ns", opsT.byHost],
@@ -126,6 +128,7 @@ export async function operatorsPage(ctx: PageContext): Promise<void> {
   const grid = h(
     "div",
     { class: "grid" },
+    device ? null : noDeviceLine(),
     card({ title: opsT.topTypes, tools: toggles, full: true, testId: "card-top-types" }, topEl),
     drill ? instancesCard : card({ title: opsT.typeTable, full: true }, typeTable.el),
     drill ? card({ title: opsT.typeTable, full: true }, typeTable.el) : instancesCard,

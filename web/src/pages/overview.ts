@@ -11,7 +11,17 @@ import type { PageContext } from "../context";
 import { h, replace } from "../dom";
 import * as fmt from "../format";
 import { t } from "../i18n";
-import { OVERLAP_COLORS, STAGE_COLORS } from "../palette";
+import { DATA_WAIT_COLOR, OVERLAP_COLORS, STAGE_COLORS } from "../palette";
+
+/** Whether the run recorded any device activity (a device stream): else the device widgets are hidden. */
+export function hasDevice(data: Overview): boolean {
+  return data.timeline.device_tracks > 0;
+}
+
+/** The one line a CPU-only run shows in place of its device widgets. */
+export function noDeviceLine(): HTMLElement {
+  return h("p", { class: "no-device", "data-testid": "no-device", role: "note" }, t.polish.noDevice);
+}
 
 export async function overviewPage(ctx: PageContext): Promise<void> {
   const findings = get<Findings>("run/findings", { run: ctx.run, rank: ctx.rank });
@@ -20,6 +30,7 @@ export async function overviewPage(ctx: PageContext): Promise<void> {
   const o = t.overview;
   const steps = data.steps;
   const avgStep = steps.length ? steps.reduce((s, x) => s + x.duration_ns, 0) / steps.length : null;
+  const device = hasDevice(data);
 
   const stats = h(
     "div",
@@ -28,7 +39,7 @@ export async function overviewPage(ctx: PageContext): Promise<void> {
     stat(o.avgStep, fmt.duration(avgStep), "stat-avg-step"),
     stat(o.span, fmt.duration(data.timeline.duration_ns), "stat-span"),
     stat(o.events, fmt.count(data.timeline.events), "stat-events"),
-    stat(o.tracks, `${data.timeline.tracks} (${data.timeline.device_tracks} ${o.deviceTracks})`, "stat-tracks"),
+    stat(o.tracks, device ? `${data.timeline.tracks} (${data.timeline.device_tracks} ${o.deviceTracks})` : String(data.timeline.tracks), "stat-tracks"),
     data.device ? stat(o.devices, data.device) : null,
   );
 
@@ -40,6 +51,7 @@ export async function overviewPage(ctx: PageContext): Promise<void> {
   const grid = h(
     "div",
     { class: "grid" },
+    device ? null : noDeviceLine(),
     findingsCard(findings, ctx.run, ctx.link("findings")),
     card({ title: o.timelineSummary, link: ctx.link("timeline"), full: true, testId: "timeline-summary" }, stats),
     card({ title: o.stepBreakdown, hint: o.stepBreakdownHint, link: ctx.link("steps"), testId: "card-step-breakdown" }, breakdownEl),
@@ -112,7 +124,14 @@ export async function overviewPage(ctx: PageContext): Promise<void> {
       ]),
       xAxis: { type: "category", data: dataWaitSteps, name: t.steps.columns.step, nameLocation: "middle", nameGap: 24 },
       yAxis: { type: "value", name: fmt.MS },
-      series: [{ name: o.dataWait, type: "bar", data: dataWaitSteps.map((k) => fmt.nsToMs(data.data_wait.per_step[k])) }],
+      series: [
+        {
+          name: o.dataWait,
+          type: "bar",
+          itemStyle: { color: DATA_WAIT_COLOR },
+          data: dataWaitSteps.map((k) => fmt.nsToMs(data.data_wait.per_step[k])),
+        },
+      ],
     });
   }
 }

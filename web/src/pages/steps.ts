@@ -1,6 +1,8 @@
 /**
  * Step trace: the stages of one step (or of the average step) as a Gantt chart, the stage times of
- * every step as curves, and the forward/backward boundary ops the analysis detected.
+ * every step as curves, and the forward/backward boundary ops the analysis detected -- which the
+ * user may replace (the seed's FP_POINT/BP_POINT): ?fp_point=&bp_point= make the server compute the
+ * step trace again with those ops, through the same analysis.
  */
 import { get, type StepTrace } from "../api";
 import { card, chartBox } from "../components/card";
@@ -36,10 +38,11 @@ const ROW_COLORS = [
 ];
 
 export async function stepsPage(ctx: PageContext): Promise<void> {
-  const all = await get<StepTrace>("run/step-trace", { run: ctx.run, rank: ctx.rank });
+  const points = { fp_point: ctx.params.get("fp_point") || null, bp_point: ctx.params.get("bp_point") || null };
+  const all = await get<StepTrace>("run/step-trace", { run: ctx.run, rank: ctx.rank, ...points });
   const chosen = ctx.params.get("step");
   const stepNumber = chosen !== null && chosen !== "avg" && all.steps.some((s) => String(s.step) === chosen) ? Number(chosen) : null;
-  const detail = stepNumber === null ? all : await get<StepTrace>("run/step-trace", { run: ctx.run, rank: ctx.rank, step: stepNumber });
+  const detail = stepNumber === null ? all : await get<StepTrace>("run/step-trace", { run: ctx.run, rank: ctx.rank, step: stepNumber, ...points });
 
   const picker = h(
     "select",
@@ -48,7 +51,7 @@ export async function stepsPage(ctx: PageContext): Promise<void> {
     all.steps.map((s) => h("option", { value: s.step, selected: s.step === stepNumber }, `${t.steps.chooseStep} ${s.step}`)),
   );
   picker.addEventListener("change", () => {
-    window.location.hash = ctx.link("steps", { step: picker.value });
+    window.location.hash = ctx.link("steps", { step: picker.value, ...points });
   });
 
   const ganttEl = chartBox("chart-gantt");
@@ -60,7 +63,7 @@ export async function stepsPage(ctx: PageContext): Promise<void> {
       { class: "grid" },
       card({ title: t.steps.gantt, hint: stepNumber === null ? t.steps.averageHint : undefined, full: true, tools: [picker], testId: "card-gantt" }, ganttEl),
       card({ title: t.steps.curves, full: true }, curvesEl),
-      card({ title: t.steps.fpbp, full: true, testId: "card-fpbp" }, fpbpTable(all, ctx)),
+      card({ title: t.polish.points, hint: t.polish.pointsHint, full: true, testId: "card-fpbp" }, pointPicker(all, ctx), fpbpTable(all, ctx)),
     ),
   );
 
@@ -167,6 +170,52 @@ function averageBars(data: StepTrace): Bar[] {
   if (a.communication_not_overlapped_ns > 0)
     bars.push({ row: 5, start: a.iteration_interval_ns, end: a.iteration_interval_ns + a.communication_not_overlapped_ns, label: "" });
   return bars;
+}
+
+/** Two op pickers (any name may be typed; the list holds the host ops found in the steps, in the order
+ * they start), applied by reloading the page with ?fp_point=&bp_point=. */
+function pointPicker(data: StepTrace, ctx: PageContext): HTMLElement {
+  const p = t.polish;
+  const listId = "step-point-ops";
+  const options = h(
+    "datalist",
+    { id: listId },
+    data.point_candidates.map((c) => h("option", { value: c.name }, `${fmt.duration(c.offset_ns)} · ${p.inSteps(c.steps)}`)),
+  );
+  const input = (value: string | null, detected: string[], testId: string) =>
+    h("input", {
+      type: "text",
+      list: listId,
+      value: value ?? "",
+      placeholder: `${p.automatic}: ${detected.join(", ") || "–"}`,
+      "data-testid": testId,
+      spellcheck: false,
+    });
+  const fp = input(data.fp_point, data.fp_ops, "fp-point");
+  const bp = input(data.bp_point, data.bp_ops, "bp-point");
+  const form = h(
+    "form",
+    { class: "fpbp-pick", "data-testid": "point-form" },
+    h("label", {}, p.fpPoint, fp),
+    h("label", {}, p.bpPoint, bp),
+    h("button", { type: "submit", "data-testid": "apply-points" }, p.apply),
+    data.fp_point || data.bp_point ? h("a", { href: ctx.link("steps", { step: ctx.params.get("step") }), "data-testid": "reset-points" }, p.resetPoints) : null,
+    options,
+  );
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    window.location.hash = ctx.link("steps", {
+      step: ctx.params.get("step"),
+      fp_point: fp.value.trim() || null,
+      bp_point: bp.value.trim() || null,
+    });
+  });
+  return h(
+    "div",
+    {},
+    form,
+    data.point_warnings.map((w) => h("p", { class: "fpbp-warn", "data-testid": "point-warning" }, w)),
+  );
 }
 
 function fpbpTable(data: StepTrace, ctx: PageContext): HTMLElement {

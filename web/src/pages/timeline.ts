@@ -3,6 +3,9 @@
  * window is fetched from the server at the canvas's pixel width (level of detail on the server),
  * so the trace's size never reaches the browser.  Zoom/pan with the wheel, dragging or W/A/S/D;
  * click for details; search runs over the whole trace on the server.
+ *
+ * It opens on the profiled steps (a profiler-wide event may last many times longer), marks each
+ * step's boundaries, and shows the ranks chosen (the rank selector's by default; ?ranks=0,2).
  */
 import { get, type EventDetail, type SearchResult, type Tracks } from "../api";
 import { card } from "../components/card";
@@ -12,7 +15,7 @@ import * as fmt from "../format";
 import { t } from "../i18n";
 import { fetchWindow, toTracks, trackKey } from "../timeline/data";
 import { GUTTER_W, layoutTracks, Renderer, ROW_H, RULER_H, type TrackLayout } from "../timeline/render";
-import type { Flow, Slice, Track } from "../timeline/types";
+import type { Flow, Slice, StepMark, Track } from "../timeline/types";
 import { Viewport } from "../timeline/viewport";
 
 const ZOOM_STEP = 0.8;
@@ -21,13 +24,68 @@ const FETCH_DELAY_MS = 60;
 /** Above this many arrows in view, only the selected event's arrows are drawn (else: a black wall). */
 const MAX_FLOWS_DRAWN = 150;
 
+/** The ranks shown first: ?ranks= when it holds the rank selector's rank, else that rank alone. */
+function initialRanks(ctx: PageContext, all: number[]): number[] {
+  if (all.length < 2) return all;
+  const asked = (ctx.params.get("ranks") ?? "")
+    .split(",")
+    .filter((x) => /^\d+$/.test(x))
+    .map(Number)
+    .filter((r) => all.includes(r));
+  return asked.includes(ctx.rank) ? asked : [ctx.rank];
+}
+
+/** The step marks of the ranks shown; the lowest rank's carry the ruler's labels. */
+function stepMarks(info: Tracks, shown: number[]): StepMark[] {
+  const first = Math.min(...shown);
+  const lastStep = new Map<number, number>();
+  for (const s of info.steps) lastStep.set(s.rank, Math.max(lastStep.get(s.rank) ?? -Infinity, s.step));
+  return info.steps
+    .filter((s) => shown.includes(s.rank))
+    .map((s) => ({
+      rank: s.rank,
+      step: s.step,
+      start: s.start_ns,
+      end: s.end_ns,
+      last: lastStep.get(s.rank) === s.step,
+      label: s.rank === first ? t.polish.stepMark(s.step) : "",
+    }));
+}
+
 export async function timelinePage(ctx: PageContext): Promise<void> {
   const tl = t.timeline;
+  const p = t.polish;
   const info = await get<Tracks>("run/timeline/tracks", { run: ctx.run });
-  const tracks: Track[] = toTracks(info);
-  const { layouts, height: contentHeight } = layoutTracks(tracks);
-  const layoutByKey = new Map<string, TrackLayout>(layouts.map((l) => [l.track.key, l]));
+  const allTracks: Track[] = toTracks(info);
+  const trackByKey = new Map<string, Track>(allTracks.map((tr) => [tr.key, tr]));
   const endNs = Math.max(info.end_ns, 1);
+  let shown = initialRanks(ctx, info.ranks);
+  let layouts: TrackLayout[] = [];
+  let contentHeight = 0;
+  let layoutByKey = new Map<string, TrackLayout>();
+  let marks: StepMark[] = [];
+  /** ?ranks= for the server: null when every rank is shown. */
+  const ranksArg = () => (shown.length < info.ranks.length ? shown.join(",") : null);
+  const trackList = h("ul", { class: "sr-only", "data-testid": "track-list", "aria-label": p.trackList });
+  const markList = h("ul", { class: "sr-only", "data-testid": "step-marks", "aria-label": p.stepList });
+
+  function applyRanks(): void {
+    ({ layouts, height: contentHeight } = layoutTracks(allTracks.filter((tr) => shown.includes(tr.rank))));
+    layoutByKey = new Map<string, TrackLayout>(layouts.map((l) => [l.track.key, l]));
+    marks = stepMarks(info, shown);
+    replace(trackList, layouts.map((l) => h("li", { "data-rank": l.track.rank }, l.track.name)));
+    replace(
+      markList,
+      marks.map((m) => h("li", { "data-rank": m.rank, "data-step": m.step, "data-start-ns": m.start, "data-end-ns": m.end }, `${m.rank}: ${p.stepMark(m.step)}`)),
+    );
+  }
+  applyRanks();
+
+  /** The profiled steps of the ranks shown, or the whole trace when they have none. */
+  function stepsSpan(): [number, number] {
+    if (!marks.length) return [0, endNs];
+    return [Math.min(...marks.map((m) => m.start)), Math.max(...marks.map((m) => m.end))];
+  }
 
   const canvas = h("canvas", { tabindex: 0, "data-testid": "timeline-canvas", "aria-label": tl.title });
   const range = h("span", { class: "muted", "data-testid": "visible-range" });
@@ -35,7 +93,9 @@ export async function timelinePage(ctx: PageContext): Promise<void> {
   const searchInput = h("input", { type: "search", placeholder: tl.search, "data-testid": "timeline-search" });
   const searchForm = h("form", { class: "tl-search" }, searchInput, " ", h("button", { type: "submit" }, tl.searchButton));
   const flowBox = h("input", { type: "checkbox", checked: true, "data-testid": "flows-toggle" });
-  const resetBtn = h("button", { type: "button" }, tl.reset);
+  const resetBtn = h("button", { type: "button", "data-testid": "steps-view", title: p.stepsView }, tl.reset);
+  const wholeBtn = h("button", { type: "button", "data-testid": "whole-trace" }, p.wholeTrace);
+  const rankFilter = info.ranks.length > 1 ? rankChooser() : null;
   const download = h(
     "a",
     { class: "btn", href: `api/run/trace-view?${new URLSearchParams({ run: ctx.run, rank: String(ctx.rank) })}`, download: "trace_view.json", "data-testid": "download-trace" },
@@ -54,7 +114,9 @@ export async function timelinePage(ctx: PageContext): Promise<void> {
         "div",
         { class: "tl-bar" },
         searchForm,
+        rankFilter,
         resetBtn,
+        wholeBtn,
         h("label", {}, flowBox, ` ${tl.flows}`),
         download,
         h("span", { class: "spacer" }),
@@ -64,7 +126,7 @@ export async function timelinePage(ctx: PageContext): Promise<void> {
       h(
         "div",
         { class: "tl-body" },
-        h("div", { class: "tl-canvas-wrap" }, canvas),
+        h("div", { class: "tl-canvas-wrap" }, canvas, trackList, markList),
         h(
           "div",
           { class: "tl-side" },
@@ -78,6 +140,7 @@ export async function timelinePage(ctx: PageContext): Promise<void> {
   const renderer = new Renderer(canvas);
   const plotWidth = () => Math.max(1, canvas.clientWidth - GUTTER_W);
   const view = new Viewport(0, endNs, plotWidth(), 0, endNs);
+  view.set(...stepsSpan());
   let slices: Slice[] = [];
   let flows: Flow[] = [];
   let loaded = { start: 0, end: 0, nsPerPx: Infinity };
@@ -97,11 +160,54 @@ export async function timelinePage(ctx: PageContext): Promise<void> {
     if (selectedId) {
       selected = slices.find((s) => s.id === selectedId?.id && s.rank === selectedId.rank && s.count === 1) ?? null;
     }
-    renderer.draw(view, layouts, slices, visibleFlows(), selected, highlight);
+    renderer.draw(view, layouts, slices, visibleFlows(), selected, highlight, marks);
     range.textContent = `${fmt.duration(view.startNs)} – ${fmt.duration(view.endNs)} (${fmt.duration(view.spanNs)})`;
     canvas.dataset.startNs = String(Math.round(view.startNs));
     canvas.dataset.endNs = String(Math.round(view.endNs));
     canvas.dataset.scrollY = String(Math.round(view.scrollY));
+    canvas.dataset.ranks = shown.join(",");
+  }
+
+  function rankChooser(): HTMLElement {
+    const boxes = info.ranks.map((r) => h("input", { type: "checkbox", value: r, checked: shown.includes(r), "data-rank": r }));
+    const all = h("input", { type: "checkbox", checked: shown.length === info.ranks.length, "data-rank": "all" });
+    const summary = h("summary", { "data-testid": "rank-filter-summary" }, p.ranksShown(shownText()));
+    const update = (next: number[]) => {
+      if (!next.length) return; // at least one rank stays shown
+      shown = next;
+      boxes.forEach((b) => (b.checked = shown.includes(Number(b.value))));
+      all.checked = shown.length === info.ranks.length;
+      summary.textContent = p.ranksShown(shownText());
+      const params = new URLSearchParams(ctx.params);
+      params.set("ranks", shown.join(","));
+      if (!shown.includes(ctx.rank)) params.set("rank", String(shown[0]));
+      history.replaceState(null, "", `#/timeline?${params}`);
+      applyRanks();
+      view.scrollY = 0;
+      highlight = null;
+      selectedId = null;
+      loaded = { start: 0, end: 0, nsPerPx: Infinity };
+      changed();
+    };
+    boxes.forEach((b) =>
+      b.addEventListener("change", () => update(info.ranks.filter((r) => boxes[info.ranks.indexOf(r)].checked))),
+    );
+    all.addEventListener("change", () => update(all.checked ? [...info.ranks] : [ctx.rank]));
+    return h(
+      "details",
+      { class: "tl-ranks", "data-testid": "rank-filter" },
+      summary,
+      h(
+        "div",
+        { class: "tl-ranks-list" },
+        h("label", {}, all, ` ${p.allRanks}`),
+        info.ranks.map((r, i) => h("label", {}, boxes[i], ` ${t.nav.rank} ${r}`)),
+      ),
+    );
+  }
+
+  function shownText(): string {
+    return shown.length === info.ranks.length ? p.allRanks : shown.join(", ");
   }
 
   function visibleFlows(): Flow[] {
@@ -134,7 +240,7 @@ export async function timelinePage(ctx: PageContext): Promise<void> {
     const width = ((end - start) / span) * view.widthPx;
     loading.textContent = t.loading;
     try {
-      const win = await fetchWindow(ctx.run, info.kinds, start, end, width, flowBox.checked, controller.signal);
+      const win = await fetchWindow(ctx.run, info.kinds, start, end, width, flowBox.checked, controller.signal, ranksArg());
       slices = win.slices;
       flows = win.flows;
       loaded = { start: win.startNs, end: win.endNs, nsPerPx: (win.endNs - win.startNs) / width };
@@ -157,7 +263,7 @@ export async function timelinePage(ctx: PageContext): Promise<void> {
       [f.name, ev.name],
       [f.kind, ev.kind],
       [f.category, ev.category ?? "–"],
-      [f.track, `${ev.track_name} (${f.rank} ${ev.rank})`],
+      [f.track, trackByKey.get(trackKey(ev.rank, ev.track))?.name ?? `${ev.track_name} (${f.rank} ${ev.rank})`],
       [f.start, fmt.duration(ev.start_ns)],
       [f.duration, fmt.duration(ev.dur_ns)],
       [f.step, String(ev.step)],
@@ -202,7 +308,7 @@ export async function timelinePage(ctx: PageContext): Promise<void> {
     const q = searchInput.value.trim();
     if (!q) return;
     resultsInfo.textContent = t.loading;
-    const res = await get<SearchResult>("run/timeline/search", { run: ctx.run, q, limit: 100 });
+    const res = await get<SearchResult>("run/timeline/search", { run: ctx.run, q, limit: 100, ranks: ranksArg() });
     resultsInfo.textContent = res.total ? `${fmt.count(res.total)} ${tl.results}` : tl.noResults;
     replace(
       results,
@@ -293,9 +399,19 @@ export async function timelinePage(ctx: PageContext): Promise<void> {
     void search().catch((err) => (resultsInfo.textContent = `${t.error}: ${(err as Error).message}`));
   });
   resetBtn.addEventListener("click", () => {
+    view.set(...stepsSpan());
+    view.scrollY = 0;
+    highlight = null;
+    changed();
+  });
+  wholeBtn.addEventListener("click", () => {
     view.reset();
     highlight = null;
     changed();
+  });
+  canvas.addEventListener("mousemove", (e) => {
+    const track = renderer.trackAt(e.offsetX, e.offsetY, layouts, view.scrollY);
+    canvas.title = track ? track.name : "";
   });
   flowBox.addEventListener("change", () => {
     loaded = { start: 0, end: 0, nsPerPx: Infinity };

@@ -8,11 +8,12 @@ import type { Flow, Slice, Track, Window } from "./types";
 
 export const trackKey = (rank: number, track: number): string => `${rank}:${track}`;
 
+/** The server's tracks as the viewer's, named by their label (rank, stage, thread or stream). */
 export function toTracks(data: Tracks): Track[] {
   return data.tracks.map((tr) => ({
     key: trackKey(tr.rank, tr.track),
     rank: tr.rank,
-    name: data.ranks.length > 1 ? `[${tr.rank}] ${tr.name}` : tr.name,
+    name: tr.label,
     isDevice: tr.is_device,
     rows: tr.max_depth + 1,
   }));
@@ -26,13 +27,14 @@ export async function fetchWindow(
   widthPx: number,
   withFlows: boolean,
   signal: AbortSignal,
+  ranks: string | null = null,
 ): Promise<Window> {
   const start = Math.max(0, Math.floor(startNs));
   const end = Math.max(start + 1, Math.ceil(endNs));
   const width = Math.max(1, Math.min(10000, Math.round(widthPx)));
   const [win, flows] = await Promise.all([
-    get<WindowData>("run/timeline/window", { run, start_ns: start, end_ns: end, width_px: width }, signal),
-    withFlows ? get<FlowData>("run/timeline/flows", { run, start_ns: start, end_ns: end, limit: 2000 }, signal) : null,
+    get<WindowData>("run/timeline/window", { run, start_ns: start, end_ns: end, width_px: width, ranks }, signal),
+    withFlows ? get<FlowData>("run/timeline/flows", { run, start_ns: start, end_ns: end, limit: 2000, ranks }, signal) : null,
   ]);
   const slices: Slice[] = [];
   for (const tw of win.tracks) {

@@ -4,16 +4,15 @@
  * mapped back to the slice under it.
  */
 import { duration } from "../format";
-import type { Flow, Slice, Track } from "./types";
+import { OVERLAP_COLORS, STAGE_COLORS, STEP_MARK_COLOR, TIMELINE_DEVICE_COLORS, TIMELINE_HOST_COLORS } from "../palette";
+import type { Flow, Slice, StepMark, Track } from "./types";
 import { tickStep, type Viewport } from "./viewport";
 
 export const RULER_H = 26;
-export const GUTTER_W = 200;
+export const GUTTER_W = 250;
 export const ROW_H = 18;
 export const TRACK_GAP = 8;
 
-const HOST_COLORS = ["#5b8def", "#4fb38a", "#e6a23c", "#9b7be0", "#3fb1c9", "#d46fa8", "#8fa14a", "#d98b52"];
-const DEVICE_COLORS = ["#2f5fc4", "#238a60", "#c27c10", "#7650c0", "#1f8ea5", "#b04b86"];
 
 export interface TrackLayout {
   track: Track;
@@ -39,9 +38,9 @@ function hash(text: string): number {
 }
 
 export function colorOf(slice: Slice, isDevice: boolean): string {
-  const palette = isDevice ? DEVICE_COLORS : HOST_COLORS;
-  if (slice.kind === "communication") return "#d9534f";
-  if (slice.kind === "step") return "#8c96a8";
+  const palette = isDevice ? TIMELINE_DEVICE_COLORS : TIMELINE_HOST_COLORS;
+  if (slice.kind === "communication") return OVERLAP_COLORS.communication;
+  if (slice.kind === "step") return STAGE_COLORS.step;
   return palette[hash(slice.name) % palette.length];
 }
 
@@ -65,6 +64,7 @@ export class Renderer {
     flows: Flow[],
     selected: Slice | null,
     highlight: { trackKey: string; start: number; dur: number } | null,
+    marks: StepMark[] = [],
   ): void {
     const dpr = window.devicePixelRatio || 1;
     const cssW = this.canvas.clientWidth;
@@ -138,9 +138,11 @@ export class Renderer {
       }
     }
     this.drawFlows(ctx, view, flows, yOf);
+    this.drawStepLines(ctx, view, layouts, marks, yOf, cssH);
     ctx.restore();
 
     this.drawRuler(ctx, view, cssW);
+    this.drawStepLabels(ctx, view, marks, cssW);
     this.drawGutter(ctx, layouts, yOf, cssH);
   }
 
@@ -175,6 +177,62 @@ export class Renderer {
     }
   }
 
+  /** A dashed line at each step's start (and the last step's end) over the tracks of its rank. */
+  private drawStepLines(
+    ctx: CanvasRenderingContext2D,
+    view: Viewport,
+    layouts: TrackLayout[],
+    marks: StepMark[],
+    yOf: (l: TrackLayout) => number,
+    cssH: number,
+  ): void {
+    if (!marks.length) return;
+    const extent = new Map<number, [number, number]>();
+    for (const l of layouts) {
+      const [top, bottom] = extent.get(l.track.rank) ?? [Infinity, -Infinity];
+      extent.set(l.track.rank, [Math.min(top, yOf(l)), Math.max(bottom, yOf(l) + l.height)]);
+    }
+    ctx.save();
+    ctx.strokeStyle = STEP_MARK_COLOR;
+    ctx.lineWidth = 1;
+    ctx.setLineDash([4, 3]);
+    for (const m of marks) {
+      const [top, bottom] = extent.get(m.rank) ?? [RULER_H, cssH];
+      for (const t of m.last ? [m.start, m.end] : [m.start]) {
+        const x = Math.round(GUTTER_W + view.x(t)) + 0.5;
+        if (x < GUTTER_W || x > GUTTER_W + view.widthPx) continue;
+        ctx.beginPath();
+        ctx.moveTo(x, Math.max(RULER_H, top));
+        ctx.lineTo(x, Math.min(cssH, bottom));
+        ctx.stroke();
+      }
+    }
+    ctx.restore();
+  }
+
+  /** "step N" in the ruler at each step's start, for the marks given a label (one rank's). */
+  private drawStepLabels(ctx: CanvasRenderingContext2D, view: Viewport, marks: StepMark[], cssW: number): void {
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(GUTTER_W, 0, cssW - GUTTER_W, RULER_H);
+    ctx.clip();
+    ctx.font = "bold 10px system-ui, sans-serif";
+    for (const m of marks) {
+      if (!m.label) continue;
+      const x0 = GUTTER_W + view.x(m.start);
+      const x1 = GUTTER_W + view.x(m.end);
+      if (x1 < GUTTER_W || x0 > cssW) continue;
+      const x = Math.max(x0, GUTTER_W);
+      const w = Math.min(ctx.measureText(m.label).width + 8, Math.max(0, x1 - x - 2));
+      if (w < 20) continue;
+      ctx.fillStyle = STEP_MARK_COLOR;
+      ctx.fillRect(x, RULER_H - 12, w, 11);
+      ctx.fillStyle = "#ffffff";
+      ctx.fillText(fit(ctx, m.label, w - 6), x + 3, RULER_H - 6.5);
+    }
+    ctx.restore();
+  }
+
   private drawRuler(ctx: CanvasRenderingContext2D, view: Viewport, cssW: number): void {
     ctx.fillStyle = "#eef1f5";
     ctx.fillRect(0, 0, cssW, RULER_H);
@@ -189,7 +247,7 @@ export class Renderer {
     for (let tick = first; tick <= view.endNs; tick += step) {
       const x = GUTTER_W + view.x(tick);
       ctx.fillRect(x, RULER_H - 7, 1, 7);
-      ctx.fillText(duration(tick, step < 1e3 ? 3 : 2), x + 3, RULER_H / 2 - 2);
+      ctx.fillText(duration(tick, step < 1e3 ? 3 : 2), x + 3, RULER_H / 2 - 5);
     }
   }
 
@@ -216,6 +274,14 @@ export class Renderer {
     ctx.restore();
     ctx.fillStyle = "#c9cfd8";
     ctx.fillRect(GUTTER_W - 1, 0, 1, cssH);
+  }
+
+  /** The track whose label is at canvas point (x, y) in the gutter, if any. */
+  trackAt(x: number, y: number, layouts: TrackLayout[], scrollY: number): Track | null {
+    if (x > GUTTER_W || y < RULER_H) return null;
+    const content = y - RULER_H + scrollY;
+    const l = layouts.find((t) => content >= t.top && content < t.top + t.height + TRACK_GAP);
+    return l ? l.track : null;
   }
 
   /** The slice drawn at canvas point (x, y), if any. */

@@ -41,3 +41,15 @@ export interface Window {
   slices: Slice[];
   flows: Flow[];
 }
+
+/** A profiled step of one rank, drawn as boundaries over that rank's tracks. */
+export interface StepMark {
+  rank: number;
+  step: number;
+  start: number;
+  end: number;
+  /** Also draw the step's end (the last step of its rank). */
+  last: boolean;
+  /** The ruler's label ("step 4"); empty for the marks of the other ranks shown. */
+  label: string;
+}
