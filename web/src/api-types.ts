@@ -1957,13 +1957,6 @@ export interface components {
              */
             point_candidates: components["schemas"]["PointCandidate"][];
         };
-        /** TimeSpan */
-        TimeSpan: {
-            /** Start Ns */
-            start_ns: number;
-            /** End Ns */
-            end_ns: number;
-        };
         /** TimeOverviewSeries */
         TimeOverviewSeries: {
             /** Rank */
@@ -2008,6 +2001,13 @@ export interface components {
              * @description the ranks' wait for peers at collectives, summed per rank and averaged over ranks
              */
             mean_wait_ns: number | null;
+        };
+        /** TimeSpan */
+        TimeSpan: {
+            /** Start Ns */
+            start_ns: number;
+            /** End Ns */
+            end_ns: number;
         };
         /** TimelineSummary */
         TimelineSummary: {
