@@ -4,7 +4,7 @@
  * only rendered once the run is ready.
  */
 import "./style.css";
-import { ApiError, get, report, type RunStatus } from "./api";
+import { ApiError, get, NotInReport, report, type RunStatus } from "./api";
 import { errorBox } from "./components/card";
 import type { PageContext } from "./context";
 import { h, replace } from "./dom";
@@ -178,7 +178,8 @@ async function render(): Promise<void> {
       setTimeout(() => void render(), 1000); // polls the status again, which re-analyses the run
       return;
     }
-    replace(main, errorBox(err));
+    // a view a report left out is a note where it would be, not an error
+    replace(main, err instanceof NotInReport ? h("div", { class: "card note", "data-testid": "not-in-report" }, err.message) : errorBox(err));
   }
 }
 
