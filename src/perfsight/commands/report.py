@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
     limit = int(args.max_size * 1_000_000)
     try:
-        budget = limit - overhead() - 4096  # the document's own fields around its answers
+        budget = limit - overhead()
     except UiNotBuilt as error:
         return _error(str(error))
     if budget <= 0:

@@ -25,7 +25,7 @@ from typing import Any, get_args
 import orjson
 
 from perfsight.server import models, queries
-from perfsight.server.report_client import Answer, AppClient, Params
+from perfsight.server.report_client import Answer, AppClient, Params, clean
 
 FORMAT = 1
 """Version of the embedded document (``web/src/api.ts`` ``ReportData``)."""
@@ -39,6 +39,7 @@ RUN_PAGES = ("overview", "findings", "steps", "operators", "memory")
 """The rank pages a report carries (web/src/router.ts ``RUN_PAGES`` without the timeline, which
 asks the server for every window it draws)."""
 JOB_PAGES = ("job", "job-steps", "job-findings")
+OTHER_RANKS = "the pages of other ranks"
 
 
 class ReportTooLarge(RuntimeError):
@@ -118,12 +119,18 @@ class Bundle:
 
     def fetch(self, path: str, params: Params) -> Answer:
         """The server's answer (asked once per request)."""
-        answer = self.client.get(path, params)
-        key = self._key(answer.path, answer.params)
-        return self._fetched.setdefault(key, answer)
+        key = self._key(path, clean(params))
+        if key not in self._fetched:
+            self._fetched[key] = self.client.get(path, params)
+        return self._fetched[key]
 
-    def has(self, path: str, params: Params) -> bool:
-        return self._key(path, {k: str(v) for k, v in params.items() if v not in (None, "")}) in self._keys
+    def closed(self, group: str) -> bool:
+        """True once an ask of ``group`` has not fitted (its later asks are left out unasked)."""
+        return group in self._closed
+
+    def leave_out(self, group: str) -> None:
+        """Note one more ask of ``group`` left out."""
+        self.omitted[group] = self.omitted.get(group, 0) + 1
 
     def _entry(self, answer: Answer, pending: list[Entry]) -> Entry:
         """``answer`` as an entry: a reference to an identical earlier body, a reordering of an
@@ -151,8 +158,8 @@ class Bundle:
         left out.  Once a group has not fitted, later asks of it are left out without trying (they are
         of the same kind and size).  ``required`` answers that do not fit raise :class:`ReportTooLarge`."""
         fresh = [a for a in answers if self._key(a.path, a.params) not in self._keys]
-        if not required and group in self._closed:
-            self.omitted[group] = self.omitted.get(group, 0) + 1
+        if not required and self.closed(group):
+            self.leave_out(group)
             return False
         pending: list[Entry] = []
         seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
@@ -169,7 +176,7 @@ class Bundle:
                     f"{self.budget / 1e6:.1f} MB left for data (raise it with --max-size)"
                 )
             self._closed.add(group)
-            self.omitted[group] = self.omitted.get(group, 0) + 1
+            self.leave_out(group)
             return False
         for entry in pending:
             self._keys[self._key(entry.answer.path, entry.answer.params)] = len(self.entries)
@@ -183,8 +190,8 @@ class Bundle:
         self, requests: list[tuple[str, Params]], group: str, required: bool = False
     ) -> list[Answer] | None:
         """Fetch and :meth:`include` ``requests``; their answers, or None when left out."""
-        if not required and group in self._closed:
-            self.omitted[group] = self.omitted.get(group, 0) + 1
+        if not required and self.closed(group):
+            self.leave_out(group)
             return None
         answers = [self.fetch(path, params) for path, params in requests]
         return answers if self.include(answers, group, required) else None
@@ -244,9 +251,7 @@ def rank_pages(bundle: Bundle, rank: int, required: bool) -> RankPlan | None:
     ]
     if has_kernels:
         asks += [table("run/kernel-types", at, "total_ns"), table("run/kernels", at, "dur_ns")]
-    answers = bundle.ask(
-        asks, f"the pages of rank {rank}" if required else "the pages of other ranks", required
-    )
+    answers = bundle.ask(asks, f"the pages of rank {rank}" if required else OTHER_RANKS, required)
     if answers is None:
         return None
     steps = answers[2].data.get("steps", []) if answers[2].status == 200 else []
@@ -398,6 +403,8 @@ def build_report(
     bundle = Bundle(client, run, budget_bytes)
     bundle.include([status], "the run's status", required=True)
     all_ranks = sorted(status.data["ranks"]) or [0]
+    # the document's own fields: its rank lists (a thousand ranks take kilobytes), title, left-out list
+    bundle.used += 2 * len(orjson.dumps(all_ranks)) + len(escaped(orjson.dumps([run, title]))) + 2048
     job = len(all_ranks) > 1
     overview = job_pages(bundle) if job else {}
     order = [r for r in ranks if r in all_ranks] if ranks else ranks_of_interest(all_ranks, overview)
@@ -408,8 +415,8 @@ def build_report(
     if job:
         job_extras(bundle)
     for rank in order[1:]:
-        if "the pages of other ranks" in bundle._closed:
-            bundle.omitted["the pages of other ranks"] += 1
+        if bundle.closed(OTHER_RANKS):
+            bundle.leave_out(OTHER_RANKS)  # not even asked: a thousand ranks cost no time here
             continue
         plans.append(rank_pages(bundle, rank, required=False))
     kept = [p for p in plans if p is not None]
