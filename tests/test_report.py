@@ -337,3 +337,25 @@ def test_the_hostile_names_survive_the_embedding_byte_for_byte(made: Made) -> No
     }
     ops = [n for n in HOSTILE_NAMES if n in names]
     assert len(ops) == len(HOSTILE_NAMES), set(HOSTILE_NAMES) - names
+
+
+def test_ranks_chooses_the_rank_pages_and_a_left_out_rank_says_so(
+    made: Made, offline: Any, tmp_path: Path
+) -> None:
+    out = tmp_path / "rank1.html"
+    result = report_command(made.base / PP_JOB, out, made.cache, "--ranks", "1", "-q")
+    assert result.returncode == 0 and result.stderr == ""
+    doc = document(out)
+    assert (doc["ranks"], doc["all_ranks"]) == ([1], [0, 1])
+    o = offline(out)
+    p = o.open()
+    p.wait_for_selector('[data-testid="job-ranks"] tbody tr td')
+    assert p.locator('[data-testid="job-ranks"] tbody tr').count() == 2  # the job pages keep every rank
+    p.goto(o.file_url + "#/overview?run=.&rank=0")
+    note = p.wait_for_selector('[data-testid="not-in-report"]')
+    assert "rank 0" in note.inner_text()
+    p.goto(o.file_url + "#/overview?run=.&rank=1")
+    p.wait_for_selector('[data-testid="stat-steps"]')
+    steps = made.server.get("run/step-trace", run=PP_JOB, rank=1)["steps"]
+    assert p.inner_text('[data-testid="stat-steps"]') == str(len(steps))
+    assert o.refused == [] and o.errors == []
