@@ -4,10 +4,10 @@ Why answers of the API: the report is the web UI in a static mode (``web/src/api
 request from the embedded answers when the page holds them), so a report equals the server by
 construction -- every number comes from the same route the server runs (:mod:`report_client`).
 This module only decides *which* requests to embed: the ones each page makes when it opens
-(:data:`PAGE_REQUESTS` mirrors ``web/src/pages/*``), then, while the budget lasts, the answers a
-user reaches by clicking (other sort orders, later table pages, single steps, drill-downs, other
-ranks), most useful first.  What does not fit is listed in the report (``omitted``), and the UI
-says "not in this report" where a user asks for it.
+(:func:`job_pages`, :func:`rank_pages`, which mirror ``web/src/pages/*``), then, while the budget
+lasts, the answers a user reaches by clicking (other sort orders, later table pages, single steps,
+drill-downs, other ranks), most useful first.  What does not fit is listed in the report
+(``omitted``), and the UI says "not in this report" where a user asks for it.
 
 It must not compute or change any number, nor read an analysis table itself.
 
