@@ -100,6 +100,18 @@ def _permutation(base: Any, other: Any) -> tuple[str, list[int]] | None:
     return field, order
 
 
+ORDER_PARAMS = ("sort", "order")
+
+
+def _reorders(base: Answer, other: Answer) -> bool:
+    """``other`` asks what ``base`` asked, but maybe in another order: the same endpoint and parameters
+    but for the sort column and direction (only such answers are tried as reorderings)."""
+    if base.path != other.path:
+        return False
+    kept = [{k: v for k, v in a.params.items() if k not in ORDER_PARAMS} for a in (base, other)]
+    return kept[0] == kept[1]
+
+
 class Bundle:
     """The answers chosen so far, their size, and what was left out."""
 
@@ -146,7 +158,7 @@ class Bundle:
             body = answer.data
             for index in range(len(every) - 1, -1, -1):
                 entry = every[index]
-                if entry.body is None or entry.answer.status != 200 or entry.answer.path != answer.path:
+                if entry.body is None or entry.answer.status != 200 or not _reorders(entry.answer, answer):
                     continue
                 found = _permutation(entry.answer.data, body)
                 if found is not None:
