@@ -40,6 +40,7 @@ from shared_data import require
 
 DOCUMENT = re.compile(r'<script type="application/json" id="perfsight-report">(.*?)</script>', re.DOTALL)
 LIMIT_BYTES = 5_000_000  # the default --max-size
+HOSTILE_FOLDER = "<img src=x onerror=alert(2)> & \u202e名"  # a run's name is data too
 
 
 def report_command(target: Path, out: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -72,15 +73,19 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Made]:
     (base / KINETO_RUN).parent.mkdir(parents=True)
     shutil.copyfile(NCCL_TRACE, base / KINETO_RUN)
     _write_hostile(base / HOSTILE_RUN)
+    _write_hostile(root / "elsewhere" / HOSTILE_FOLDER)
     reports = {}
     for run in (PP_JOB, STRAGGLER_JOB, KINETO_RUN, HOSTILE_RUN):
         out = root / f"{run.replace('/', '_')}.html"
         result = report_command(base / run, out, root / "cache")
         assert result.returncode == 0, result.stderr[-3000:]
         reports[run] = out
+    named = report_command(root / "elsewhere" / HOSTILE_FOLDER, root / "named.html", root / "cache")
+    assert named.returncode == 0, named.stderr[-3000:]
+    reports[HOSTILE_FOLDER] = root / "named.html"
     server = Server(base)
     try:
-        for run in reports:
+        for run in (PP_JOB, STRAGGLER_JOB, KINETO_RUN, HOSTILE_RUN):
             server.wait_ready(run, timeout_s=300)
         yield Made(base, root / "cache", reports, server)
     finally:
@@ -359,3 +364,14 @@ def test_ranks_chooses_the_rank_pages_and_a_left_out_rank_says_so(
     steps = made.server.get("run/step-trace", run=PP_JOB, rank=1)["steps"]
     assert p.inner_text('[data-testid="stat-steps"]') == str(len(steps))
     assert o.refused == [] and o.errors == []
+
+
+def test_a_hostile_run_name_stays_text(made: Made, offline: Any) -> None:
+    o = offline(made.reports[HOSTILE_FOLDER])
+    p = o.open()
+    p.wait_for_selector('[data-testid="run-name"]')
+    assert p.inner_text('[data-testid="run-name"]') == HOSTILE_FOLDER
+    assert p.title() == f"perfsight report: {HOSTILE_FOLDER}"
+    _settled(p)
+    assert p.locator("img[src='x']").count() == 0
+    assert o.dialogs == [] and o.refused == [] and o.errors == []
