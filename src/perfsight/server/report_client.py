@@ -122,13 +122,21 @@ class AppClient:
     def wait_ready(self, run: Run, report: Callable[[str], None], poll_s: float = 0.3) -> Answer:
         """Open ``run`` as the UI does (its status starts the analysis when it is new or stale) and
         wait until it is analysed; returns the ready status answer.  ``report`` is told each new stage."""
-        said = ""
+        said, previous, queued = "", None, 0
         while True:
             answer = self.get("run/status", {"run": run.id})
             status = answer.data if answer.status == 200 else {}
             state = status.get("status")
             if state == "ready":
                 return answer
+            if state == "queued" and previous != "queued":
+                queued += 1
+            if queued > 2:  # analysed, yet not readable: the server would analyse it for ever
+                raise ReportInputError(
+                    f"{run.path}: analysed twice, but the analysis has nothing the pages can read "
+                    f"({status.get('stage') or state})"
+                )
+            previous = state
             if state == "failed" or answer.status != 200:
                 why = status.get("error") or (status.get("detail") if isinstance(status, dict) else None)
                 raise ReportInputError(f"{run.path}: the analysis failed: {why or answer.raw[:200]!r}")
