@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -96,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         )
     base = path if path.is_dir() else path.parent
     client = AppClient(create_app(base.resolve(), cache_dir=args.cache_dir))
+    # stopped by a signal, the analysis child is stopped too (``finally``), never left running
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         found = client.find_run(path)
         say(f"{found.kind_label} {found.name}: analysing (as perfsight serve does, into its cache)")
