@@ -15,7 +15,7 @@ import sys
 from perfsight import __version__
 from perfsight.terminal import printable_line
 
-COMMANDS = ("analyse", "compare", "serve", "run", "trigger", "collect")
+COMMANDS = ("analyse", "compare", "serve", "report", "run", "trigger", "collect")
 """Modules under :mod:`perfsight.commands`, in the order ``--help`` lists them."""
 
 INTERRUPTED = 130

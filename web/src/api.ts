@@ -7,6 +7,7 @@
  */
 
 import type { components } from "./api-types";
+import { t } from "./i18n";
 
 type Schemas = components["schemas"];
 
@@ -78,6 +79,7 @@ function url(path: string, params: Params = {}): string {
 }
 
 export async function get<T>(path: string, params: Params = {}, signal?: AbortSignal): Promise<T> {
+  if (report) return fromReport<T>(path, params);
   const response = await fetch(url(path, params), { signal, headers: { Accept: "application/json" } });
   const body = await response.json().catch(() => null);
   if (!response.ok) {
@@ -85,4 +87,90 @@ export async function get<T>(path: string, params: Params = {}, signal?: AbortSi
     throw new ApiError(detail, response.status, body);
   }
   return body as T;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Static mode: a report written by `perfsight report` (docs/REPORT.md) holds the server's answers
+// to the requests its pages make, in a <script type="application/json" id="perfsight-report">
+// element; get() answers from it and never touches the network.  A request the report does not
+// hold fails with NotInReport, which the page shows where the data would be.
+
+/** One embedded answer: its body, or (to keep reports small) another answer's body with one list
+ * reordered -- `order[i]` is the index in `like`'s `field` of the i-th element. */
+export interface ReportAnswer {
+  path: string;
+  params: Record<string, string>;
+  status: number;
+  body?: unknown;
+  like?: number;
+  field?: string;
+  order?: number[];
+}
+
+/** The document embedded in a report (src/perfsight/server/report_bundle.py `Report.document`). */
+export interface ReportData {
+  format: number;
+  kind: "run";
+  run: string;
+  title: string;
+  generated: string;
+  perfsight: string;
+  /** The pages the report carries, in the order of the tabs. */
+  pages: string[];
+  /** The ranks whose pages it carries, and every rank of the run. */
+  ranks: number[];
+  all_ranks: number[];
+  /** What was left out to keep the file small: a kind of view and how many of them. */
+  omitted: { what: string; count: number }[];
+  answers: ReportAnswer[];
+}
+
+/** The request as a key: the parameters the UI sends (empty ones dropped), sorted by name. */
+function requestKey(path: string, params: Params | Record<string, string>): string {
+  const kept = Object.entries(params)
+    .filter(([, v]) => v !== undefined && v !== null && v !== "")
+    .map(([k, v]) => [k, String(v)])
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return JSON.stringify([path, kept]);
+}
+
+function readReport(): { data: ReportData; index: Map<string, number> } | null {
+  const element = typeof document !== "undefined" ? document.getElementById("perfsight-report") : null;
+  if (!element?.textContent) return null;
+  const data = JSON.parse(element.textContent) as ReportData;
+  const index = new Map<string, number>();
+  data.answers.forEach((a, i) => index.set(requestKey(a.path, a.params), i));
+  return { data, index };
+}
+
+const embedded = readReport();
+/** The report this page is, or null when it is served by `perfsight serve`. */
+export const report: ReportData | null = embedded?.data ?? null;
+
+/** A request whose answer the report does not hold (a view it left out to stay small). */
+export class NotInReport extends ApiError {
+  constructor(path: string) {
+    super(t.report.notIncluded, 404, { detail: t.report.notIncluded, path });
+  }
+}
+
+function body(i: number): unknown {
+  const answer = embedded!.data.answers[i];
+  if (answer.like === undefined) return answer.body;
+  const base = body(answer.like) as Record<string, unknown[]>;
+  if (answer.field === undefined || answer.order === undefined) return base;
+  const list = base[answer.field];
+  return { ...base, [answer.field]: answer.order.map((j) => list[j]) };
+}
+
+async function fromReport<T>(path: string, params: Params): Promise<T> {
+  const i = embedded!.index.get(requestKey(path, params));
+  if (i === undefined) throw new NotInReport(path);
+  const answer = embedded!.data.answers[i];
+  const data = body(i);
+  if (answer.status >= 400) {
+    const detail = data && typeof data === "object" && "detail" in data ? String((data as any).detail) : `HTTP ${answer.status}`;
+    throw new ApiError(detail, answer.status, data);
+  }
+  return data as T;
 }

@@ -4,7 +4,7 @@
  * only rendered once the run is ready.
  */
 import "./style.css";
-import { ApiError, get, type RunStatus } from "./api";
+import { ApiError, get, NotInReport, report, type RunStatus } from "./api";
 import { errorBox } from "./components/card";
 import type { PageContext } from "./context";
 import { h, replace } from "./dom";
@@ -50,7 +50,8 @@ function header(crumb: string | null, extra: Node | null = null): HTMLElement {
     "header",
     { class: "top" },
     h("a", { class: "brand", href: href("runs") }, t.appName),
-    crumb !== null ? h("span", { class: "crumb", "data-testid": "run-name" }, crumb) : null,
+    report ? h("span", { class: "badge report-badge", "data-testid": "report-badge" }, t.report.badge) : null,
+    crumb !== null ? h("span", { class: "crumb", "data-testid": "run-name" }, report ? report.title : crumb) : null,
     h("span", { class: "spacer" }),
     extra,
   );
@@ -87,10 +88,31 @@ async function waitUntilReady(run: string, main: HTMLElement, mine: number): Pro
   }
 }
 
+/** What a report carries and leaves out, under its pages (static mode only). */
+function reportNote(): HTMLElement | null {
+  if (!report) return null;
+  const omitted = report.omitted.map((o) => h("li", {}, `${o.what} (${o.count})`));
+  return h(
+    "footer",
+    { class: "report-note", "data-testid": "report-note" },
+    h("p", {}, `${t.report.made(report.perfsight, report.generated)} ${report.all_ranks.length > 1 ? t.report.ranks(report.ranks.length, report.all_ranks.length) : ""} ${t.report.needsServer}`),
+    omitted.length ? h("p", {}, t.report.leftOut) : null,
+    omitted.length ? h("ul", { "data-testid": "report-omitted" }, omitted) : null,
+  );
+}
+
 async function render(): Promise<void> {
   const mine = ++generation;
   const route = parse();
   const main = h("main");
+  if (report) {
+    document.body.classList.add("report");
+    if (route.page === "runs") {
+      // a report is one run: it opens on its first page (there is no run list to go back to)
+      window.location.replace(href(report.pages[0] as PageName, { run: report.run }));
+      return;
+    }
+  }
   if (route.page === "runs") {
     replace(app, header(null), main);
     try {
@@ -112,19 +134,21 @@ async function render(): Promise<void> {
   const run = route.params.get("run") as string;
   const tabs = h("nav", { class: "tabs" });
   const rankSelect = h("select", { "aria-label": t.nav.rank, "data-testid": "rank-select" });
-  replace(app, header(run, rankSelect), tabs, main);
+  replace(app, header(run, rankSelect), tabs, main, ...(report ? [reportNote() as HTMLElement] : []));
   rankSelect.hidden = true;
   try {
     const status = await waitUntilReady(run, main, mine);
     if (!status || mine !== generation) return;
-    const ranks = status.ranks.length ? status.ranks : [0];
+    // a report's rank pages are those of the ranks it carries; its job pages still show every rank
+    const ranks = report ? report.ranks : status.ranks.length ? status.ranks : [0];
+    const jobRun = (report ? report.all_ranks : ranks).length > 1;
     const asked = Number(route.params.get("rank"));
     const rank = route.params.has("rank") && ranks.includes(asked) ? asked : ranks[0];
     const link = (page: PageName, extra: Record<string, string | number | null | undefined> = {}) =>
       href(page, { run, rank, ...extra });
     const jobPage = JOB_PAGES.includes(route.page);
     // a job of several ranks opens on its job pages; its rank pages follow, for the chosen rank
-    const pages = ranks.length > 1 ? [...JOB_PAGES, ...RUN_PAGES] : RUN_PAGES;
+    const pages = (jobRun ? [...JOB_PAGES, ...RUN_PAGES] : RUN_PAGES).filter((p) => !report || report.pages.includes(p));
     replace(
       tabs,
       pages.map((page) =>
@@ -133,7 +157,7 @@ async function render(): Promise<void> {
           {
             // a step chosen on a job page (the time overview) carries to the other job pages
             href: JOB_PAGES.includes(page) ? href(page, { run, step: route.params.get("step") }) : link(page),
-            class: `${page === route.page ? "active" : ""}${page === JOB_PAGES[JOB_PAGES.length - 1] && ranks.length > 1 ? " tab-sep" : ""}`,
+            class: `${page === route.page ? "active" : ""}${page === JOB_PAGES[JOB_PAGES.length - 1] && jobRun ? " tab-sep" : ""}`,
             "data-page": page,
           },
           t.nav[page as keyof typeof t.nav] as string,
@@ -147,6 +171,15 @@ async function render(): Promise<void> {
     };
     main.className = route.page === "timeline" ? "wide" : "";
     replace(main);
+    if (report && !jobPage && route.params.has("rank") && !ranks.includes(asked)) {
+      replace(main, h("div", { class: "card note", "data-testid": "not-in-report" }, t.report.rankNotIncluded(asked)));
+      return;
+    }
+    if (report && !report.pages.includes(route.page)) {
+      const name = t.nav[route.page as keyof typeof t.nav] as string;
+      replace(main, h("div", { class: "card note", "data-testid": "not-in-report" }, t.report.pageNotIncluded(name)));
+      return;
+    }
     const page = PAGES[route.page as Exclude<PageName, "runs" | "compare">];
     await page({ run, rank, ranks, params: route.params, root: main, link });
     staleRetries = 0;
@@ -157,7 +190,8 @@ async function render(): Promise<void> {
       setTimeout(() => void render(), 1000); // polls the status again, which re-analyses the run
       return;
     }
-    replace(main, errorBox(err));
+    // a view a report left out is a note where it would be, not an error
+    replace(main, err instanceof NotInReport ? h("div", { class: "card note", "data-testid": "not-in-report" }, err.message) : errorBox(err));
   }
 }
 

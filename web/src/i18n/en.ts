@@ -442,6 +442,20 @@ export const en = {
       peak_reserved_bytes: "Peak memory reserved",
     } as Record<string, string>,
   },
+
+  // perfsight report: a page opened from a report file (static mode, web/src/api.ts)
+  report: {
+    badge: "report",
+    notIncluded: "Not in this report: it carries a summary of the run (open the run with `perfsight serve` for everything).",
+    pageNotIncluded: (page: string) =>
+      `The ${page} page is not in this report: it asks the server for each view (open the run with \`perfsight serve\`).`,
+    rankNotIncluded: (rank: number) =>
+      `The pages of rank ${rank} are not in this report (it left them out to stay small; \`perfsight report --ranks ${rank}\` makes one with them).`,
+    made: (version: string, date: string) => `Report made by perfsight ${version} on ${date}.`,
+    ranks: (shown: number, all: number) => `Pages of ${shown} of ${all} ranks.`,
+    leftOut: "Left out to keep the file small:",
+    needsServer: "Searching tables and the timeline need `perfsight serve`.",
+  },
 };
 
 export type Strings = typeof en;
