@@ -13,6 +13,8 @@ import { t } from "./i18n";
 import { jobPage } from "./pages/job";
 import { findingsPage, jobFindingsPage } from "./pages/findings";
 import { jobStepsPage } from "./pages/job-steps";
+import { jobCommPage } from "./pages/job-comm";
+import { jobMatrixPage } from "./pages/job-matrix";
 import { memoryPage } from "./pages/memory";
 import { operatorsPage } from "./pages/operators";
 import { overviewPage } from "./pages/overview";
@@ -25,6 +27,8 @@ const PAGES: Record<Exclude<PageName, "runs">, (ctx: PageContext) => Promise<voi
   job: jobPage,
   "job-steps": jobStepsPage,
   "job-findings": jobFindingsPage,
+  "job-comm": jobCommPage,
+  "job-matrix": jobMatrixPage,
   overview: overviewPage,
   findings: findingsPage,
   steps: stepsPage,

@@ -8,6 +8,8 @@ export type PageName =
   | "job"
   | "job-steps"
   | "job-findings"
+  | "job-comm"
+  | "job-matrix"
   | "overview"
   | "findings"
   | "steps"
@@ -18,7 +20,7 @@ export type PageName =
 /** The pages of one rank (a single-device run, or one rank of a job). */
 export const RUN_PAGES: PageName[] = ["overview", "findings", "steps", "operators", "memory", "timeline"];
 /** The pages of a job as a whole (runs of several ranks): a job opens on the first. */
-export const JOB_PAGES: PageName[] = ["job", "job-steps", "job-findings"];
+export const JOB_PAGES: PageName[] = ["job", "job-steps", "job-comm", "job-matrix", "job-findings"];
 
 export interface Route {
   page: PageName;

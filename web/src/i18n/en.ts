@@ -3,6 +3,8 @@
  * (`Strings`); nothing else in web/src holds user-visible words.
  */
 
+import { commEn } from "./comm";
+
 export const en = {
   appName: "perfsight",
   loading: "Loading…",
@@ -45,6 +47,8 @@ export const en = {
     job: "Job overview",
     "job-steps": "Cluster step trace",
     "job-findings": "Job findings",
+    "job-comm": "Communication",
+    "job-matrix": "Communication matrix",
     overview: "Overview",
     findings: "Findings",
     steps: "Step trace",
@@ -322,6 +326,8 @@ export const en = {
       source: "Shown in",
     },
   },
+
+  comm: commEn,
 
   table: {
     page: "Page",
