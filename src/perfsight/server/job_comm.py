@@ -13,6 +13,7 @@ docs/OUTPUTS.md).  The heatmap's aggregation to screen resolution is ``job_matri
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import uuid
 from collections.abc import Sequence
@@ -87,28 +88,55 @@ def derived_table(saved: Path, name: str, sources: Sequence[Path], sql: str, par
     return target
 
 
-def _int(column: str) -> str:
-    """A CSV column read as text, as a whole number (``3``, ``3.0``; null when empty)."""
+def _int(column: str, present: Sequence[str] | None = None) -> str:
+    """A CSV column read as text, as a whole number (``3``, ``3.0``; null when empty, or when the
+    file has no such column: ``present`` lists the file's columns)."""
+    if present is not None and column not in present:
+        return "CAST(NULL AS BIGINT)"
     return f'CAST(round(TRY_CAST("{column}" AS DOUBLE)) AS BIGINT)'
+
+
+def _text(column: str, present: Sequence[str]) -> str:
+    return f'CAST("{column}" AS VARCHAR)' if column in present else "CAST(NULL AS VARCHAR)"
+
+
+def _header(path: Path) -> list[str]:
+    """The column names of a CSV file (its first line)."""
+    with path.open(newline="", encoding="utf-8", errors="replace") as f:
+        return next(csv.reader(f), [])
+
+
+REQUIRED_OP_COLUMNS = ("rank", "collective", *TIME_COLUMNS)
 
 
 def ops_table(root: Path | None, saved: Path) -> Path:
     """Every op of every rank (``cluster_communication_ops.csv``) with its times in ns, ``start_ns``
-    relative to the job's first op (aligned clocks), and its bandwidth = bytes / transit (B/s)."""
+    relative to the job's first op (aligned clocks), and its bandwidth = bytes / transit (B/s).
+    Optional columns a file lacks (written by another perfsight) are left empty."""
     source = cluster_file(root, OPS_FILE)
+    have = _header(source)
+    missing = [c for c in REQUIRED_OP_COLUMNS if c not in have]
+    if missing:
+        raise NoClusterAnalysis(
+            f"{CLUSTER_OUTPUT_DIR}/{OPS_FILE} has no column {', '.join(missing)}: analyse the job again "
+            "with this perfsight (`perfsight analyse JOB_FOLDER`)"
+        )
     times = ", ".join(f"coalesce({_int(c)}, 0) AS {c}" for c in TIME_COLUMNS)
+    p2p = "coalesce(TRY_CAST(is_p2p AS BOOLEAN), false)" if "is_p2p" in have else "false"
     sql = f"""
         WITH ops AS (
-            SELECT {_int("rank")} AS rank, CAST(collective AS VARCHAR) AS op,
-                CAST("group" AS VARCHAR) AS "group", {_int("step")} AS step, {_int("instance")} AS instance,
-                coalesce(TRY_CAST(is_p2p AS BOOLEAN), false) AS is_p2p, {_int("peer")} AS peer,
-                {_int("start_ns")} AS start_ns, {times}, TRY_CAST(bytes AS DOUBLE) AS bytes,
-                CAST(basis AS VARCHAR) AS basis
+            SELECT {_int("rank")} AS rank, {_text("collective", have)} AS op,
+                {_text("group", have)} AS "group", {_int("step", have)} AS step,
+                {_int("instance", have)} AS instance, {p2p} AS is_p2p,
+                {_int("peer", have)} AS peer_rank, {_int("start_ns", have)} AS start_at, {times},
+                {"TRY_CAST(bytes AS DOUBLE)" if "bytes" in have else "CAST(NULL AS DOUBLE)"} AS bytes,
+                {_text("basis", have)} AS basis
             FROM read_csv(?, header = true, all_varchar = true)
         )
-        SELECT * EXCLUDE (peer, start_ns, basis),
-            CASE WHEN is_p2p THEN peer END AS peer,
-            start_ns - min(start_ns) OVER () AS start_ns,
+        SELECT rank, op, "group", step, instance, is_p2p,
+            CASE WHEN is_p2p THEN peer_rank END AS peer,
+            start_at - min(start_at) OVER () AS start_ns,
+            {", ".join(TIME_COLUMNS)}, bytes,
             CASE WHEN transit_ns > 0 THEN bytes / (transit_ns / 1e9) END AS bandwidth_bytes_per_s,
             basis
         FROM ops WHERE rank IS NOT NULL
