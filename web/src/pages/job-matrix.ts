@@ -117,7 +117,9 @@ export async function jobMatrixPage(ctx: PageContext): Promise<void> {
   canvas.height = Math.round(height * dpr);
   canvas.style.width = `${width}px`;
   canvas.style.height = `${height}px`;
-  Object.entries({ left: LEFT, top: TOP, cell: cellPx, rows: rowsN, columns: colsN, block: data.block, "src-lo": data.src_lo, "dst-lo": data.dst_lo }).forEach(([k, v]) =>
+  const shown = { metric: data.metric, op: data.op, group: data.group, links: data.cells.links.reduce((a, b) => a + b, 0) };
+  // what is drawn, for tests and tools: the layout (CSS px), the choices, the links counted
+  Object.entries({ ...shown, left: LEFT, top: TOP, cell: cellPx, rows: rowsN, columns: colsN, block: data.block, "src-lo": data.src_lo, "dst-lo": data.dst_lo }).forEach(([k, v]) =>
     canvas.setAttribute(`data-${k}`, String(v)),
   );
 
