@@ -2,7 +2,8 @@
 
 Why on the server: a 1,024-rank job has a million cells, far more than the pixels of a heatmap,
 and most of them empty.  The page says how many cells a side it can draw; the server groups
-consecutive ranks into square blocks of ``block`` ranks so that the rank window fits, and returns
+consecutive ranks into square blocks of ``block`` ranks (a power of two: see :func:`block_size`)
+so that the rank window fits, and returns
 only the blocks that hold a link (sparse, a few kilobytes for a ring).  Clicking a block of several
 ranks asks again for that block's window, down to single ranks.
 
@@ -47,6 +48,14 @@ def axis_size(root: Path | None, saved: Path) -> int:
     return 0 if top is None else int(top) + 1
 
 
+def block_size(span: int, cells: int) -> int:
+    """Ranks per block so that ``span`` ranks fit ``cells`` blocks: the smallest power of two that
+    does.  Why a power of two: jobs place 2, 4, 8 or 16 ranks on a host, so a block is a host or a
+    whole number of hosts (8 ranks a host: blocks of 8 are hosts), and the labels read 0, 64, 128."""
+    need = max(1, math.ceil(span / max(1, cells)))
+    return 1 << (need - 1).bit_length()
+
+
 def _window(lo: int | None, hi: int | None, size: int) -> tuple[int, int]:
     """A rank window ``[lo, hi)`` clipped to the axis (the whole axis by default)."""
     start = 0 if lo is None else max(0, min(lo, size))
@@ -82,7 +91,7 @@ def matrix(
     s_lo, s_hi = _window(src_lo, src_hi, size)
     d_lo, d_hi = _window(dst_lo, dst_hi, size)
     side = max(1, min(int(cells), MAX_CELLS))
-    block = max(1, math.ceil(max(s_hi - s_lo, d_hi - d_lo) / side))
+    block = block_size(max(s_hi - s_lo, d_hi - d_lo), side)
     where = [
         job_comm.step_where(step, options["steps"]),
         ("src >= ? AND src < ? AND dst >= ? AND dst < ?", [s_lo, s_hi, d_lo, d_hi]),

@@ -25,7 +25,7 @@ import { rankLink } from "./job";
 
 type Tab = "ranks" | "links" | "ops";
 const TABS: Tab[] = ["ranks", "links", "ops"];
-/** Above this many ranks the bar chart gets a zoom slider (bars stay wider than a few pixels). */
+/** Above this many ranks the bar chart gets a zoom slider (its bars are then a few pixels wide). */
 const CHART_ZOOM_RANKS = 48;
 
 const ms = (v: unknown) => fmt.ms(v as number | null);
@@ -129,7 +129,8 @@ async function ranksTab(ctx: PageContext, first: JobCommunication, step: string)
     ]),
     xAxis: { type: "category", data: rows.map((r) => `${t.nav.rank} ${r.rank}`) },
     yAxis: { type: "value", name: fmt.MS },
-    dataZoom: zoom ? [{ type: "slider", start: 0, end: Math.min(100, (CHART_ZOOM_RANKS / rows.length) * 100) }, { type: "inside" }] : undefined,
+    // every rank at first (an outlier shows even at 1,024 ranks), a slider to look closer
+    dataZoom: zoom ? [{ type: "slider", start: 0, end: 100 }, { type: "inside" }] : undefined,
     series: parts.map(([name, key, color]) => ({
       name,
       type: "bar",

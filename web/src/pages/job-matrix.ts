@@ -55,6 +55,25 @@ function rankRange(lo: number, block: number, index: number, hi: number): [numbe
   return [start, Math.min(hi, start + block) - 1];
 }
 
+/** Values from which the colour ramp starts and ends.  With many cells, the median ± 4 scaled
+ * median absolute deviations (the spread measure of the slow-link analysis), within the smallest
+ * and largest value: a few outliers (a link of near-zero transit time has a huge bandwidth) would
+ * otherwise paint every other cell the same colour.  Cells beyond take the end colours, and the
+ * legend says so.  With few cells, or no spread, the smallest and largest value. */
+function colourDomain(values: number[]): [number, number] {
+  if (!values.length) return [0, 0];
+  const sorted = [...values].sort((a, b) => a - b);
+  const [min, max] = [sorted[0], sorted[sorted.length - 1]];
+  if (sorted.length < CLIP_CELLS) return [min, max];
+  const median = (xs: number[]) => (xs[Math.floor((xs.length - 1) / 2)] + xs[Math.ceil((xs.length - 1) / 2)]) / 2;
+  const mid = median(sorted);
+  const mad = 1.4826 * median(sorted.map((v) => Math.abs(v - mid)).sort((a, b) => a - b));
+  if (!(mad > 0)) return [min, max];
+  return [Math.max(min, mid - 4 * mad), Math.min(max, mid + 4 * mad)];
+}
+/** From this many cells on, the colour ramp is robust to outliers (see colourDomain). */
+const CLIP_CELLS = 50;
+
 const rangeText = (range: [number, number]) => (range[0] === range[1] ? String(range[0]) : `${range[0]}–${range[1]}`);
 
 export async function jobMatrixPage(ctx: PageContext): Promise<void> {
@@ -126,8 +145,8 @@ export async function jobMatrixPage(ctx: PageContext): Promise<void> {
   const cellsData = data.cells;
   const index = new Map<number, number>();
   cellsData.src_block.forEach((row, i) => index.set(row * colsN + cellsData.dst_block[i], i));
-  const lo = data.min ?? 0;
-  const span = (data.max ?? 0) - lo;
+  const [lo, hi] = colourDomain(cellsData.value);
+  const span = hi - lo;
   const colour = (v: number) => ramp(span > 0 ? (v - lo) / span : 1);
   const labelled = cellPx >= TEXT_CELL_PX;
   const g = canvas.getContext("2d") as CanvasRenderingContext2D;
@@ -166,7 +185,8 @@ export async function jobMatrixPage(ctx: PageContext): Promise<void> {
     // rank labels, far enough apart to read
     g.fillStyle = "#5b6472";
     g.font = "11px system-ui, sans-serif";
-    const every = Math.max(1, Math.ceil(34 / cellPx));
+    let every = 1; // a power of two of blocks, so labels fall on round rank numbers
+    while (every * cellPx < 34) every *= 2;
     g.textAlign = "right";
     g.textBaseline = "middle";
     for (let i = 0; i < rowsN; i += every) g.fillText(String(data.src_lo + i * data.block), LEFT - 6, TOP + (i + 0.5) * cellPx);
@@ -241,7 +261,10 @@ export async function jobMatrixPage(ctx: PageContext): Promise<void> {
     h("div", { class: "matrix-legend", "data-testid": "matrix-legend" },
       h("div", { class: "muted" }, c.metric[metric]),
       gradient,
-      h("div", { class: "matrix-ramp-labels" }, h("span", {}, formatValue(metric, data.min)), h("span", {}, formatValue(metric, data.max))),
+      h("div", { class: "matrix-ramp-labels" },
+        h("span", {}, `${lo > (data.min ?? lo) ? "≤ " : ""}${formatValue(metric, lo)}`),
+        h("span", {}, `${hi < (data.max ?? hi) ? "≥ " : ""}${formatValue(metric, hi)}`)),
+      lo > (data.min ?? lo) || hi < (data.max ?? hi) ? h("div", { class: "muted small" }, c.clipped(formatValue(metric, data.min), formatValue(metric, data.max))) : null,
     ), // prettier-ignore
     h("p", { class: "muted", "data-testid": "matrix-block" }, data.block > 1 ? c.blockOf(data.block) : c.oneRank, ` · ${c.axisRanks(data.ranks)}`),
     cellsData.value.length ? null : h("p", { class: "muted", "data-testid": "matrix-empty" }, c.empty),
