@@ -325,3 +325,28 @@ def test_a_1024_rank_matrix_is_aggregated_to_screen_resolution(tmp_path: Path) -
     lowest = min(have, key=have.__getitem__)
     assert got["src_lo"] + lowest[0] == slow and got["dst_lo"] + lowest[1] == slow + 1
     assert math.isclose(got["min"], have[lowest])
+
+
+def test_a_job_without_links_or_with_an_old_ops_file_is_answered_plainly(tmp_path: Path) -> None:
+    from perfsight.server import job_comm
+    from perfsight.server.job_pages import NoClusterAnalysis
+
+    out = tmp_path / "job" / "cluster_analysis_output"
+    out.mkdir(parents=True)
+    (out / "communication_matrix.json").write_text("{}")
+    (out / "cluster_communication_ops.csv").write_text(
+        "rank,collective,elapse_ns,transit_ns,wait_ns,synchronization_ns,idle_ns\n"
+    )
+    # no op, no link: empty pages, not errors
+    ranks = job_comm.ranks("job", tmp_path / "job", tmp_path / "saved", "all", "rank", "asc", 0, 10)
+    assert ranks["rows"] == [] and ranks["choices"]["steps"] == ["all"]
+    matrix = job_matrix.matrix(
+        "job", tmp_path / "job", tmp_path / "saved", metric="size", step="all", op=None, group=None, cells=64
+    )
+    assert matrix["ranks"] == 0 and matrix["cells"]["value"] == [] and matrix["min"] is None
+    # an ops file lacking the time columns (another perfsight wrote it) is named, with what is missing
+    (out / "cluster_communication_ops.csv").write_text("rank,collective\n0,all_reduce\n")
+    with pytest.raises(NoClusterAnalysis, match=r"cluster_communication_ops\.csv has no column elapse_ns"):
+        job_comm.ranks("job", tmp_path / "job", tmp_path / "saved2", "all", "rank", "asc", 0, 10)
+    with pytest.raises(NoClusterAnalysis, match="no cross-rank analysis"):
+        job_comm.ranks("job", tmp_path / "nothing", tmp_path / "saved3", "all", "rank", "asc", 0, 10)
