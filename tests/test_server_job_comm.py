@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
-from _jobs import DDP_JOB, PP_JOB, demo_base
+from _jobs import DDP_JOB, OVERLOADED_STAGE, PP_JOB, demo_base
 from _server_helpers import wait_ready
 from perfsight.server import create_app, job_matrix
 
@@ -169,6 +169,18 @@ def test_each_ranks_communication_and_wait_time_are_its_ops_sums(client: TestCli
         if op["step"] and int(float(op["step"])) == int(step):
             in_step[int(op["rank"])] += float(op["elapse_ns"])
     assert {r["rank"]: r["elapse_ns"] for r in one["rows"]} == {r: in_step.get(r, 0) for r in sums}
+
+
+def test_the_pipeline_stage_that_is_not_overloaded_is_the_one_that_waits(client: TestClient) -> None:
+    """examples/train_pp.py --overload-stage 1 gives stage 1 four times the layers: stage 0 waits for
+    its gradients, so stage 0's rank shows the longer wait on the Communication page."""
+    overview = client.get("/api/job/overview", params={"run": PP_JOB}).json()
+    stage_of = {r["rank"]: r["stage"] for r in overview["ranks"]}
+    rows = client.get(
+        "/api/job/communication", params={"run": PP_JOB, "sort": "wait_ns", "order": "desc"}
+    ).json()
+    assert stage_of[rows["rows"][0]["rank"]] != OVERLOADED_STAGE
+    assert rows["rows"][0]["wait_ns"] > 2 * rows["rows"][-1]["wait_ns"]
 
 
 def test_a_ranks_links_are_the_file_entries_that_touch_it(client: TestClient) -> None:
