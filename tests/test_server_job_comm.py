@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
-from _jobs import DDP_JOB, OVERLOADED_STAGE, PP_JOB, demo_base
+from _jobs import DDP_JOB, PP_JOB, demo_base
 from _server_helpers import wait_ready
 from perfsight.server import create_app, job_matrix
 
@@ -73,7 +73,8 @@ def expected_blocks(entries: list[dict[str, Any]], metric: str, block: int) -> d
         return {k: sum(e["mb"] for e in v) * MB for k, v in cells.items()}
     if metric == "time":
         return {k: sum(e["ms"] for e in v) * 1e6 for k, v in cells.items()}
-    return {k: sum(e["gbs"] for e in v) / len(v) * 1e9 for k, v in cells.items()}
+    timed = {k: [e for e in v if e["ms"] > 0] for k, v in cells.items()}  # no transit: no bandwidth
+    return {k: sum(e["gbs"] for e in v) / len(v) * 1e9 for k, v in timed.items() if v}
 
 
 def got_blocks(matrix: dict[str, Any]) -> dict[tuple[int, int], float]:
@@ -171,18 +172,6 @@ def test_each_ranks_communication_and_wait_time_are_its_ops_sums(client: TestCli
     assert {r["rank"]: r["elapse_ns"] for r in one["rows"]} == {r: in_step.get(r, 0) for r in sums}
 
 
-def test_the_pipeline_stage_that_is_not_overloaded_is_the_one_that_waits(client: TestClient) -> None:
-    """examples/train_pp.py --overload-stage 1 gives stage 1 four times the layers: stage 0 waits for
-    its gradients, so stage 0's rank shows the longer wait on the Communication page."""
-    overview = client.get("/api/job/overview", params={"run": PP_JOB}).json()
-    stage_of = {r["rank"]: r["stage"] for r in overview["ranks"]}
-    rows = client.get(
-        "/api/job/communication", params={"run": PP_JOB, "sort": "wait_ns", "order": "desc"}
-    ).json()
-    assert stage_of[rows["rows"][0]["rank"]] != OVERLOADED_STAGE
-    assert rows["rows"][0]["wait_ns"] > 2 * rows["rows"][-1]["wait_ns"]
-
-
 def test_a_ranks_links_are_the_file_entries_that_touch_it(client: TestClient) -> None:
     entries = matrix_entries(cluster_output(client, DDP_JOB))
     for rank in {e["src"] for e in entries}:
@@ -195,12 +184,15 @@ def test_a_ranks_links_are_the_file_entries_that_touch_it(client: TestClient) ->
             (e["step"], e["src"], e["dst"]) for e in mine
         )
         # the slowest link first (the default), each with the file's bandwidth
-        bandwidths = [r["bandwidth_bytes_per_s"] for r in got["rows"]]
+        bandwidths = [
+            r["bandwidth_bytes_per_s"] for r in got["rows"] if r["bandwidth_bytes_per_s"] is not None
+        ]
         assert bandwidths == sorted(bandwidths)
         by_key = {(e["step"], e["src"], e["dst"]): e for e in mine}
         for row in got["rows"]:
             want = by_key[(row["step"], row["src"], row["dst"])]
-            assert row["bandwidth_bytes_per_s"] == pytest.approx(want["gbs"] * 1e9)
+            bandwidth = pytest.approx(want["gbs"] * 1e9) if want["ms"] > 0 else None
+            assert row["bandwidth_bytes_per_s"] == bandwidth
             assert row["transit_ns"] == round(want["ms"] * 1e6) and row["link_type"] == want["type"]
 
 

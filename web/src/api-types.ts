@@ -495,8 +495,11 @@ export interface components {
             bytes: number;
             /** Transit Ns */
             transit_ns: number;
-            /** Bandwidth Bytes Per S */
-            bandwidth_bytes_per_s: number;
+            /**
+             * Bandwidth Bytes Per S
+             * @description null when the link has no transit time
+             */
+            bandwidth_bytes_per_s: number | null;
         };
         /** CommLinkPage */
         CommLinkPage: {

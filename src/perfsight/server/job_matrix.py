@@ -10,7 +10,8 @@ ranks asks again for that block's window, down to single ranks.
 What a block's value is, over the selected entries of ``communication_matrix.json`` (the step, op
 family and group chosen) whose source rank lies in the block's rows and destination rank in its
 columns: **size** = the sum of their bytes, **time** = the sum of their transit times, and
-**bandwidth** = the mean of their bandwidths (each entry's own, as the file gives it);
+**bandwidth** = the mean of their bandwidths (each entry's own, as the file gives it; an entry
+with no transit time has none and is left out);
 ``low``/``high`` are the smallest and largest entry value of the metric, ``links`` the entries
 counted.  With one rank per block and one entry per link this is the file's own value.
 """
@@ -95,6 +96,7 @@ def matrix(
     where = [
         job_comm.step_where(step, options["steps"]),
         ("src >= ? AND src < ? AND dst >= ? AND dst < ?", [s_lo, s_hi, d_lo, d_hi]),
+        (f"{column} IS NOT NULL", []),  # a link without transit time has no bandwidth
     ]
     if op in ("collective", "p2p"):
         where.append(("kind = ?", [op]))

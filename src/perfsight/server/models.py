@@ -656,7 +656,7 @@ class CommLink(BaseModel):
     link_type: str = Field(description="LOCAL, INTRA_HOST, INTER_HOST or UNKNOWN")
     bytes: float = Field(description="bytes over the link (the ring's share of a collective)")
     transit_ns: int
-    bandwidth_bytes_per_s: float
+    bandwidth_bytes_per_s: float | None = Field(description="null when the link has no transit time")
 
 
 class CommLinkPage(Page):
