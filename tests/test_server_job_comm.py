@@ -331,6 +331,13 @@ def test_a_1024_rank_matrix_is_aggregated_to_screen_resolution(tmp_path: Path) -
     assert math.isclose(got["min"], have[lowest])
 
 
+def test_the_op_time_columns_read_are_those_the_cluster_analysis_writes() -> None:
+    from perfsight.cluster.op_time import TIME_COLUMNS
+    from perfsight.server import job_comm
+
+    assert job_comm.TIME_COLUMNS == TIME_COLUMNS
+
+
 def test_a_job_without_links_or_with_an_old_ops_file_is_answered_plainly(tmp_path: Path) -> None:
     from perfsight.server import job_comm
     from perfsight.server.job_pages import NoClusterAnalysis

@@ -23,6 +23,7 @@ from typing import Any
 from perfsight.server import models, queries
 from perfsight.server.job_pages import NoClusterAnalysis
 from perfsight.server.runs import CLUSTER_FAILED_FILE, CLUSTER_OUTPUT_DIR
+from perfsight.units import BYTES_PER_MB, NS_PER_MS  # the matrix file's MB (2**20 bytes) and ms
 
 OPS_FILE = "cluster_communication_ops.csv"
 MATRIX_FILE = "communication_matrix.json"
@@ -33,14 +34,13 @@ _MATRIX_TYPE = "MAP(VARCHAR, MAP(VARCHAR, MAP(VARCHAR, MAP(VARCHAR, JSON))))"
 """communication_matrix.json as DuckDB reads it: step -> kind -> op@group -> src-dst -> link."""
 ALL_STEPS = "all"
 """The ``step`` value that selects every profiled step (rank totals, links and ops of all steps)."""
-BYTES_PER_MB = 2**20
-"""communication_matrix.json's MB (perfsight.units.BYTES_PER_MB; see docs/CLUSTER.md section 6)."""
-NS_PER_MS = 1_000_000
 BYTES_PER_S_PER_GB_S = 1e9
 """communication_matrix.json's GB/s is 10^9 bytes per second."""
 
 TIME_COLUMNS = ("elapse_ns", "transit_ns", "wait_ns", "synchronization_ns", "idle_ns")
-"""The per-op times of cluster_communication_ops.csv (perfsight.cluster.op_time.TIME_COLUMNS)."""
+"""The per-op times of cluster_communication_ops.csv: perfsight.cluster.op_time.TIME_COLUMNS, not
+imported (the server's request path does not load the cluster layer's pandas); a test keeps the two
+equal."""
 RANK_SORT = tuple(models.CommRankSort.__args__)  # type: ignore[attr-defined]
 LINK_SORT = tuple(models.CommLinkSort.__args__)  # type: ignore[attr-defined]
 OP_SORT = tuple(models.CommOpSort.__args__)  # type: ignore[attr-defined]
