@@ -220,3 +220,19 @@ def test_the_matrix_filters_by_op_family(page: Watched, jobs_server: Server) -> 
     one = jobs_server.get("job/communication/matrix", run=PP_JOB, op=name, metric="size")
     assert canvas.get_attribute("data-links") == str(sum(one["cells"]["links"])) == str(families[0]["links"])
     assert not page.errors
+
+
+def test_a_step_carried_from_another_job_page_that_has_no_communication_shows_all_steps(
+    page: Watched, jobs_server: Server
+) -> None:
+    """The cluster step trace's "average" (or a step without communication) travels in the URL
+    when the user switches tab: the pages show every step instead of an error."""
+    p = page.page
+    p.goto(jobs_server.page_url("job-comm", DDP_JOB, step="average"))
+    p.wait_for_selector(RANK_ROWS)
+    assert p.locator('[data-testid="comm-step-select"]').input_value() == "all"
+    p.goto(jobs_server.page_url("job-matrix", DDP_JOB, step="999"))
+    p.locator('[data-testid="matrix-canvas"][data-block]').wait_for()
+    assert p.locator('[data-testid="comm-step-select"]').input_value() == "all"
+    assert not p.locator('[role="alert"]').count()
+    assert not page.errors

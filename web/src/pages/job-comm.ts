@@ -35,7 +35,7 @@ const order = (q: PageQuery) => (q.desc ? "desc" : "asc");
 
 export async function jobCommPage(ctx: PageContext): Promise<void> {
   const c = t.comm;
-  const step = ctx.params.get("step") ?? "all";
+  const step = await knownStep(ctx.run, ctx.params.get("step"));
   const asked = ctx.params.get("tab") as Tab | null;
   const tab: Tab = asked && TABS.includes(asked) ? asked : "ranks";
   const first = await get<JobCommunication>("job/communication", { run: ctx.run, step });
@@ -57,6 +57,15 @@ export async function jobCommPage(ctx: PageContext): Promise<void> {
   replace(ctx.root, bar, h("div", { class: "grid" }, body.el));
   body.attached?.(); // a chart needs its box laid out before it is drawn
   await body.table.reload();
+}
+
+/** The step to show: the one asked for (a step chosen on another job page travels in the URL)
+ * when the job has communication in it, else all steps ("average" on the step trace, a step
+ * without communication). */
+export async function knownStep(run: string, asked: string | null): Promise<string> {
+  if (asked === null || asked === "" || asked === "all") return "all";
+  const all = await get<JobCommunication>("job/communication", { run, limit: 1 });
+  return all.choices.steps.includes(asked) ? asked : "all";
 }
 
 /** The step selector: "all steps", then each step with communication. */

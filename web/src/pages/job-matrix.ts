@@ -16,7 +16,7 @@ import * as fmt from "../format";
 import { t } from "../i18n";
 import { HEAT_EMPTY, HEAT_RAMP } from "../palette";
 import { href } from "../router";
-import { bandwidth, groupChooser, opChooser, stepChooser } from "./job-comm";
+import { bandwidth, groupChooser, knownStep, opChooser, stepChooser } from "./job-comm";
 import { rankLink } from "./job";
 
 type Metric = "bandwidth" | "size" | "time";
@@ -83,7 +83,7 @@ export async function jobMatrixPage(ctx: PageContext): Promise<void> {
   const metric: Metric = metricParam && METRICS.includes(metricParam) ? metricParam : "bandwidth";
   const state: Record<string, string | null> = {
     metric,
-    step: p.get("step") ?? "all",
+    step: await knownStep(ctx.run, p.get("step")),
     op: p.get("op") ?? "",
     group: p.get("group") ?? "",
     src_lo: p.get("src_lo"),
