@@ -354,6 +354,74 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/job/communication": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Job Communication */
+        get: operations["job_communication_api_job_communication_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/job/communication/links": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Job Links */
+        get: operations["job_links_api_job_communication_links_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/job/communication/ops": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Job Comm Ops */
+        get: operations["job_comm_ops_api_job_communication_ops_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/job/communication/matrix": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Job Matrix Page */
+        get: operations["job_matrix_page_api_job_communication_matrix_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/run/findings": {
         parameters: {
             query?: never;
@@ -418,6 +486,285 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * CommChoices
+         * @description What the communication pages' selectors offer.
+         */
+        CommChoices: {
+            /**
+             * Steps
+             * @description "all", then every step with communication
+             */
+            steps: string[];
+            /** Ops */
+            ops: components["schemas"]["CommOpFamily"][];
+            /** Groups */
+            groups: components["schemas"]["CommGroup"][];
+            /**
+             * Link Types
+             * @description LOCAL, INTRA_HOST, INTER_HOST, UNKNOWN: those present
+             */
+            link_types: string[];
+        };
+        /** CommGroup */
+        CommGroup: {
+            /**
+             * Id
+             * @description the process group as the analysis names it
+             */
+            id: string;
+            /**
+             * Ranks
+             * @description ranks that issued ops in this group
+             */
+            ranks: number;
+            /**
+             * Ops
+             * @description op kinds issued in it
+             */
+            ops: string[];
+        };
+        /**
+         * CommLink
+         * @description One entry of communication_matrix.json, in ns, bytes and bytes per second.
+         */
+        CommLink: {
+            /** Step */
+            step: number;
+            /**
+             * Kind
+             * @enum {string}
+             */
+            kind: "collective" | "p2p";
+            /** Op */
+            op: string;
+            /** Group */
+            group: string;
+            /** Src */
+            src: number;
+            /** Dst */
+            dst: number;
+            /**
+             * Link Type
+             * @description LOCAL, INTRA_HOST, INTER_HOST or UNKNOWN
+             */
+            link_type: string;
+            /**
+             * Bytes
+             * @description bytes over the link (the ring's share of a collective)
+             */
+            bytes: number;
+            /** Transit Ns */
+            transit_ns: number;
+            /**
+             * Bandwidth Bytes Per S
+             * @description null when the link has no transit time
+             */
+            bandwidth_bytes_per_s: number | null;
+        };
+        /** CommLinkPage */
+        CommLinkPage: {
+            /**
+             * Total
+             * @description rows matching the filters (before paging)
+             */
+            total: number;
+            /** Offset */
+            offset: number;
+            /** Limit */
+            limit: number;
+            /** Rows */
+            rows: components["schemas"]["CommLink"][];
+        };
+        /** CommMatrix */
+        CommMatrix: {
+            /** Run */
+            run: string;
+            /**
+             * Metric
+             * @enum {string}
+             */
+            metric: "bandwidth" | "size" | "time";
+            /**
+             * Unit
+             * @enum {string}
+             */
+            unit: "B/s" | "bytes" | "ns";
+            /** Step */
+            step: string;
+            /**
+             * Op
+             * @description the op family shown ("" for all)
+             */
+            op: string;
+            /**
+             * Group
+             * @description the group shown ("" for all)
+             */
+            group: string;
+            /**
+             * Ranks
+             * @description ranks on each axis (0 .. highest rank)
+             */
+            ranks: number;
+            /**
+             * Block
+             * @description ranks per block on each axis
+             */
+            block: number;
+            /** Src Lo */
+            src_lo: number;
+            /**
+             * Src Hi
+             * @description source ranks shown: src_lo <= rank < src_hi
+             */
+            src_hi: number;
+            /** Dst Lo */
+            dst_lo: number;
+            /** Dst Hi */
+            dst_hi: number;
+            /**
+             * Rows
+             * @description blocks on the source axis
+             */
+            rows: number;
+            /**
+             * Columns
+             * @description blocks on the destination axis
+             */
+            columns: number;
+            /** Min */
+            min: number | null;
+            /** Max */
+            max: number | null;
+            cells: components["schemas"]["MatrixCells"];
+            choices: components["schemas"]["CommChoices"];
+        };
+        /**
+         * CommOp
+         * @description One communication op of one rank (cluster_communication_ops.csv), times in ns.
+         */
+        CommOp: {
+            /** Rank */
+            rank: number;
+            /** Op */
+            op: string;
+            /** Group */
+            group: string | null;
+            /** Step */
+            step: number | null;
+            /**
+             * Instance
+             * @description the matched instance across ranks (null: unmatched)
+             */
+            instance: number | null;
+            /**
+             * Peer
+             * @description the other rank of a point-to-point op
+             */
+            peer: number | null;
+            /**
+             * Start Ns
+             * @description aligned start, from the job's first communication op
+             */
+            start_ns: number | null;
+            /** Elapse Ns */
+            elapse_ns: number;
+            /** Transit Ns */
+            transit_ns: number;
+            /** Wait Ns */
+            wait_ns: number;
+            /** Synchronization Ns */
+            synchronization_ns: number;
+            /** Idle Ns */
+            idle_ns: number;
+            /** Bytes */
+            bytes: number | null;
+            /**
+             * Bandwidth Bytes Per S
+             * @description bytes / transit time (null without transit)
+             */
+            bandwidth_bytes_per_s: number | null;
+            /**
+             * Basis
+             * @description what split the op: tasks, arrivals or elapse (docs/OUTPUTS.md)
+             */
+            basis: string | null;
+        };
+        /** CommOpFamily */
+        CommOpFamily: {
+            /**
+             * Name
+             * @description an op kind of the matrix file ("all_reduce", "send")
+             */
+            name: string;
+            /**
+             * Kind
+             * @enum {string}
+             */
+            kind: "collective" | "p2p";
+            /**
+             * Links
+             * @description entries of communication_matrix.json of this op
+             */
+            links: number;
+        };
+        /** CommOpPage */
+        CommOpPage: {
+            /**
+             * Total
+             * @description rows matching the filters (before paging)
+             */
+            total: number;
+            /** Offset */
+            offset: number;
+            /** Limit */
+            limit: number;
+            /** Rows */
+            rows: components["schemas"]["CommOp"][];
+        };
+        /**
+         * CommRank
+         * @description One rank's communication in a step (or all steps): the sums of its ops' times (ns).
+         */
+        CommRank: {
+            /** Rank */
+            rank: number;
+            /** Host */
+            host: string | null;
+            /**
+             * Ops
+             * @description communication ops the rank issued
+             */
+            ops: number;
+            /**
+             * Elapse Ns
+             * @description communication time: the ops' summed durations
+             */
+            elapse_ns: number;
+            /**
+             * Transit Ns
+             * @description time moving data (after the last rank arrived, or HCCL's transit tasks)
+             */
+            transit_ns: number;
+            /**
+             * Wait Ns
+             * @description time waiting for the other ranks (elapse = transit + wait + idle)
+             */
+            wait_ns: number;
+            /**
+             * Synchronization Ns
+             * @description the part of the wait before the first transfer
+             */
+            synchronization_ns: number;
+            /** Idle Ns */
+            idle_ns: number;
+            /**
+             * Bytes
+             * @description bytes the ops carried (as recorded)
+             */
+            bytes: number;
+        };
         /** CompareCommunicationRow */
         CompareCommunicationRow: {
             /** Family */
@@ -1045,6 +1392,28 @@ export interface components {
             /** End Ns */
             end_ns: number;
         };
+        /** JobCommunication */
+        JobCommunication: {
+            /**
+             * Total
+             * @description rows matching the filters (before paging)
+             */
+            total: number;
+            /** Offset */
+            offset: number;
+            /** Limit */
+            limit: number;
+            /** Run */
+            run: string;
+            /**
+             * Step
+             * @description "all" or the step shown
+             */
+            step: string;
+            choices: components["schemas"]["CommChoices"];
+            /** Rows */
+            rows: components["schemas"]["CommRank"][];
+        };
         /** JobHeatmaps */
         JobHeatmaps: {
             /** Run */
@@ -1341,6 +1710,41 @@ export interface components {
             id: number[];
             /** Count */
             count: number[];
+        };
+        /**
+         * MatrixCells
+         * @description The non-empty blocks, as parallel arrays (block ``i`` holds ranks ``lo + i*block ..``).
+         */
+        MatrixCells: {
+            /** Src Block */
+            src_block: number[];
+            /** Dst Block */
+            dst_block: number[];
+            /**
+             * Value
+             * @description size: summed bytes; time: summed ns; bandwidth: mean B/s
+             */
+            value: number[];
+            /**
+             * Low
+             * @description the smallest entry value of the metric in the block
+             */
+            low: number[];
+            /**
+             * High
+             * @description the largest entry value of the metric in the block
+             */
+            high: number[];
+            /**
+             * Links
+             * @description entries of communication_matrix.json in the block
+             */
+            links: number[];
+            /**
+             * Link Types
+             * @description their link types, comma-separated
+             */
+            link_types: string[];
         };
         /** Memory */
         Memory: {
@@ -3288,6 +3692,282 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["JobTimeOverview"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    job_communication_api_job_communication_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+                /** @description "all" or a step number */
+                step?: string;
+                sort?: "rank" | "host" | "ops" | "elapse_ns" | "transit_ns" | "wait_ns" | "synchronization_ns" | "idle_ns" | "bytes";
+                order?: "asc" | "desc";
+                offset?: number;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobCommunication"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    job_links_api_job_communication_links_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+                /** @description "all" or a step number */
+                step?: string;
+                rank?: number | null;
+                src?: number | null;
+                dst?: number | null;
+                link_type?: string | null;
+                op?: string | null;
+                group?: string | null;
+                sort?: "step" | "kind" | "op" | "group" | "src" | "dst" | "link_type" | "bytes" | "transit_ns" | "bandwidth_bytes_per_s";
+                order?: "asc" | "desc";
+                offset?: number;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CommLinkPage"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    job_comm_ops_api_job_communication_ops_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+                /** @description "all" or a step number */
+                step?: string;
+                rank?: number | null;
+                op?: string | null;
+                group?: string | null;
+                /** @description fuzzy filter on names */
+                q?: string | null;
+                sort?: "rank" | "op" | "group" | "step" | "instance" | "peer" | "start_ns" | "elapse_ns" | "transit_ns" | "wait_ns" | "synchronization_ns" | "idle_ns" | "bytes" | "bandwidth_bytes_per_s" | "basis";
+                order?: "asc" | "desc";
+                offset?: number;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CommOpPage"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    job_matrix_page_api_job_communication_matrix_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+                metric?: "bandwidth" | "size" | "time";
+                /** @description "all" or a step number */
+                step?: string;
+                op?: string | null;
+                group?: string | null;
+                /** @description blocks a side to fit */
+                cells?: number;
+                src_lo?: number | null;
+                src_hi?: number | null;
+                dst_lo?: number | null;
+                dst_hi?: number | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CommMatrix"];
                 };
             };
             /** @description parameters that contradict each other */

@@ -16,6 +16,8 @@ import { findingsPage, jobFindingsPage } from "./pages/findings";
 import { jobStepsPage } from "./pages/job-steps";
 import { jobHeatmapsPage } from "./pages/job-heatmaps";
 import { jobTimePage } from "./pages/job-time";
+import { jobCommPage } from "./pages/job-comm";
+import { jobMatrixPage } from "./pages/job-matrix";
 import { memoryPage } from "./pages/memory";
 import { operatorsPage } from "./pages/operators";
 import { overviewPage } from "./pages/overview";
@@ -31,6 +33,8 @@ const PAGES: Record<Exclude<PageName, "runs" | "compare">, (ctx: PageContext) =>
   "job-findings": jobFindingsPage,
   "job-time": jobTimePage,
   "job-heatmaps": jobHeatmapsPage,
+  "job-comm": jobCommPage,
+  "job-matrix": jobMatrixPage,
   overview: overviewPage,
   findings: findingsPage,
   steps: stepsPage,

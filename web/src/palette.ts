@@ -59,3 +59,15 @@ export const TIME_OVERVIEW_COLORS = {
   wait: "#d48a12",
   selected: "#c2413c",
 } as const;
+/** Where a communication op's time goes (job Communication page): elapse = transit + wait + idle. */
+export const COMM_COLORS = {
+  transit: "#8a63d2",
+  wait: "#e0a030",
+  idle: "#b4bcc8",
+} as const;
+
+/** The communication matrix's colour ramp, low to high (viridis: perceptually ordered, every step
+ * distinct from the light grey of an empty cell, and readable by colour-blind users). */
+export const HEAT_RAMP = ["#440154", "#414487", "#2a788e", "#22a884", "#7ad151", "#fde725"] as const;
+/** An empty cell of the matrix (no link). */
+export const HEAT_EMPTY = "#eef1f5";

@@ -12,6 +12,8 @@ export type PageName =
   | "compare"
   | "job-time"
   | "job-heatmaps"
+  | "job-comm"
+  | "job-matrix"
   | "overview"
   | "findings"
   | "steps"
@@ -22,7 +24,9 @@ export type PageName =
 /** The pages of one rank (a single-device run, or one rank of a job). */
 export const RUN_PAGES: PageName[] = ["overview", "findings", "steps", "operators", "memory", "timeline"];
 /** The pages of a job as a whole (runs of several ranks): a job opens on the first. */
-export const JOB_PAGES: PageName[] = ["job", "job-steps", "job-time", "job-heatmaps", "job-findings", "job-compare"];
+export const JOB_PAGES: PageName[] = [
+  "job", "job-steps", "job-time", "job-comm", "job-matrix", "job-heatmaps", "job-findings", "job-compare",
+];
 
 export interface Route {
   page: PageName;

@@ -20,7 +20,18 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from perfsight import __version__
-from perfsight.server import compare, findings, job_pages, job_views, models, pages, queries, timeline
+from perfsight.server import (
+    compare,
+    findings,
+    job_comm,
+    job_matrix,
+    job_pages,
+    job_views,
+    models,
+    pages,
+    queries,
+    timeline,
+)
 from perfsight.server.registry import (
     READ_ERRORS,
     SAVED_FOLDER,
@@ -43,6 +54,9 @@ TimeNs = Annotated[int, Query(ge=-(2**62), le=2**62, description="ns relative to
 StepParam = Annotated[int | None, Query(ge=-1, le=2**31 - 1)]
 OpName = Annotated[str | None, Query(max_length=10_000, description="an op's exact name (FP/BP point)")]
 RanksParam = Annotated[str | None, Query(max_length=20_000, description="ranks shown: N,N,... (default all)")]
+CommStep = Annotated[str, Query(description='"all" or a step number', max_length=32)]
+CommRankFilter = Annotated[int | None, Query(ge=0, le=1_000_000)]
+CommText = Annotated[str | None, Query(max_length=1000)]
 
 ERRORS = {
     400: {"model": models.ErrorBody, "description": "parameters that contradict each other"},
@@ -412,6 +426,79 @@ def create_app(
         """Seed 000's time overview: per step, the ranks' step times with mean communication and wait."""
         root, saved = job_source(run)
         return job_views.time_overview(run, root, saved)
+
+    # job communication and matrix (logic in job_comm, job_matrix)
+
+    @app.get("/api/job/communication", **documented(models.JobCommunication))
+    def job_communication(
+        run: RunParam,
+        step: CommStep = "all",
+        sort: Annotated[models.CommRankSort, Query()] = "rank",
+        order: Order = "asc",
+        offset: Offset = 0,
+        limit: Annotated[int, Query(ge=1, le=1_000_000)] = 1_000_000,
+    ) -> Response:
+        root, saved = job_source(run)
+        return fast_json(job_comm.ranks(run, root, saved, step, sort, order, offset, limit))
+
+    @app.get("/api/job/communication/links", **documented(models.CommLinkPage))
+    def job_links(
+        run: RunParam,
+        step: CommStep = "all",
+        rank: CommRankFilter = None,
+        src: CommRankFilter = None,
+        dst: CommRankFilter = None,
+        link_type: CommText = None,
+        op: CommText = None,
+        group: CommText = None,
+        sort: Annotated[models.CommLinkSort, Query()] = "bandwidth_bytes_per_s",
+        order: Order = "asc",
+        offset: Offset = 0,
+        limit: Limit = 50,
+    ) -> Response:
+        root, saved = job_source(run)
+        return fast_json(job_comm.links(
+            root, saved, step=step, rank=rank, src=src, dst=dst, link_type=link_type, op=op, group=group,
+            sort=sort, order=order, offset=offset, limit=limit,
+        ))  # fmt: skip
+
+    @app.get("/api/job/communication/ops", **documented(models.CommOpPage))
+    def job_comm_ops(
+        run: RunParam,
+        step: CommStep = "all",
+        rank: CommRankFilter = None,
+        op: CommText = None,
+        group: CommText = None,
+        q: Fuzzy = None,
+        sort: Annotated[models.CommOpSort, Query()] = "elapse_ns",
+        order: Order = "desc",
+        offset: Offset = 0,
+        limit: Limit = 50,
+    ) -> Response:
+        root, saved = job_source(run)
+        return fast_json(job_comm.ops(
+            root, saved, step=step, rank=rank, op=op, group=group, q=q, sort=sort, order=order,
+            offset=offset, limit=limit,
+        ))  # fmt: skip
+
+    @app.get("/api/job/communication/matrix", **documented(models.CommMatrix))
+    def job_matrix_page(
+        run: RunParam,
+        metric: Annotated[models.CommMetric, Query()] = "bandwidth",
+        step: CommStep = "all",
+        op: CommText = None,
+        group: CommText = None,
+        cells: Annotated[int, Query(ge=1, le=job_matrix.MAX_CELLS, description="blocks a side to fit")] = 256,
+        src_lo: CommRankFilter = None,
+        src_hi: CommRankFilter = None,
+        dst_lo: CommRankFilter = None,
+        dst_hi: CommRankFilter = None,
+    ) -> Response:
+        root, saved = job_source(run)
+        return fast_json(job_matrix.matrix(
+            run, root, saved, metric=metric, step=step, op=op, group=group, cells=cells,
+            src_lo=src_lo, src_hi=src_hi, dst_lo=dst_lo, dst_hi=dst_hi,
+        ))  # fmt: skip
 
     @app.get("/api/run/findings", response_model=models.Findings, responses=ERRORS)
     def run_findings(run: RunParam, rank: RankParam = None) -> dict:

@@ -824,3 +824,137 @@ class Comparison(BaseModel):
     kernels_by_operator_rows: int
     communication: list[CompareCommunicationRow]
     communication_rows: int
+
+
+# ------------------------------------------------------------------ job communication (job_comm, job_matrix)
+CommRankSort = Literal[
+    "rank", "host", "ops", "elapse_ns", "transit_ns", "wait_ns", "synchronization_ns", "idle_ns", "bytes"
+]  # fmt: skip
+CommLinkSort = Literal[
+    "step", "kind", "op", "group", "src", "dst", "link_type", "bytes", "transit_ns", "bandwidth_bytes_per_s"
+]  # fmt: skip
+CommOpSort = Literal[
+    "rank", "op", "group", "step", "instance", "peer", "start_ns", "elapse_ns", "transit_ns", "wait_ns",
+    "synchronization_ns", "idle_ns", "bytes", "bandwidth_bytes_per_s", "basis",
+]  # fmt: skip
+CommMetric = Literal["bandwidth", "size", "time"]
+
+
+class CommOpFamily(BaseModel):
+    name: str = Field(description='an op kind of the matrix file ("all_reduce", "send")')
+    kind: Literal["collective", "p2p"]
+    links: int = Field(description="entries of communication_matrix.json of this op")
+
+
+class CommGroup(BaseModel):
+    id: str = Field(description="the process group as the analysis names it")
+    ranks: int = Field(description="ranks that issued ops in this group")
+    ops: list[str] = Field(description="op kinds issued in it")
+
+
+class CommChoices(BaseModel):
+    """What the communication pages' selectors offer."""
+
+    steps: list[str] = Field(description='"all", then every step with communication')
+    ops: list[CommOpFamily]
+    groups: list[CommGroup]
+    link_types: list[str] = Field(description="LOCAL, INTRA_HOST, INTER_HOST, UNKNOWN: those present")
+
+
+class CommRank(BaseModel):
+    """One rank's communication in a step (or all steps): the sums of its ops' times (ns)."""
+
+    rank: int
+    host: str | None
+    ops: int = Field(description="communication ops the rank issued")
+    elapse_ns: int = Field(description="communication time: the ops' summed durations")
+    transit_ns: int = Field(
+        description="time moving data (after the last rank arrived, or HCCL's transit tasks)"
+    )
+    wait_ns: int = Field(description="time waiting for the other ranks (elapse = transit + wait + idle)")
+    synchronization_ns: int = Field(description="the part of the wait before the first transfer")
+    idle_ns: int
+    bytes: float = Field(description="bytes the ops carried (as recorded)")
+
+
+class JobCommunication(Page):
+    run: str
+    step: str = Field(description='"all" or the step shown')
+    choices: CommChoices
+    rows: list[CommRank]
+
+
+class CommLink(BaseModel):
+    """One entry of communication_matrix.json, in ns, bytes and bytes per second."""
+
+    step: int
+    kind: Literal["collective", "p2p"]
+    op: str
+    group: str
+    src: int
+    dst: int
+    link_type: str = Field(description="LOCAL, INTRA_HOST, INTER_HOST or UNKNOWN")
+    bytes: float = Field(description="bytes over the link (the ring's share of a collective)")
+    transit_ns: int
+    bandwidth_bytes_per_s: float | None = Field(description="null when the link has no transit time")
+
+
+class CommLinkPage(Page):
+    rows: list[CommLink]
+
+
+class CommOp(BaseModel):
+    """One communication op of one rank (cluster_communication_ops.csv), times in ns."""
+
+    rank: int
+    op: str
+    group: str | None
+    step: int | None
+    instance: int | None = Field(description="the matched instance across ranks (null: unmatched)")
+    peer: int | None = Field(description="the other rank of a point-to-point op")
+    start_ns: int | None = Field(description="aligned start, from the job's first communication op")
+    elapse_ns: int
+    transit_ns: int
+    wait_ns: int
+    synchronization_ns: int
+    idle_ns: int
+    bytes: float | None
+    bandwidth_bytes_per_s: float | None = Field(description="bytes / transit time (null without transit)")
+    basis: str | None = Field(description="what split the op: tasks, arrivals or elapse (docs/OUTPUTS.md)")
+
+
+class CommOpPage(Page):
+    rows: list[CommOp]
+
+
+class MatrixCells(BaseModel):
+    """The non-empty blocks, as parallel arrays (block ``i`` holds ranks ``lo + i*block ..``)."""
+
+    src_block: list[int]
+    dst_block: list[int]
+    value: list[float] = Field(description="size: summed bytes; time: summed ns; bandwidth: mean B/s")
+    low: list[float] = Field(description="the smallest entry value of the metric in the block")
+    high: list[float] = Field(description="the largest entry value of the metric in the block")
+    links: list[int] = Field(description="entries of communication_matrix.json in the block")
+    link_types: list[str] = Field(description="their link types, comma-separated")
+
+
+class CommMatrix(BaseModel):
+    run: str
+    metric: CommMetric
+    unit: Literal["B/s", "bytes", "ns"]
+    step: str
+    op: str = Field(description='the op family shown ("" for all)')
+    group: str = Field(description='the group shown ("" for all)')
+    ranks: int = Field(description="ranks on each axis (0 .. highest rank)")
+    block: int = Field(description="ranks per block on each axis")
+    src_lo: int
+    src_hi: int = Field(description="source ranks shown: src_lo <= rank < src_hi")
+    dst_lo: int
+    dst_hi: int
+    rows: int = Field(description="blocks on the source axis")
+    columns: int = Field(description="blocks on the destination axis")
+    min: float | None
+    max: float | None
+    cells: MatrixCells
+    choices: CommChoices

@@ -44,6 +44,8 @@ export interface ServerTable {
   el: HTMLElement;
   reload: () => Promise<void>;
   setSearch: (q: string) => void;
+  /** Back to the first page and fetch again (after a filter outside the table changed). */
+  firstPage: () => Promise<void>;
 }
 
 export function serverTable(options: TableOptions): ServerTable {
@@ -159,6 +161,10 @@ export function serverTable(options: TableOptions): ServerTable {
   return {
     el,
     reload,
+    firstPage() {
+      query.offset = 0;
+      return reload();
+    },
     setSearch(q: string) {
       if (search) search.value = q;
       query.q = q;

@@ -4,6 +4,7 @@
  */
 
 import { jobViewsEn } from "./job-views";
+import { commEn } from "./comm";
 
 export const en = {
   appName: "perfsight",
@@ -54,6 +55,8 @@ export const en = {
     "job-findings": "Job findings",
     "job-compare": "Card comparison",
     ...jobViewsEn.nav,
+    "job-comm": "Communication",
+    "job-matrix": "Communication matrix",
     overview: "Overview",
     findings: "Findings",
     steps: "Step trace",
@@ -354,6 +357,7 @@ export const en = {
   },
 
   jobViews: jobViewsEn,
+  comm: commEn,
 
   table: {
     page: "Page",
