@@ -326,6 +326,22 @@ def job_pages(bundle: Bundle) -> dict[str, Any]:
     return answers[1].data if answers[1].status == 200 else {}
 
 
+OPTIONAL_JOB_PAGES = (("job-time", "job/time-overview"), ("job-heatmaps", "job/heatmaps"))
+"""Job pages that open on one request (web/src/pages/job-time.ts, job-heatmaps.ts): carried while
+the budget lasts.  The communication pages ask per tab, step, filter and page as the user goes;
+the card comparison asks for the two ranks the user picks: they need the server."""
+
+
+def optional_job_pages(bundle: Bundle) -> list[str]:
+    """The pages of :data:`OPTIONAL_JOB_PAGES` whose opening answer fitted (in their tab order)."""
+    pages = []
+    for page, path in OPTIONAL_JOB_PAGES:
+        answers = bundle.ask([(path, {"run": bundle.run})], f"the {page} page")
+        if answers is not None and answers[0].status == 200:
+            pages.append(page)
+    return pages
+
+
 def job_extras(bundle: Bundle) -> None:
     """The job tables in every order, single steps and pipeline stages of the cluster step trace."""
     run = bundle.run
@@ -419,6 +435,7 @@ def build_report(
     bundle.used += 2 * len(orjson.dumps(all_ranks)) + len(escaped(orjson.dumps([run, title]))) + 2048
     job = len(all_ranks) > 1
     overview = job_pages(bundle) if job else {}
+    extra_pages = optional_job_pages(bundle) if job else []
     order = [r for r in ranks if r in all_ranks] if ranks else ranks_of_interest(all_ranks, overview)
     if ranks and not order:
         raise ValueError(f"none of ranks {ranks} is a rank of this run (its ranks: {all_ranks})")
@@ -435,7 +452,7 @@ def build_report(
     say(f"embedding what the pages of {len(kept)} rank(s) reach by clicking")
     for plan in kept:
         rank_extras(bundle, plan)
-    pages = [*(JOB_PAGES if job else ()), *RUN_PAGES]
+    pages = [*(JOB_PAGES if job else ()), *extra_pages, *RUN_PAGES]
     return Report(
         run=run,
         title=title,
