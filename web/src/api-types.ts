@@ -646,9 +646,14 @@ export interface components {
             run: string;
             /**
              * Ranks
-             * @description one row per rank, in the requested order
+             * @description one row per rank, in the requested order (the page asked for)
              */
             ranks: components["schemas"]["JobRank"][];
+            /**
+             * Ranks Total
+             * @description ranks in the job (``ranks`` is one page of them)
+             */
+            ranks_total: number;
             step_spread: components["schemas"]["StepSpread"] | null;
             /** Slow Rank Threshold Ns */
             slow_rank_threshold_ns: number | null;
@@ -765,8 +770,16 @@ export interface components {
              * @description the job has more than one pipeline stage (shows stage columns)
              */
             pipeline: boolean;
-            /** Ranks */
+            /**
+             * Ranks
+             * @description the page of ranks asked for, in the requested order
+             */
             ranks: components["schemas"]["JobRank"][];
+            /**
+             * Ranks Total
+             * @description ranks of the step (and stage) shown, over every page
+             */
+            ranks_total: number;
         };
         /** KernelPage */
         KernelPage: {
@@ -2511,6 +2524,10 @@ export interface operations {
                 run: string;
                 sort?: "rank" | "stage" | "duration_ns" | "computing_ns" | "communication_not_overlapped_ns" | "overlapped_ns" | "free_ns" | "bubble_ns" | "iteration_interval_ns" | "fp_bp_ns" | "tail_ns" | "communication_ns" | "receive_not_overlapped_ns" | "lateness_ns";
                 order?: "asc" | "desc";
+                /** @description first rank row of the page */
+                offset?: number;
+                /** @description rank rows per page */
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -2575,6 +2592,10 @@ export interface operations {
                 stage?: number | null;
                 sort?: "rank" | "stage" | "duration_ns" | "computing_ns" | "communication_not_overlapped_ns" | "overlapped_ns" | "free_ns" | "bubble_ns" | "iteration_interval_ns" | "fp_bp_ns" | "tail_ns" | "communication_ns" | "receive_not_overlapped_ns" | "lateness_ns";
                 order?: "asc" | "desc";
+                /** @description first rank row of the page */
+                offset?: number;
+                /** @description rank rows per page */
+                limit?: number;
             };
             header?: never;
             path?: never;

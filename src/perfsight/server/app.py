@@ -41,6 +41,8 @@ Order = Annotated[Literal["asc", "desc"], Query()]
 Fuzzy = Annotated[str | None, Query(max_length=200, description="fuzzy filter on names")]
 TimeNs = Annotated[int, Query(ge=-(2**62), le=2**62, description="ns relative to the run's origin_ns")]
 StepParam = Annotated[int | None, Query(ge=-1, le=2**31 - 1)]
+RankOffset = Annotated[int, Query(ge=0, le=job_pages.ALL_RANKS, description="first rank row of the page")]
+RankLimit = Annotated[int, Query(ge=1, le=job_pages.ALL_RANKS, description="rank rows per page")]
 
 ERRORS = {
     400: {"model": models.ErrorBody, "description": "parameters that contradict each other"},
@@ -357,7 +359,7 @@ def create_app(
     # ------------------------------------------------------------------ UI
     # ------------------------------------------------------------------ job pages
     def job_source(run: str) -> tuple[Path | None, Path]:
-        data = opened(run)
+        data = registry.ready_job(run)  # the job's outputs only: its ranks are not opened
         return data.root, data.run.output_root / SAVED_FOLDER
 
     @app.get("/api/job/overview", response_model=models.JobOverview, responses=ERRORS)
@@ -365,9 +367,11 @@ def create_app(
         run: RunParam,
         sort: Annotated[models.JobRankSort, Query()] = "duration_ns",
         order: Order = "desc",
+        offset: RankOffset = 0,
+        limit: RankLimit = job_pages.ALL_RANKS,
     ) -> dict:
         root, saved = job_source(run)
-        return job_pages.overview(run, root, saved, sort, order)
+        return job_pages.overview(run, root, saved, sort, order, offset, limit)
 
     @app.get("/api/job/step-trace", response_model=models.JobStepTrace, responses=ERRORS)
     def job_step_trace(
@@ -376,9 +380,11 @@ def create_app(
         stage: Annotated[int | None, Query(ge=0, le=1_000_000)] = None,
         sort: Annotated[models.JobRankSort, Query()] = "rank",
         order: Order = "asc",
+        offset: RankOffset = 0,
+        limit: RankLimit = job_pages.ALL_RANKS,
     ) -> dict:
         root, saved = job_source(run)
-        return job_pages.step_trace(run, root, saved, step, stage, sort, order)
+        return job_pages.step_trace(run, root, saved, step, stage, sort, order, offset, limit)
 
     @app.get("/api/run/findings", response_model=models.Findings, responses=ERRORS)
     def run_findings(run: RunParam, rank: RankParam = None) -> dict:
@@ -388,7 +394,7 @@ def create_app(
     @app.get("/api/job/findings", response_model=models.Findings, responses=ERRORS)
     def job_findings(run: RunParam) -> dict:
         """The advisor's findings of a job (its job rules and its ranks'), most important first."""
-        return findings.job_findings(opened(run))
+        return findings.job_findings(registry.ready_job(run))
 
     @app.get("/api/{rest:path}", include_in_schema=False)
     def api_not_found(rest: str) -> JSONResponse:
