@@ -654,6 +654,11 @@ export interface components {
              * @description ranks in the job (``ranks`` is one page of them)
              */
             ranks_total: number;
+            /**
+             * Hosts Total
+             * @description distinct hosts the job's ranks recorded (0: none recorded)
+             */
+            hosts_total: number;
             step_spread: components["schemas"]["StepSpread"] | null;
             /** Slow Rank Threshold Ns */
             slow_rank_threshold_ns: number | null;

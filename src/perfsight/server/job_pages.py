@@ -191,6 +191,12 @@ def overview(
         "run": run,
         "ranks": rows,
         "ranks_total": total,
+        "hosts_total": queries.arrow(
+            "SELECT count(DISTINCT host) AS n FROM read_parquet(?) WHERE type = 'rank' AND step = 'average'",
+            [str(table)],
+        )
+        .column("n")[0]
+        .as_py(),
         "step_spread": spread,
         "slow_rank_threshold_ns": summary.get("slow_rank_threshold_ns"),
         "slowest_ranks": summary.get("slowest_ranks", []),

@@ -514,6 +514,7 @@ class JobOverview(BaseModel):
     run: str
     ranks: list[JobRank] = Field(description="one row per rank, in the requested order (the page asked for)")
     ranks_total: int = Field(description="ranks in the job (``ranks`` is one page of them)")
+    hosts_total: int = Field(description="distinct hosts the job's ranks recorded (0: none recorded)")
     step_spread: StepSpread | None
     slow_rank_threshold_ns: int | None
     slowest_ranks: list[SlowRankEvidence] = Field(description="ranks by lateness, the latest first")
