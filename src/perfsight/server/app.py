@@ -362,18 +362,18 @@ def create_app(
         data = registry.ready_job(run)  # the job's outputs only: its ranks are not opened
         return data.root, data.run.output_root / SAVED_FOLDER
 
-    @app.get("/api/job/overview", response_model=models.JobOverview, responses=ERRORS)
+    @app.get("/api/job/overview", **documented(models.JobOverview))  # a row per rank: fast_json
     def job_overview(
         run: RunParam,
         sort: Annotated[models.JobRankSort, Query()] = "duration_ns",
         order: Order = "desc",
         offset: RankOffset = 0,
         limit: RankLimit = job_pages.ALL_RANKS,
-    ) -> dict:
+    ) -> Response:
         root, saved = job_source(run)
-        return job_pages.overview(run, root, saved, sort, order, offset, limit)
+        return fast_json(job_pages.overview(run, root, saved, sort, order, offset, limit))
 
-    @app.get("/api/job/step-trace", response_model=models.JobStepTrace, responses=ERRORS)
+    @app.get("/api/job/step-trace", **documented(models.JobStepTrace))
     def job_step_trace(
         run: RunParam,
         step: Annotated[str, Query(description='"average" or a step number', max_length=32)] = "average",
@@ -382,9 +382,9 @@ def create_app(
         order: Order = "asc",
         offset: RankOffset = 0,
         limit: RankLimit = job_pages.ALL_RANKS,
-    ) -> dict:
+    ) -> Response:
         root, saved = job_source(run)
-        return job_pages.step_trace(run, root, saved, step, stage, sort, order, offset, limit)
+        return fast_json(job_pages.step_trace(run, root, saved, step, stage, sort, order, offset, limit))
 
     @app.get("/api/run/findings", response_model=models.Findings, responses=ERRORS)
     def run_findings(run: RunParam, rank: RankParam = None) -> dict:
