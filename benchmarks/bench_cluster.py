@@ -11,10 +11,11 @@ default executor, one worker process per core; per-rank output files only up to 
 (same executor, per-rank work limited to what the cluster step needs, no per-rank files);
 ``dask1`` / ``dask2`` (as cluster-only, on a Dask LocalCluster with 1 / 2 worker processes).
 After each run it checks that the injected stragglers (from the job's ``.generator.json``, written
-by ``gen_cluster_job.py``) are exactly the reported slow ranks.
+by ``gen_cluster_job.py``) are exactly the reported slow ranks -- with the sender of the injected
+slow link, if any: its slow transfers make it late at the next collective.
 
-    python benchmarks/gen_cluster_job.py --out /tmp/job1024 --ranks 1024 --size-mb 2 \
-        --stragglers 17:1.3,600:1.25,1001:1.2
+    python benchmarks/gen_cluster_job.py --out /tmp/job1024 --ranks 1024 --size-mb 2 --layers 4 \
+        --stragglers 17:1.3,600:1.25,1001:1.2 --slow-link ''
     python benchmarks/bench_cluster.py /tmp/job1024 --variants cli,cluster-only,local,dask1,dask2
 """
 
@@ -111,6 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     manifest = json.loads((args.job / ".generator.json").read_text())
     injected = sorted(int(r) for r in manifest["stragglers"])
+    if manifest.get("slow_link"):  # its sender finishes each all-reduce late, so arrives late at the next
+        injected = sorted({*injected, int(manifest["slow_link"]["src"])})
     size_mb = sum(p.stat().st_size for p in args.job.rglob("*.json")) / 2**20
     print(
         f"job: {manifest['ranks']} ranks, {size_mb:.0f} MiB of traces, {manifest['steps']} steps each, "

@@ -1,12 +1,18 @@
 """Write a synthetic N-rank data-parallel job (one realistic Kineto trace per rank) with stragglers.
 
-Why this exists: cluster analysis must stay fast and find the slow ranks at a thousand ranks, and we
-have no thousand-rank traces to ship.  Each rank is ``benchmarks/gen_kineto_trace.py``'s simulated
-GPU rank (transformer layers, DDP all-reduce buckets, memory events), with what a real job adds:
+Why this exists: cluster analysis and the job pages must stay fast and find the slow ranks and
+links at a thousand ranks, and we have no thousand-rank traces to ship.  Each rank is
+``benchmarks/gen_kineto_trace.py``'s simulated GPU rank (transformer layers, DDP all-reduce
+buckets, memory events, ``ProfilerStep#N`` ranges, ``distributedInfo`` with rank and world size),
+with what a real job adds:
 
 * ranks are synchronised at every gradient all-reduce: a rank's NCCL kernel starts when the rank
   reaches it and ends when the slowest rank has arrived plus the transfer, so the others wait;
 * ``--stragglers R:F,...`` makes rank R's device compute F times slower (e.g. ``7:1.3``);
+* ``--slow-link R:F`` makes rank R's all-reduce transfers F times longer once every rank has
+  arrived: its ring link R -> R+1 is the slow one (the default, 519 -> 520, crosses two hosts);
+* every collective records its ``Seq`` (the group's sequence number, as recent PyTorch does), so
+  ranks are matched by it;
 * no random data-loader stalls (the single-rank generator has them), so only the stragglers are
   slow;
 * ``host_name`` puts ``--ranks-per-host`` ranks on each host, and every host's clock is skewed by
@@ -16,7 +22,14 @@ GPU rank (transformer layers, DDP all-reduce buckets, memory events), with what 
 The slowest straggler is simulated first; its arrival at each bucket is the moment every other
 rank's all-reduce can finish.  Then the other ranks are written in parallel processes.
 
-    python benchmarks/gen_cluster_job.py --out /tmp/job --ranks 1024 --size-mb 2 --stragglers 17:1.3,600:1.25
+By default a rank is small (``--steps 4 --layers 2``: about 0.4 MiB at 1,024 ranks, most of it the
+1,024-rank group lists), so that 1,024 ranks are written in a minute or two: the job pages are
+about per-rank summaries, not events.  ``--size-mb`` instead writes as many steps as make each
+rank's trace about that size (the cluster-analysis benchmark uses ``--size-mb 2 --layers 4``).
+
+    python benchmarks/gen_cluster_job.py --out /tmp/job1024
+    python benchmarks/gen_cluster_job.py --out /tmp/job --ranks 1024 --size-mb 2 --layers 4 \
+        --stragglers 17:1.3,600:1.25
 """
 
 from __future__ import annotations
@@ -49,6 +62,7 @@ class ClusterRankSimulator(TraceSimulator):
         skew_us: float,
         ready: dict[tuple[int, int], float] | None,
         ranks_per_host: int = 8,
+        link_factor: float = 1.0,
     ) -> None:
         super().__init__(LAYOUTS["classic"], seed * 100_003 + rank, layers, Shape(), rank, world)
         self.slowdown = slowdown
@@ -61,6 +75,8 @@ class ClusterRankSimulator(TraceSimulator):
         self.stream_free = {k: self.start_ts for k in self.stream_free}
         self.step_number = 0
         self.bucket = 0
+        self.link_factor = link_factor  # >1: this rank's ring link to the next rank is slow
+        self.collectives = 0  # the default group's collectives so far: the next one's "Seq"
 
     def step(self, number: int) -> list[str]:
         self.step_number, self.bucket = number, 0
@@ -69,6 +85,8 @@ class ClusterRankSimulator(TraceSimulator):
     def _allreduce(self, tid: int, numel: int) -> None:
         key = (self.step_number, self.bucket)
         self.bucket += 1
+        self.collectives += 1
+        self.collective_seq = self.collectives  # the same in the dry run and the replay
         # dry run to learn when this rank reaches the bucket, then replay with the wait added
         saved = (self.rng.getstate(), len(self.buffer), dict(self.cpu), dict(self.stream_free))
         saved_ids = (self.correlation, self.external_id, self.ev_idx)
@@ -105,13 +123,14 @@ class ClusterRankSimulator(TraceSimulator):
 
 
 def _patch_nccl_launch() -> None:
-    """One hook on ``_launch``: compute kernels take ``slowdown`` times longer; an NCCL kernel is
-    stretched by the rank's wait and its start is recorded."""
+    """One hook on ``_launch``: compute kernels take ``slowdown`` times longer; an NCCL kernel's
+    transfer takes ``link_factor`` times longer, it is stretched by the rank's wait and its start is
+    recorded."""
     original = ClusterRankSimulator._launch
 
     def launch(self, tid, kernel, gpu_us, stream=7, extra="", not_before=0.0):  # type: ignore[no-untyped-def]
         if stream == NCCL_STREAM:
-            gpu_us += self._wait_us
+            gpu_us = gpu_us * self.link_factor + self._wait_us
         else:
             gpu_us *= self.slowdown
         start, end = original(self, tid, kernel, gpu_us, stream, extra, not_before)
@@ -127,10 +146,12 @@ _patch_nccl_launch()
 
 def write_rank(
     out: Path, rank: int, world: int, steps: int, seed: int, layers: int, slowdown: float, skew_us: float,
-    ready: dict[tuple[int, int], float] | None, ranks_per_host: int = 8,
+    ready: dict[tuple[int, int], float] | None, ranks_per_host: int = 8, link_factor: float = 1.0,
 ) -> tuple[int, dict[tuple[int, int], float]]:  # fmt: skip
     """Write one rank's trace; returns (bytes, its arrival time at every bucket)."""
-    sim = ClusterRankSimulator(rank, world, seed, layers, slowdown, skew_us, ready, ranks_per_host)
+    sim = ClusterRankSimulator(
+        rank, world, seed, layers, slowdown, skew_us, ready, ranks_per_host, link_factor
+    )
     path = out / f"rank{rank:04d}" / f"rank{rank}.pt.trace.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     written = 0
@@ -160,35 +181,49 @@ def steps_for_size(size_mb: float, layers: int, seed: int) -> int:
 
 
 def generate(
-    out: Path, ranks: int, size_mb: float, stragglers: dict[int, float], seed: int = 0, layers: int = 4,
-    skew_us: float = 50_000.0, workers: int = 2, ranks_per_host: int = 8,
+    out: Path, ranks: int, size_mb: float | None, stragglers: dict[int, float], seed: int = 0,
+    layers: int = 2, skew_us: float = 50_000.0, workers: int = 2, ranks_per_host: int = 8,
+    steps: int = 4, slow_link: tuple[int, float] | None = None,
 ) -> dict:  # fmt: skip
+    """Write the job under ``out`` (``rank<NNNN>/rank<N>.pt.trace.json`` and ``.generator.json``,
+    the manifest of what was injected); ``size_mb``, when given, decides the steps instead."""
     rng = random.Random(seed)
     hosts = (ranks + ranks_per_host - 1) // ranks_per_host
     host_skews = [0.0] + [rng.uniform(-skew_us, skew_us) for _ in range(hosts - 1)]
     skews = [host_skews[r // ranks_per_host] for r in range(ranks)]
-    steps = steps_for_size(size_mb, layers, seed)
+    if size_mb is not None:
+        steps = steps_for_size(size_mb, layers, seed)
+    link_rank, link_factor = slow_link if slow_link is not None and slow_link[0] < ranks else (-1, 1.0)
     order = sorted(stragglers, key=lambda r: -stragglers[r])
     total = 0
     ready = None
     if order:  # the slowest rank arrives last everywhere: its arrivals are when buckets can finish
         first = order[0]
         written, ready = write_rank(
-            out, first, ranks, steps, seed, layers, stragglers[first], skews[first], None, ranks_per_host
-        )
+            out, first, ranks, steps, seed, layers, stragglers[first], skews[first], None, ranks_per_host,
+            link_factor if first == link_rank else 1.0,
+        )  # fmt: skip
         total += written
     rest = [r for r in range(ranks) if not order or r != order[0]]
     jobs = [
-        (out, r, ranks, steps, seed, layers, stragglers.get(r, 1.0), skews[r], ready, ranks_per_host)
+        (out, r, ranks, steps, seed, layers, stragglers.get(r, 1.0), skews[r], ready, ranks_per_host,
+         link_factor if r == link_rank else 1.0)
         for r in rest
-    ]
+    ]  # fmt: skip
     with ProcessPoolExecutor(max_workers=workers) as pool:
         total += sum(pool.map(_write_one, jobs, chunksize=16))
     manifest = {
         "ranks": ranks,
+        "hosts": hosts,
         "steps": steps,
+        "layers": layers,
         "size_mb_per_rank": size_mb,
         "stragglers": {str(r): f for r, f in stragglers.items()},
+        "slow_link": (
+            {"src": link_rank, "dst": (link_rank + 1) % ranks, "factor": link_factor}
+            if link_rank >= 0
+            else None
+        ),
         "skew_us": {str(r): skews[r] for r in range(ranks)},
         "bytes": total,
     }
@@ -201,13 +236,27 @@ def parse_stragglers(text: str) -> dict[int, float]:
     return {int(r): float(f) for r, f in pairs}
 
 
+def parse_slow_link(text: str) -> tuple[int, float] | None:
+    """``R:F`` -> (R, F); an empty text: no slow link."""
+    if not text.strip():
+        return None
+    rank, factor = text.split(":")
+    return int(rank), float(factor)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ranks", type=int, default=1024)
-    parser.add_argument("--size-mb", type=float, default=2.0, help="approximate size of each rank's trace")
+    parser.add_argument("--steps", type=int, default=4, help="profiled steps per rank")
+    parser.add_argument(
+        "--size-mb", type=float, help="approximate size of each rank's trace (decides the steps instead)"
+    )
     parser.add_argument("--stragglers", default="17:1.3,600:1.25", help="RANK:SLOWDOWN,...")
-    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument(
+        "--slow-link", default="519:2", help="RANK:FACTOR: link RANK -> RANK+1 is FACTOR slower ('': none)"
+    )
+    parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--skew-us", type=float, default=50_000.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2)
@@ -216,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     manifest = generate(
         args.out, args.ranks, args.size_mb, parse_stragglers(args.stragglers), args.seed, args.layers,
-        args.skew_us, args.workers, args.ranks_per_host,
+        args.skew_us, args.workers, args.ranks_per_host, args.steps, parse_slow_link(args.slow_link),
     )  # fmt: skip
     print(
         f"wrote {args.ranks} ranks x {manifest['steps']} steps ({manifest['bytes'] / MIB:.0f} MiB) "

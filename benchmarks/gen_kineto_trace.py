@@ -257,6 +257,7 @@ class TraceSimulator:
         self.correlation = 100_000
         self.ev_idx = 0
         self.sequence = 0
+        self.collective_seq: int | None = None  # recorded as the collectives' "Seq" when set
         self.allocated = 1 << 30  # weights and optimizer state, resident before profiling began
         self.reserved = 2 << 30
         self.next_addr = 0x7F00_0000_0000
@@ -458,6 +459,8 @@ class TraceSimulator:
             f'"Process Group Name": "0", "Process Group Description": "default_pg", '
             f'"Process Group Ranks": "[{", ".join(str(r) for r in range(self.world))}]"'
         )
+        if self.collective_seq is not None:  # recent PyTorch numbers each group's collectives
+            coll += f', "Seq": {self.collective_seq}'
         self._close(self._open(tid, "cpu_op", "record_param_comms", coll))
         ann = self._open(tid, "user_annotation", "nccl:all_reduce", "")
         # The bucket is reduced once its gradients exist; a slow peer occasionally makes everyone wait.

@@ -1450,9 +1450,19 @@ export interface components {
             run: string;
             /**
              * Ranks
-             * @description one row per rank, in the requested order
+             * @description one row per rank, in the requested order (the page asked for)
              */
             ranks: components["schemas"]["JobRank"][];
+            /**
+             * Ranks Total
+             * @description ranks in the job (``ranks`` is one page of them)
+             */
+            ranks_total: number;
+            /**
+             * Hosts Total
+             * @description distinct hosts the job's ranks recorded (0: none recorded)
+             */
+            hosts_total: number;
             step_spread: components["schemas"]["StepSpread"] | null;
             /** Slow Rank Threshold Ns */
             slow_rank_threshold_ns: number | null;
@@ -1569,8 +1579,16 @@ export interface components {
              * @description the job has more than one pipeline stage (shows stage columns)
              */
             pipeline: boolean;
-            /** Ranks */
+            /**
+             * Ranks
+             * @description the page of ranks asked for, in the requested order
+             */
             ranks: components["schemas"]["JobRank"][];
+            /**
+             * Ranks Total
+             * @description ranks of the step (and stage) shown, over every page
+             */
+            ranks_total: number;
         };
         /** JobTimeOverview */
         JobTimeOverview: {
@@ -3496,6 +3514,10 @@ export interface operations {
                 run: string;
                 sort?: "rank" | "stage" | "duration_ns" | "computing_ns" | "communication_not_overlapped_ns" | "overlapped_ns" | "free_ns" | "bubble_ns" | "iteration_interval_ns" | "fp_bp_ns" | "tail_ns" | "communication_ns" | "receive_not_overlapped_ns" | "lateness_ns";
                 order?: "asc" | "desc";
+                /** @description first rank row of the page */
+                offset?: number;
+                /** @description rank rows per page */
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -3503,7 +3525,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Successful Response */
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -3560,6 +3582,10 @@ export interface operations {
                 stage?: number | null;
                 sort?: "rank" | "stage" | "duration_ns" | "computing_ns" | "communication_not_overlapped_ns" | "overlapped_ns" | "free_ns" | "bubble_ns" | "iteration_interval_ns" | "fp_bp_ns" | "tail_ns" | "communication_ns" | "receive_not_overlapped_ns" | "lateness_ns";
                 order?: "asc" | "desc";
+                /** @description first rank row of the page */
+                offset?: number;
+                /** @description rank rows per page */
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -3567,7 +3593,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Successful Response */
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -57,6 +57,8 @@ RanksParam = Annotated[str | None, Query(max_length=20_000, description="ranks s
 CommStep = Annotated[str, Query(description='"all" or a step number', max_length=32)]
 CommRankFilter = Annotated[int | None, Query(ge=0, le=1_000_000)]
 CommText = Annotated[str | None, Query(max_length=1000)]
+RankOffset = Annotated[int, Query(ge=0, le=job_pages.ALL_RANKS, description="first rank row of the page")]
+RankLimit = Annotated[int, Query(ge=1, le=job_pages.ALL_RANKS, description="rank rows per page")]
 
 ERRORS = {
     400: {"model": models.ErrorBody, "description": "parameters that contradict each other"},
@@ -391,28 +393,32 @@ def create_app(
     # ------------------------------------------------------------------ UI
     # ------------------------------------------------------------------ job pages
     def job_source(run: str) -> tuple[Path | None, Path]:
-        data = opened(run)
+        data = registry.ready_job(run)  # the job's outputs only: its ranks are not opened
         return data.root, data.run.output_root / SAVED_FOLDER
 
-    @app.get("/api/job/overview", response_model=models.JobOverview, responses=ERRORS)
+    @app.get("/api/job/overview", **documented(models.JobOverview))  # a row per rank: fast_json
     def job_overview(
         run: RunParam,
         sort: Annotated[models.JobRankSort, Query()] = "duration_ns",
         order: Order = "desc",
-    ) -> dict:
+        offset: RankOffset = 0,
+        limit: RankLimit = job_pages.ALL_RANKS,
+    ) -> Response:
         root, saved = job_source(run)
-        return job_pages.overview(run, root, saved, sort, order)
+        return fast_json(job_pages.overview(run, root, saved, sort, order, offset, limit))
 
-    @app.get("/api/job/step-trace", response_model=models.JobStepTrace, responses=ERRORS)
+    @app.get("/api/job/step-trace", **documented(models.JobStepTrace))
     def job_step_trace(
         run: RunParam,
         step: Annotated[str, Query(description='"average" or a step number', max_length=32)] = "average",
         stage: Annotated[int | None, Query(ge=0, le=1_000_000)] = None,
         sort: Annotated[models.JobRankSort, Query()] = "rank",
         order: Order = "asc",
-    ) -> dict:
+        offset: RankOffset = 0,
+        limit: RankLimit = job_pages.ALL_RANKS,
+    ) -> Response:
         root, saved = job_source(run)
-        return job_pages.step_trace(run, root, saved, step, stage, sort, order)
+        return fast_json(job_pages.step_trace(run, root, saved, step, stage, sort, order, offset, limit))
 
     @app.get("/api/job/heatmaps", **documented(models.JobHeatmaps))
     def job_heatmaps(run: RunParam) -> Response:
@@ -508,7 +514,7 @@ def create_app(
     @app.get("/api/job/findings", response_model=models.Findings, responses=ERRORS)
     def job_findings(run: RunParam) -> dict:
         """The advisor's findings of a job (its job rules and its ranks'), most important first."""
-        return findings.job_findings(opened(run))
+        return findings.job_findings(registry.ready_job(run))
 
     # ------------------------------------------------------------------ run-vs-run comparison
     @app.get("/api/compare", **documented(models.Comparison))

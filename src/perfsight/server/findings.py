@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from perfsight.advisor import ADVISOR_JSON
 from perfsight.server import job_pages, models
-from perfsight.server.registry import DamagedAnalysis, OpenedRun
+from perfsight.server.registry import DamagedAnalysis, OpenedRun, ReadyJob
 from perfsight.server.runs import CLUSTER_OUTPUT_DIR
 from perfsight.server.security import inside
 
@@ -70,7 +70,7 @@ def rank_findings(data: OpenedRun, rank: int | None) -> dict[str, Any]:
     return _answer(data.run.id, "rank", chosen.rank, source, found)
 
 
-def job_findings(data: OpenedRun) -> dict[str, Any]:
+def job_findings(data: OpenedRun | ReadyJob) -> dict[str, Any]:
     """The job's findings (:class:`models.Findings`), from ``cluster_analysis_output/advisor.json``
     (the job rules' findings and each rank's own, ranked together by the advisor)."""
     folder = job_pages.cluster_folder(data.root)  # NoClusterAnalysis (404) for a single rank

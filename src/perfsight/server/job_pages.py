@@ -110,19 +110,37 @@ def _sql_path(path: Path) -> str:
     return str(path).replace("'", "''")
 
 
+ALL_RANKS = 1_000_000
+"""The default page: every rank (a client that pages asks for fewer)."""
+
+
 def rank_rows(
-    table: Path, step: str, sort: str, order: str, stage: int | None = None
-) -> list[dict[str, Any]]:
-    """Every rank's row of ``step`` ("average" or a step number), sorted (an allow-listed column)."""
+    table: Path, step: str, sort: str, order: str, stage: int | None = None, offset: int = 0,
+    limit: int = ALL_RANKS,
+) -> tuple[list[dict[str, Any]], int]:  # fmt: skip
+    """One page of the ranks' rows of ``step`` ("average" or a step number), sorted (an
+    allow-listed column), and how many ranks there are in all.  Paged in the query: at a thousand
+    ranks a page of rows is what a browser should hold and draw, not the job."""
     where: list[tuple[str, list[Any]]] = [("type = 'rank' AND step = ?", [step])]
     if stage is not None:
         where.append(("stage = ?", [stage]))
     select = list(models.JobRank.model_fields)
     found = queries.page(
-        table, select, sortable=SORTABLE, sort=sort, order=order, offset=0, limit=1_000_000, where=where,
+        table, select, sortable=SORTABLE, sort=sort, order=order, offset=offset, limit=limit, where=where,
         tiebreak="rank",
     )  # fmt: skip
-    return found["rows"]
+    return found["rows"], found["total"]
+
+
+def _extreme(table: Path, direction: str) -> dict[str, Any] | None:
+    """The average row of the fastest (``ASC``) or slowest (``DESC``) rank by step time; ties go to
+    the lower rank for the fastest and the higher for the slowest."""
+    found = queries.arrow(
+        "SELECT rank, duration_ns FROM read_parquet(?) WHERE type = 'rank' AND step = 'average' "
+        f"ORDER BY duration_ns {direction}, rank {direction} LIMIT 1",
+        [str(table)],
+    ).to_pylist()
+    return found[0] if found else None
 
 
 def _steps(table: Path) -> list[str]:
@@ -135,22 +153,24 @@ def _steps(table: Path) -> list[str]:
     return (["average"] if "average" in got else []) + numbers
 
 
-def overview(run: str, root: Path | None, saved: Path, sort: str, order: str) -> dict[str, Any]:
-    """The job overview (:class:`models.JobOverview`)."""
+def overview(
+    run: str, root: Path | None, saved: Path, sort: str, order: str, offset: int = 0, limit: int = ALL_RANKS
+) -> dict[str, Any]:
+    """The job overview (:class:`models.JobOverview`): one page of its ranks, the rest of the job
+    whole (the spread is over every rank, whatever the page)."""
     cluster = cluster_folder(root)
     table = ranks_table(cluster, saved)
-    rows = rank_rows(table, "average", sort, order)
+    rows, total = rank_rows(table, "average", sort, order, offset=offset, limit=limit)
     summary = json.loads((cluster / "cluster_summary.json").read_text(encoding="utf-8"))
     spread = None
-    if rows:
-        by_time = sorted(rows, key=lambda r: (r["duration_ns"], r["rank"]))
-        durations = [r["duration_ns"] for r in by_time]
+    fastest, slowest = _extreme(table, "ASC"), _extreme(table, "DESC")
+    if fastest is not None and slowest is not None:
         spread = {
-            "min_ns": durations[0],
+            "min_ns": fastest["duration_ns"],
             "median_ns": int(summary.get("median_step_ns") or 0),  # the cluster summary's median
-            "max_ns": durations[-1],
-            "fastest_rank": by_time[0]["rank"],
-            "slowest_rank": by_time[-1]["rank"],
+            "max_ns": slowest["duration_ns"],
+            "fastest_rank": fastest["rank"],
+            "slowest_rank": slowest["rank"],
         }
     members = summary.get("stages") or {}
     averages = queries.arrow(
@@ -170,6 +190,13 @@ def overview(run: str, root: Path | None, saved: Path, sort: str, order: str) ->
     return {
         "run": run,
         "ranks": rows,
+        "ranks_total": total,
+        "hosts_total": queries.arrow(
+            "SELECT count(DISTINCT host) AS n FROM read_parquet(?) WHERE type = 'rank' AND step = 'average'",
+            [str(table)],
+        )
+        .column("n")[0]
+        .as_py(),
         "step_spread": spread,
         "slow_rank_threshold_ns": summary.get("slow_rank_threshold_ns"),
         "slowest_ranks": summary.get("slowest_ranks", []),
@@ -183,9 +210,11 @@ def overview(run: str, root: Path | None, saved: Path, sort: str, order: str) ->
 
 
 def step_trace(
-    run: str, root: Path | None, saved: Path, step: str, stage: int | None, sort: str, order: str
-) -> dict[str, Any]:
-    """The cluster step trace (:class:`models.JobStepTrace`): every rank of one step or the average."""
+    run: str, root: Path | None, saved: Path, step: str, stage: int | None, sort: str, order: str,
+    offset: int = 0, limit: int = ALL_RANKS,
+) -> dict[str, Any]:  # fmt: skip
+    """The cluster step trace (:class:`models.JobStepTrace`): one page of the ranks of one step or
+    of the average."""
     table = ranks_table(cluster_folder(root), saved)
     steps = _steps(table)
     if step not in steps:
@@ -195,11 +224,13 @@ def step_trace(
         .column("stage")
         .to_pylist()
     )
+    rows, total = rank_rows(table, step, sort, order, stage, offset, limit)
     return {
         "run": run,
         "step": step,
         "steps": steps,
         "stages": stages,
         "pipeline": len(stages) > 1,
-        "ranks": rank_rows(table, step, sort, order, stage),
+        "ranks": rows,
+        "ranks_total": total,
     }

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import queue
 import shutil
 import subprocess
@@ -30,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from perfsight import layout
 from perfsight.server.runs import CLUSTER_FAILED_FILE, CLUSTER_OUTPUT_DIR, Run, cache_sources
 from perfsight.store import cache, timeline_index
 
@@ -50,7 +52,9 @@ class JobState:
 
 
 def _inputs_fingerprint(run: Run) -> Any:
-    return cache.fingerprint(run.inputs) if run.inputs else None
+    """Each input's path, mtime, size and inode, from ``os.stat`` alone: asked on every status and
+    page request, where resolving a thousand-rank job's paths took a few hundred milliseconds."""
+    return tuple((str(p), _stat(str(p), follow=True)) for p in run.inputs) if run.inputs else None
 
 
 def missing_work(run: Run, dirs: dict[int, Path]) -> tuple[list[Path], list[Path]]:
@@ -80,6 +84,7 @@ class Plan:
     """What serving a run needs now: read ``root`` (ready), or analyse, or index (see :func:`plan`)."""
 
     root: Path | None = None  # a complete, current analysis to read
+    dirs: dict[int, Path] = dataclasses.field(default_factory=dict)  # root's rank folders, by rank
     todo: list[Path] = dataclasses.field(default_factory=list)  # inputs to analyse into output_root
     seed: Path | None = None  # an analysis to copy into output_root, there to build its timeline index
     index: bool = False  # output_root holds a current analysis whose timeline index is missing
@@ -110,13 +115,51 @@ def plan(run: Run, damaged: set[Path] = frozenset()) -> Plan:  # type: ignore[as
         if todo or (run.inputs and len(run.ranks) > 1 and not _cross_rank_done(root)):
             continue  # a job's analysis includes its cross-rank outputs (the job pages read them)
         if not stale_index:
-            return Plan(root=root)
+            return Plan(root=root, dirs=dirs)
         usable.append(root)
     if run.output_root in usable:
         return Plan(index=True)
     if usable:
         return Plan(seed=usable[0])
     return Plan(todo=list(run.inputs))
+
+
+_STAMPED_PARTS = ("", "/cache", "/cache/" + layout.CACHE_SOURCE_FILE, "/cache/" + layout.CACHE_META_FILE)
+_STAMPED_PARTS += ("/cache/timeline", "/cache/timeline/meta.idx", "/cache/analysis", "/PROFILER_OUTPUT")
+
+
+def _stat(path: str, follow: bool = False) -> tuple[int, int, int] | None:
+    try:
+        stat = os.stat(path, follow_symlinks=follow)
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size, stat.st_ino
+
+
+def plan_stamp(run: Run) -> tuple[Any, ...]:
+    """A fingerprint of what :func:`plan` reads, from ``os.stat`` alone: each input, and in each
+    analysis folder its entries and, per entry, its cache's folders and stamp files.
+
+    Why: :func:`plan` resolves, walks and hashes every rank folder (seconds at a thousand ranks),
+    and the run list and every page ask for it; this costs a few stats per rank.  It changes
+    whenever :func:`plan`'s answer can: caches, indexes and outputs are written by renaming into
+    place, which changes the folder's mtime, and an added link or file changes its folder's."""
+    stamps: list[Any] = [_stat(str(p), follow=True) for p in run.inputs]
+    for root in (run.found_root, run.output_root):
+        if root is None:
+            continue
+        top = str(root)
+        stamps.append(_stat(top))
+        stamps.extend(_stat(top + part) for part in _STAMPED_PARTS[1:])  # a run analysed in place
+        try:
+            with os.scandir(top) as entries:
+                names = sorted(e.name for e in entries)
+        except OSError:
+            continue
+        for name in names:
+            stamps.append(name)
+            stamps.extend(_stat(f"{top}/{name}{part}") for part in _STAMPED_PARTS)
+    return tuple(stamps)
 
 
 class JobManager:

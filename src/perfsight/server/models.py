@@ -538,7 +538,9 @@ class PipelineBalance(BaseModel):
 
 class JobOverview(BaseModel):
     run: str
-    ranks: list[JobRank] = Field(description="one row per rank, in the requested order")
+    ranks: list[JobRank] = Field(description="one row per rank, in the requested order (the page asked for)")
+    ranks_total: int = Field(description="ranks in the job (``ranks`` is one page of them)")
+    hosts_total: int = Field(description="distinct hosts the job's ranks recorded (0: none recorded)")
     step_spread: StepSpread | None
     slow_rank_threshold_ns: int | None
     slowest_ranks: list[SlowRankEvidence] = Field(description="ranks by lateness, the latest first")
@@ -556,7 +558,8 @@ class JobStepTrace(BaseModel):
     steps: list[str] = Field(description="the steps that can be shown, average first")
     stages: list[int]
     pipeline: bool = Field(description="the job has more than one pipeline stage (shows stage columns)")
-    ranks: list[JobRank]
+    ranks: list[JobRank] = Field(description="the page of ranks asked for, in the requested order")
+    ranks_total: int = Field(description="ranks of the step (and stage) shown, over every page")
 
 
 # ------------------------------------------------------------------------ job heatmaps and time overview

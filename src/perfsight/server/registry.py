@@ -14,6 +14,7 @@ import math
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -22,7 +23,7 @@ import pyarrow.parquet as pq
 from perfsight import layout
 from perfsight.model import RunMetadata
 from perfsight.server import models
-from perfsight.server.jobs import JobManager, Plan, plan
+from perfsight.server.jobs import JobManager, Plan, plan, plan_stamp
 from perfsight.server.runs import Discovery, Run, iso_date, parallel_layout, step_count
 from perfsight.server.security import safe_relative, without_roots
 from perfsight.store import cache, timeline_index
@@ -82,6 +83,14 @@ class OpenedRun:
         if rank not in self.ranks:
             raise UnknownRun(f"run {self.run.id!r} has no rank {rank}; ranks: {sorted(self.ranks)}")
         return self.ranks[rank]
+
+
+@dataclasses.dataclass
+class ReadyJob:
+    """A ready run as the job pages need it: which run, and the analysis folder to read."""
+
+    run: Run
+    root: Path | None
 
 
 OPEN_ERRORS: tuple[type[Exception], ...] = (OSError, ValueError, KeyError, TypeError, duckdb.Error)
@@ -150,12 +159,14 @@ class Registry:
         self._runs: dict[str, Run] = {}
         self._when = 0.0
         self._lock = threading.Lock()
-        self._opened: dict[str, tuple[tuple[str, ...], OpenedRun]] = {}
+        self._opened: dict[str, tuple[tuple[str, ...], OpenedRun, Plan]] = {}  # with the plan it read
         self._checked: dict[str, float] = {}  # run id -> when it was last found ready and opened
         # analyses a file of which could not be read, with their stamps then: not served until
         # rewritten (another `perfsight analyse` changes the stamp)
         self._damaged: dict[Path, tuple[int, ...]] = {}
         self._damage_errors: dict[str, str] = {}  # run id -> what was damaged (for a failed status)
+        # run id -> (what the plan was made from, the plan, the discovered run it was checked for)
+        self._plans: dict[str, tuple[Any, Plan, Run]] = {}
 
     def public(self, text: str) -> str:
         """``text`` as the API may show it: the server's own paths replaced by their labels."""
@@ -179,10 +190,27 @@ class Registry:
 
     # ------------------------------------------------------------------ status
     def plan(self, run: Run) -> Plan:
-        """Where ``run`` is read from now, or what work it needs (:func:`jobs.plan`)."""
+        """Where ``run`` is read from now, or what work it needs (:func:`jobs.plan`).
+
+        Made again only when a stat of what it reads changed (:func:`jobs.plan_stamp`), and that is
+        checked once per discovery of the run (every :data:`DISCOVERY_TTL_S`): at a thousand ranks
+        a plan takes seconds, and the run list and every page ask for it."""
         with self._lock:
             damaged = dict(self._damaged)
-        return plan(run, {root for root, stamp in damaged.items() if _written(root) == stamp})
+            hit = self._plans.get(run.id)
+        bad = frozenset(root for root, stamp in damaged.items() if _written(root) == stamp)
+        job = self.jobs.state(run)  # an analysis that started or ended since makes another plan
+        what = (bad, None if job is None else (id(job), job.status), run.found_root, run.output_root)
+        if hit is not None and hit[0][0] == what and hit[2] is run:
+            return hit[1]
+        key = (what, tuple(run.inputs), plan_stamp(run))
+        if hit is not None and hit[0] == key:
+            found = hit[1]
+        else:
+            found = plan(run, set(bad))
+        with self._lock:
+            self._plans[run.id] = (key, found, run)
+        return found
 
     def status(self, run: Run, start: bool = False) -> models.RunStatus:
         """The run's status; with ``start``, queue its analysis when it is new or stale."""
@@ -192,7 +220,7 @@ class Registry:
         work = self.plan(run)
         if work.ready:
             warnings = state.warnings if state is not None else []
-            return self._status(run, "ready", 1.0, "done", None, warnings, work.root)
+            return self._status(run, "ready", 1.0, "done", None, warnings, work.dirs)
         if not work.possible:  # only an analysis, found damaged, and no trace to analyse again
             error = self._damage_errors.get(run.id, "its analysis cannot be read")
             return self._status(run, "failed", 0.0, "", error, [])
@@ -212,9 +240,9 @@ class Registry:
         stage: str,
         error: str | None,
         warnings: list[str],
-        root: Path | None = None,
+        dirs: dict[int, Path] | None = None,
     ) -> models.RunStatus:
-        ranks = sorted(run.rank_dirs(root)) if root is not None else run.ranks
+        ranks = sorted(dirs) if dirs is not None else run.ranks  # a ready analysis's rank folders
         return models.RunStatus(
             id=run.id,
             status=status,  # type: ignore[arg-type]
@@ -227,8 +255,8 @@ class Registry:
 
     def run_info(self, run: Run) -> models.RunInfo:
         status = self.status(run)
-        root = self.plan(run).root if status.status == "ready" else None
-        dirs = run.rank_dirs(root) if root is not None else {}
+        work = self.plan(run) if status.status == "ready" else Plan()
+        root, dirs = work.root, work.dirs
         steps = step_count(dirs[min(dirs)]) if dirs else None
         layout = parallel_layout(root) if root is not None and len(dirs) > 1 else None
         return models.RunInfo(
@@ -264,6 +292,16 @@ class Registry:
         return self.status(run, start=True)
 
     # ------------------------------------------------------------------ opened data
+    def ready_job(self, run_id: str) -> ReadyJob:
+        """The ready run and the analysis it is read from, its ranks left closed: the job pages read
+        the job's own outputs only, and opening a thousand ranks takes seconds.  Raises
+        :class:`NotReady` (and starts the analysis) otherwise."""
+        run = self.run(run_id)
+        status = self.status(run, start=True)
+        if status.status != "ready":
+            raise NotReady(status)
+        return ReadyJob(run=run, root=self.plan(run).root)
+
     def opened(self, run_id: str) -> OpenedRun:
         """The ready run's data; raises :class:`NotReady` (and starts the analysis) otherwise."""
         with self._lock:
@@ -274,12 +312,18 @@ class Registry:
         status = self.status(run, start=True)
         if status.status != "ready":
             raise NotReady(status)
-        root = self.plan(run).root
-        dirs = run.rank_dirs(root) if root is not None else {}
+        work = self.plan(run)
+        root, dirs = work.root, work.dirs
+        with self._lock:  # the same plan as when it was opened: nothing it read has changed
+            hit = self._opened.get(run.id)
+            if hit is not None and hit[2] is work:
+                self._checked[run.id] = time.monotonic()
+                return hit[1]
         stamps = tuple(timeline_index.stamp_of(d / "cache") for d in dirs.values())
         with self._lock:
             hit = self._opened.get(run.id)
             if hit is not None and hit[0] == stamps:
+                self._opened[run.id] = (stamps, hit[1], work)
                 self._checked[run.id] = time.monotonic()
                 return hit[1]
         try:
@@ -292,7 +336,7 @@ class Registry:
             data.meta.warnings = [without_roots(w, self._labels) for w in data.meta.warnings]
         opened = OpenedRun(run=run, ranks=ranks, origin_ns=origin, end_ns=end, root=root)
         with self._lock:
-            self._opened[run.id] = (stamps, opened)
+            self._opened[run.id] = (stamps, opened, work)
             self._checked[run.id] = time.monotonic()
             while len(self._opened) > MAX_OPEN_RUNS:
                 self._opened.pop(next(iter(self._opened)))

@@ -509,7 +509,11 @@ class Discovery:
     def _merge(self, raw: list[Run], analysed: list[Path]) -> list[Run]:
         """Attach analysed folders to the raw run they were made from (``found_root``, read as they
         are while their inputs are unchanged); list the others alone."""
-        by_inputs = {frozenset(p.resolve() for p in run.inputs): run for run in raw if run.inputs}
+        # resolving every input is a thousand system calls for a thousand-rank job: only when an
+        # analysed folder is there to be matched
+        by_inputs = (
+            {frozenset(p.resolve() for p in run.inputs): run for run in raw if run.inputs} if analysed else {}
+        )
         defaults = {default_output_root(run.path): run for run in raw}
         for default, run in defaults.items():  # `perfsight analyse PATH` without --out wrote here
             if rank_dirs(default, self.roots):

@@ -106,7 +106,10 @@ def _analyse_job(path: str, root: Path) -> list[str]:
     from perfsight.pipeline import Options
 
     serial = len(discovery.list_inputs(path)) <= SERIAL_JOB_RANKS
-    job = run_job(path, str(root), Options.from_env(), "serial" if serial else None)
+    # every rank's outputs, however many: the server serves a job when its ranks are analysed (a
+    # rank opens its single-device pages), and without them a job above the command's per-rank
+    # limit would never be ready and be analysed again and again
+    job = run_job(path, str(root), Options.from_env(), "serial" if serial else None, per_rank="all")
     return [str(line) for line in job["cluster"].get("problems", [])]
 
 

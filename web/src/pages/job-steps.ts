@@ -15,7 +15,7 @@ import * as fmt from "../format";
 import { t } from "../i18n";
 import { OVERLAP_COLORS, STAGE_COLORS } from "../palette";
 import { href } from "../router";
-import { rankLink } from "./job";
+import { RANK_PAGE, rankLink } from "./job";
 
 const ms = (v: unknown) => fmt.ms(v as number | null);
 
@@ -24,7 +24,8 @@ export async function jobStepsPage(ctx: PageContext): Promise<void> {
   const step = ctx.params.get("step") ?? "average";
   const stageParam = ctx.params.get("stage");
   const stage = stageParam !== null && stageParam !== "" ? Number(stageParam) : null;
-  const first = await get<JobStepTrace>("job/step-trace", { run: ctx.run, step, stage });
+  const first = await get<JobStepTrace>("job/step-trace", { run: ctx.run, step, stage, limit: RANK_PAGE });
+  let initial: JobStepTrace | null = first; // the table's first page, in its default order
   const go = (extra: Record<string, string | number | null>) => {
     window.location.hash = href("job-steps", { run: ctx.run, step, stage, ...extra });
   };
@@ -91,21 +92,28 @@ export async function jobStepsPage(ctx: PageContext): Promise<void> {
     columns,
     sort: "rank",
     desc: false,
-    pageSize: 100_000,
+    pageSize: RANK_PAGE,
     testId: "job-step-table",
     onRowClick: (row: Row) => {
       window.location.hash = rankLink(ctx.run, row.rank as number);
     },
     fetch: async (q) => {
-      const data = await get<JobStepTrace>("job/step-trace", {
-        run: ctx.run,
-        step: first.step,
-        stage,
-        sort: q.sort,
-        order: q.desc ? "desc" : "asc",
-      });
+      const reuse = initial !== null && q.offset === 0 && q.sort === "rank" && !q.desc;
+      const data =
+        reuse && initial
+          ? initial
+          : await get<JobStepTrace>("job/step-trace", {
+              run: ctx.run,
+              step: first.step,
+              stage,
+              sort: q.sort,
+              order: q.desc ? "desc" : "asc",
+              offset: q.offset,
+              limit: q.limit,
+            });
+      initial = null;
       drawBars(data.ranks);
-      return { rows: data.ranks as unknown as Row[], total: data.ranks.length };
+      return { rows: data.ranks as unknown as Row[], total: data.ranks_total };
     },
   });
 

@@ -41,23 +41,28 @@ export function rankLink(run: string, rank: number): string {
 
 const ms = (v: unknown) => fmt.ms(v as number | null);
 
+/** Ranks per page of the job tables (and bars beside them): the server pages and sorts, so a
+ * thousand-rank job draws as fast as a small one. */
+export const RANK_PAGE = 64;
+
 export async function jobPage(ctx: PageContext): Promise<void> {
   const findings = get<Findings>("job/findings", { run: ctx.run });
   findings.catch(() => undefined); // shown in its card; never an unhandled rejection
-  const first = await get<JobOverview>("job/overview", { run: ctx.run });
-  const pipeline = first.stages.length > 1;
+  const job = await get<JobOverview>("job/overview", { run: ctx.run, limit: RANK_PAGE });
+  let initial: JobOverview | null = job; // the table's job page, in its default order
+  const pipeline = job.stages.length > 1;
   const j = t.job;
-  const spread = first.step_spread;
+  const spread = job.step_spread;
   const stats = h(
     "div",
     { class: "stats" },
-    stat(j.ranks, String(first.ranks.length), "stat-ranks"),
-    stat(j.hosts, String(new Set(first.ranks.map((r) => r.host).filter(Boolean)).size || "–"), "stat-hosts"),
+    stat(j.ranks, String(job.ranks_total), "stat-ranks"),
+    stat(j.hosts, String(job.hosts_total || "–"), "stat-hosts"),
     stat(j.medianStep, spread ? fmt.duration(spread.median_ns) : "–", "stat-median-step"),
     stat(j.spread, spread ? j.spreadValue(fmt.duration(spread.min_ns), fmt.duration(spread.max_ns)) : "–", "stat-spread"),
     stat(j.longestStep, spread ? `${t.nav.rank} ${spread.slowest_rank}` : "–", "stat-longest-step"),
-    stat(j.slowRanks, first.slowest_ranks.filter((r) => r.slow).map((r) => `${t.nav.rank} ${r.rank}`).join(", ") || j.none, "stat-slow-ranks"),
-    stat(j.layout, first.layout ?? "–", "stat-layout"),
+    stat(j.slowRanks, job.slowest_ranks.filter((r) => r.slow).map((r) => `${t.nav.rank} ${r.rank}`).join(", ") || j.none, "stat-slow-ranks"),
+    stat(j.layout, job.layout ?? "–", "stat-layout"),
   );
 
   const barsEl = chartBox("chart-rank-time", true);
@@ -109,20 +114,30 @@ export async function jobPage(ctx: PageContext): Promise<void> {
     { key: "lateness_ns", label: j.columns.lateness, sortable: true, numeric: true, format: ms },
     { key: "slow", label: j.columns.verdict, format: (v) => (v ? j.slow : j.ok) },
   ];
-  let latest = first;
   const table = serverTable({
     columns,
     sort: "duration_ns",
     desc: true,
-    pageSize: 100_000,
+    pageSize: RANK_PAGE,
     testId: "job-ranks",
     onRowClick: (row: Row) => {
       window.location.hash = rankLink(ctx.run, row.rank as number);
     },
     fetch: async (q) => {
-      latest = await get<JobOverview>("job/overview", { run: ctx.run, sort: q.sort, order: q.desc ? "desc" : "asc" });
+      const reuse = initial !== null && q.offset === 0 && q.sort === "duration_ns" && q.desc;
+      const latest =
+        reuse && initial
+          ? initial
+          : await get<JobOverview>("job/overview", {
+              run: ctx.run,
+              sort: q.sort,
+              order: q.desc ? "desc" : "asc",
+              offset: q.offset,
+              limit: q.limit,
+            });
+      initial = null;
       drawBars(latest.ranks);
-      return { rows: latest.ranks as unknown as Row[], total: latest.ranks.length };
+      return { rows: latest.ranks as unknown as Row[], total: latest.ranks_total };
     },
   });
 
@@ -134,14 +149,14 @@ export async function jobPage(ctx: PageContext): Promise<void> {
       "div",
       { class: "grid" },
       card({ title: j.timePerRank, hint: j.timePerRankHint, full: true, testId: "card-rank-time", tools: [legend] }, barsEl, table.el),
-      pipeline ? card({ title: j.stages, hint: first.pipeline?.imbalanced ? j.imbalanced(fmt.percent(first.pipeline.spread ?? 0)) : j.stagesHint, full: true, testId: "card-stages" }, stagesTable(first)) : null,
+      pipeline ? card({ title: j.stages, hint: job.pipeline?.imbalanced ? j.imbalanced(fmt.percent(job.pipeline.spread ?? 0)) : j.stagesHint, full: true, testId: "card-stages" }, stagesTable(job)) : null,
       card(
-        { full: true, title: j.slowRanks, hint: first.slow_rank_threshold_ns !== null ? j.slowRanksHint(fmt.duration(first.slow_rank_threshold_ns)) : undefined, testId: "card-slow-ranks" },
-        slowRanksTable(first, ctx.run),
+        { full: true, title: j.slowRanks, hint: job.slow_rank_threshold_ns !== null ? j.slowRanksHint(fmt.duration(job.slow_rank_threshold_ns)) : undefined, testId: "card-slow-ranks" },
+        slowRanksTable(job, ctx.run),
       ),
-      card({ title: j.slowLinks, hint: j.slowLinksHint, full: true, testId: "card-slow-links" }, slowLinksTable(first)),
-      card({ title: j.groups, full: true, testId: "card-groups" }, groupsTable(first)),
-      first.problems.length ? card({ title: j.problems, full: true }, h("ul", {}, first.problems.map((p) => h("li", {}, p)))) : null,
+      card({ title: j.slowLinks, hint: j.slowLinksHint, full: true, testId: "card-slow-links" }, slowLinksTable(job)),
+      card({ title: j.groups, full: true, testId: "card-groups" }, groupsTable(job)),
+      job.problems.length ? card({ title: j.problems, full: true }, h("ul", {}, job.problems.map((p) => h("li", {}, p)))) : null,
     ),
   );
   await table.reload();
