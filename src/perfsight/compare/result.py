@@ -11,12 +11,14 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pandas as pd
 
 from perfsight.compare import tables
 from perfsight.compare.align import MIN_RELATIVE, NOISE_SIGMAS
 from perfsight.compare.inputs import Side, load_side
+from perfsight.model import COMMUNICATION_HOST_OP_NAME
 
 TABLES = ("step_breakdown", "regressions", "operators", "kernels_by_operator", "communication")
 """The tables of a comparison, in the order they are written and shown (one CSV each)."""
@@ -112,6 +114,14 @@ def compare(base: str, new: str) -> Comparison:
     return compare_sides(load_side(base, "BASE"), load_side(new, "NEW"))
 
 
+def _operator_category(names: pd.Series) -> pd.Series:
+    """``communication`` for the host operators that run a collective or p2p op (their time is the
+    communication as the host sees it: ``c10d::allreduce_`` grows when buckets shrink), else
+    ``operator``."""
+    is_comm = names.astype(str).str.contains(COMMUNICATION_HOST_OP_NAME, regex=True)
+    return pd.Series(np.where(is_comm, "communication", "operator"), index=names.index)
+
+
 def rank_regressions(
     steps: pd.DataFrame, ops: pd.DataFrame, kernels: pd.DataFrame, comm: pd.DataFrame
 ) -> pd.DataFrame:
@@ -138,7 +148,7 @@ def rank_regressions(
     )
     for frame, category, item, detail, calls, name in (
         (comm, "communication", comm["family"], _group_detail(comm["group"]), "calls", "communication"),
-        (ops, "operator", ops["name"], ops["input_dims"], "calls", "operators"),
+        (ops, _operator_category(ops["name"]), ops["name"], ops["input_dims"], "calls", "operators"),
         (kernels, "kernel", kernels["op"], kernels["new_kernel_names"], "kernels", "kernels_by_operator"),
     ):
         structural = (frame["status"].isin(["added", "removed"])) | (frame[f"delta_{calls}"].abs() > 1e-9)

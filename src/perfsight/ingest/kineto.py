@@ -32,6 +32,7 @@ from perfsight.ingest.jsonstream import NotATraceError
 from perfsight.intervals import outermost
 from perfsight.model import (
     COMM_SCHEMA,
+    COMMUNICATION_HOST_OP_NAME,
     MEMORY_SCHEMA,
     NO_ID,
     DeviceInfo,
@@ -74,7 +75,6 @@ reads); a tuple, since a ``pa.array`` built at import would load pandas (see ``l
 _DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation")
 
 COMM_DEVICE_NAME = r"(?i)^(nccl|rccl)|nccl.*kernel"
-COMM_HOST_NAME = r"^(record_param_comms$|nccl:|gloo:|c10d::|ProcessGroup|c10d_functional::)"
 DATA_LOADING_NAME = r"^enumerate\(DataLoader\)|DataLoader.*__next__"
 
 _DTYPE_BYTES = {
@@ -491,7 +491,7 @@ def _kinds(
     comm_kernel = matches(COMM_DEVICE_NAME) & is_device & (kind == code(SliceKind.KERNEL))
     kind[comm_kernel] = code(SliceKind.COMMUNICATION)
     host_op = (kind == code(SliceKind.CPU_OP)) | (kind == code(SliceKind.ANNOTATION))
-    kind[matches(COMM_HOST_NAME) & ~is_device & host_op] = code(SliceKind.COMMUNICATION)
+    kind[matches(COMMUNICATION_HOST_OP_NAME) & ~is_device & host_op] = code(SliceKind.COMMUNICATION)
     return kind
 
 
