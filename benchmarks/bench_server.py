@@ -368,8 +368,10 @@ JOB_ENDPOINTS: list[tuple[str, str, dict[str, Any]]] = [
     ("step trace by duration", "/api/job/step-trace", {"sort": "duration_ns", "order": "desc"}),
     ("step trace, one stage", "/api/job/step-trace", {"stage": "{stage}"}),
     ("findings", "/api/job/findings", {}),
-    ("communication", "/api/job/communication", {}),
-    ("communication matrix", "/api/job/matrix", {}),
+    ("communication per rank", "/api/job/communication", {}),
+    ("communication links", "/api/job/communication/links", {}),
+    ("communication ops", "/api/job/communication/ops", {}),
+    ("communication matrix", "/api/job/communication/matrix", {}),
     ("heatmaps", "/api/job/heatmaps", {}),
     ("time overview", "/api/job/time-overview", {}),
 ]
@@ -381,6 +383,8 @@ JOB_PAGES: list[tuple[str, str]] = [
     ("job-steps", "[data-testid=job-step-table] tbody tr"),
     ("job-time", "[data-testid=job-time-table] tbody tr"),
     ("job-heatmaps", "[data-testid^=heatmap-] .hm-grid, .hm-grid[data-testid^=heatmap-]"),
+    ("job-comm", "[data-testid=comm-ranks] tbody tr"),
+    ("job-matrix", "[data-testid=matrix-legend]"),
     ("job-findings", "[data-testid=findings-page] [data-testid=findings-counts]"),
 ]
 PAGE_TIMEOUT_S = 30.0
