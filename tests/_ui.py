@@ -197,6 +197,16 @@ class Watched:
         page.on("pageerror", lambda e: self.errors.append(str(e)))
         if console:
             page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+            # the console says only "status of 500": name the request, and what the server answered
+            page.on("response", self._server_error)
+
+    def _server_error(self, response: Any) -> None:
+        if response.status >= 500:
+            try:
+                body = response.text()[:500]
+            except Exception as exc:  # noqa: BLE001 - the page may be gone already
+                body = f"(body unreadable: {exc})"
+            self.errors.append(f"{response.status} {response.url}: {body}")
 
 
 @contextlib.contextmanager

@@ -33,6 +33,8 @@ TABLE_PAGE = 25
 """Rows per page of the UI's tables (web/src/components/table.ts ``pageSize``)."""
 DEFAULT_PAGES = 4
 """Pages of each table embedded in its default order (the later ones only while the budget lasts)."""
+JOB_RANK_PAGE = 64
+"""Ranks per page of the job tables (web/src/pages/job.ts ``RANK_PAGE``)."""
 TOP_DRILLS = 10
 """Operator types and kernels whose instances are embedded (the top ones by the default order)."""
 RUN_PAGES = ("overview", "findings", "steps", "operators", "memory")
@@ -316,14 +318,18 @@ def job_pages(bundle: Bundle) -> dict[str, Any]:
     run = bundle.run
     asks: list[tuple[str, Params]] = [
         ("job/findings", {"run": run}),
-        ("job/overview", {"run": run}),
-        ("job/overview", {"run": run, "sort": "duration_ns", "order": "desc"}),
-        ("job/step-trace", {"run": run, "step": "average"}),
-        ("job/step-trace", {"run": run, "step": "average", "sort": "rank", "order": "asc"}),
+        ("job/overview", {"run": run, "limit": JOB_RANK_PAGE}),
+        ("job/step-trace", {"run": run, "step": "average", "limit": JOB_RANK_PAGE}),
     ]
     answers = bundle.ask(asks, "the job pages", required=True)
     assert answers is not None
-    return answers[1].data if answers[1].status == 200 else {}
+    whole = bundle.fetch("job/overview", {"run": run})  # every rank: which ranks a reader needs
+    return whole.data if whole.status == 200 else {}
+
+
+def _job_table(path: str, at: Params, sort: str, order: str, offset: int = 0) -> tuple[str, Params]:
+    """A job table's page as the UI asks for it after a sort or a page change (job.ts, job-steps.ts)."""
+    return path, {**at, "sort": sort, "order": order, "offset": offset, "limit": JOB_RANK_PAGE}
 
 
 OPTIONAL_JOB_PAGES = (("job-time", "job/time-overview"), ("job-heatmaps", "job/heatmaps"))
@@ -343,33 +349,33 @@ def optional_job_pages(bundle: Bundle) -> list[str]:
 
 
 def job_extras(bundle: Bundle) -> None:
-    """The job tables in every order, single steps and pipeline stages of the cluster step trace."""
+    """The job tables' later pages and other orders, single steps and pipeline stages of the
+    cluster step trace -- each asked as the UI asks it (job.ts, job-steps.ts: a first page of
+    :data:`JOB_RANK_PAGE` ranks; a sort or a page change asks with sort, order, offset and limit)."""
     run = bundle.run
-    first = bundle.fetch("job/step-trace", {"run": run, "step": "average"})
+    first = bundle.fetch("job/step-trace", {"run": run, "step": "average", "limit": JOB_RANK_PAGE})
     trace = first.data if first.status == 200 else {}
+    total = int(trace.get("ranks_total") or 0)
+    average = {"run": run, "step": "average"}
+    defaults = (
+        ("job/overview", {"run": run}, "duration_ns", "desc"),
+        ("job/step-trace", average, "rank", "asc"),
+    )
+    for offset in range(JOB_RANK_PAGE, total, JOB_RANK_PAGE):
+        for path, at, sort, order in defaults:
+            bundle.ask([_job_table(path, at, sort, order, offset)], "later pages of the job tables")
     for sort in JOB_SORTS:
         for order in ("desc", "asc"):
-            bundle.ask(
-                [("job/overview", {"run": run, "sort": sort, "order": order})],
-                "the job tables in other orders",
-            )
-            bundle.ask(
-                [("job/step-trace", {"run": run, "step": "average", "sort": sort, "order": order})],
-                "the job tables in other orders",
-            )
+            for path, at, default, default_order in defaults:
+                if (sort, order) != (default, default_order):
+                    bundle.ask([_job_table(path, at, sort, order)], "the job tables in other orders")
     for stage in trace.get("stages", []) if trace.get("pipeline") else []:
-        at = {"run": run, "step": "average", "stage": stage}
-        bundle.ask(
-            [("job/step-trace", at), ("job/step-trace", {**at, "sort": "rank", "order": "asc"})],
-            "the cluster step trace of one stage",
-        )
+        at = {"run": run, "step": "average", "stage": stage, "limit": JOB_RANK_PAGE}
+        bundle.ask([("job/step-trace", at)], "the cluster step trace of one stage")
     for step in trace.get("steps", []):
         if step != "average":
-            at = {"run": run, "step": step}
-            bundle.ask(
-                [("job/step-trace", at), ("job/step-trace", {**at, "sort": "rank", "order": "asc"})],
-                "single steps of the cluster step trace",
-            )
+            at = {"run": run, "step": step, "limit": JOB_RANK_PAGE}
+            bundle.ask([("job/step-trace", at)], "single steps of the cluster step trace")
 
 
 def ranks_of_interest(ranks: list[int], overview: dict[str, Any]) -> list[int]:
