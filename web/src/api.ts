@@ -40,6 +40,7 @@ export type JobRank = Schemas["JobRank"];
 export type JobOverview = Schemas["JobOverview"];
 export type JobStepTrace = Schemas["JobStepTrace"];
 export type Findings = Schemas["Findings"];
+export type DataPrep = Schemas["DataPrep"];
 export type Finding = Schemas["Finding"];
 export type FindingEvidence = Schemas["FindingEvidence"];
 export type Severity = Finding["severity"];

@@ -14,6 +14,7 @@ import { jobPage } from "./pages/job";
 import { findingsPage, jobFindingsPage } from "./pages/findings";
 import { jobStepsPage } from "./pages/job-steps";
 import { memoryPage } from "./pages/memory";
+import { dataPage } from "./pages/data";
 import { operatorsPage } from "./pages/operators";
 import { overviewPage } from "./pages/overview";
 import { runsPage } from "./pages/runs";
@@ -30,6 +31,7 @@ const PAGES: Record<Exclude<PageName, "runs">, (ctx: PageContext) => Promise<voi
   steps: stepsPage,
   operators: operatorsPage,
   memory: memoryPage,
+  data: dataPage,
   timeline: timelinePage,
 };
 

@@ -12,12 +12,16 @@ request (a ``wait`` row, with both queue sizes at the request).
 
 The seed's judgement (seed 001, "MindData"), in PyTorch terms:
 
-* the host queue is empty at most requests and the loop waits a noticeable share of its time:
+* the host queue is mostly empty (mean use below half its capacity; always, without workers) and
+  the loop waits a noticeable share of its time:
   the workers are the bottleneck; the stage named is the one with the lowest throughput
   (parallel workers / its time per batch), i.e. the largest time per batch inside a worker;
 * the host queue holds batches but the device-side queue is empty at most requests: the
   ``pin_memory`` step (the transfer to the device side) is the bottleneck;
 * otherwise the loader keeps up and no stage is named.
+
+The first request of each epoch is left out of the judgement (it waits for the workers to start
+and the queues to fill); :func:`data_queue` keeps every request.
 
 Units: ns; throughputs in batches per second.  Pure functions; this module must not read files or
 format for display.
@@ -37,7 +41,12 @@ WAIT_SHARE_BOUND = 0.10
 """The loop waits for data at least this share of its time: data preparation matters."""
 
 EMPTY_RATIO_BOUND = 0.5
-"""A queue empty at at least this share of requests is "empty most of the time" (the seed's rule)."""
+"""The device-side queue empty at at least this share of requests is "empty most of the time"."""
+
+QUEUE_USAGE_BOUND = 0.5
+"""The host queue holds on average less than this share of its capacity: the workers do not keep
+it filled.  (Its empty count alone misleads: two workers in lockstep deliver batches in pairs, so
+every second request finds the queue empty even when they are far too slow.)"""
 
 SAMPLER, READ, COLLATE, PIN = "sampler", "read", "collate", "pin_memory"
 
@@ -92,7 +101,7 @@ DATA_WORKERS_SCHEMA = pa.schema(
 DATA_PIPELINE_SUMMARY_SCHEMA = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
-        pa.field("requests", pa.int64(), nullable=False),  # batches the loop asked for
+        pa.field("requests", pa.int64(), nullable=False),  # batches judged (the first of an epoch is not)
         pa.field("num_workers", pa.int32(), nullable=False),
         pa.field("wait_ns", pa.int64(), nullable=False),  # total time the loop waited
         pa.field("loop_ns", pa.int64(), nullable=False),  # first request to the last batch received
@@ -304,28 +313,33 @@ def _loop_facts(waits: pa.Table) -> tuple[int, int, int | None]:
     return int(dur.sum()), loop, (int(np.median(gaps)) if len(gaps) else None)
 
 
+def _judged_requests(trace: Trace) -> pa.Table:
+    """The requests the judgement rests on: all but the first batch of each epoch, which waits for
+    the workers to start and the pipeline to fill (the warm-up the step trace also sets apart),
+    unless nothing else was recorded."""
+    waits = _kind(trace.dataloader, "wait")
+    later = waits.filter(pc.fill_null(pc.greater(waits.column("batch"), 0), True))
+    return later if later.num_rows else waits
+
+
 def _judgement(trace: Trace) -> dict | None:
     """The seed's verdict from the requests (see the module docstring); None without capture."""
-    rows = trace.dataloader
-    waits = _kind(rows, "wait")
+    waits = _judged_requests(trace)
     if waits.num_rows == 0:
         return None
     facts = _queue_facts(waits)
     wait, loop, interval = _loop_facts(waits)
     facts.update(wait=wait, loop=loop, interval=interval, share=wait / loop if loop > 0 else 0.0)
-    host_empty = facts["host_empty_ratio"]
-    device_empty = facts["device_empty_ratio"]
+    usage, device_empty = facts["host_usage"], facts["device_empty_ratio"]
+    queue_starved = usage is None or usage < QUEUE_USAGE_BOUND  # None: no workers, no queue
     if facts["share"] < WAIT_SHARE_BOUND:
         facts["verdict"] = "none"
-    elif (
-        device_empty is not None
-        and device_empty >= EMPTY_RATIO_BOUND
-        and host_empty is not None
-        and host_empty < EMPTY_RATIO_BOUND
-    ):
+    elif queue_starved:
+        facts["verdict"] = "data processing"
+    elif device_empty is not None and device_empty >= EMPTY_RATIO_BOUND:
         facts["verdict"] = "host to device"
     else:
-        facts["verdict"] = "data processing"
+        facts["verdict"] = "none"  # batches were queued: the waits are the hand-over itself
     return facts
 
 
@@ -354,7 +368,7 @@ def data_pipeline_summary(trace: Trace, stages: pa.Table | None = None) -> pa.Ta
         [
             {
                 "rank": trace.rank,
-                "requests": _kind(trace.dataloader, "wait").num_rows,
+                "requests": _judged_requests(trace).num_rows,
                 "num_workers": workers,
                 "wait_ns": facts["wait"],
                 "loop_ns": facts["loop"],
@@ -384,8 +398,11 @@ def _reason(facts: dict, stage: dict | None, workers: int) -> str:
     if facts["verdict"] == "none":
         return f"{share}; the loader keeps up"
     queue = ""
-    if facts["host_empty_ratio"] is not None and workers > 0:
-        queue = f"; the host queue was empty at {facts['host_empty_ratio']:.0%} of requests"
+    if facts["host_usage"] is not None and workers > 0:
+        queue = (
+            f"; the host queue held {facts['host_usage']:.0%} of its {facts['capacity']} batches on average "
+            f"and was empty at {facts['host_empty_ratio']:.0%} of requests"
+        )
     elif workers == 0:
         queue = "; with num_workers=0 every batch is prepared while the loop waits"
     if facts["verdict"] == "host to device":

@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from perfsight import __version__
-from perfsight.server import findings, job_pages, models, pages, queries, timeline
+from perfsight.server import data_prep, findings, job_pages, models, pages, queries, timeline
 from perfsight.server.registry import (
     READ_ERRORS,
     SAVED_FOLDER,
@@ -271,6 +271,11 @@ def create_app(
     ) -> Response:
         data = opened(run)
         return fast_json(pages.memory(data, data.rank(rank), points, top))
+
+    @app.get("/api/run/data-prep", **documented(models.DataPrep))
+    def data_prep_page(run: RunParam, rank: RankParam = None) -> Response:
+        data = opened(run)
+        return fast_json(data_prep.data_prep(data, data.rank(rank)))
 
     @app.get(
         "/api/run/trace-view",

@@ -584,3 +584,84 @@ class Findings(BaseModel):
     )
     counts: dict[Severity, int] = Field(description="findings per severity")
     findings: list[Finding] = Field(description="as the advisor ranked them, most important first")
+
+
+# ------------------------------------------------------------------------------------ data preparation
+class DataPrepSummary(BaseModel):
+    """The ``data_pipeline_summary`` analysis row (analysis/data_pipeline.py documents each column)."""
+
+    rank: int
+    requests: int = Field(description="requests judged (the first of each epoch is left out)")
+    num_workers: int
+    wait_ns: int
+    loop_ns: int
+    wait_share: float
+    consume_interval_ns: int | None = Field(description="median time per batch outside next()")
+    host_queue_capacity: int | None
+    host_queue_mean: float | None
+    host_queue_usage: float | None
+    host_queue_empty: int | None
+    host_queue_empty_ratio: float | None
+    host_queue_full: int | None
+    device_queue_mean: float | None
+    device_queue_empty: int | None
+    device_queue_empty_ratio: float | None
+    verdict: Literal["data processing", "host to device", "none"]
+    bottleneck_stage: str | None
+    reason: str
+
+
+class DataStage(BaseModel):
+    stage: str
+    order: int
+    op_type: str
+    runs_in: str = Field(description='"workers" or "training process"')
+    parallelism: int
+    batches: int
+    total_ns: int
+    per_batch_ns: int
+    throughput_per_s: float | None
+    share: float
+    bottleneck: bool
+
+
+class DataWorker(BaseModel):
+    worker: int = Field(description="-1: the training process (num_workers=0)")
+    pid: int
+    batches: int
+    busy_ns: int
+    cpu_ns: int | None
+    idle_ns: int
+    read_ns: int
+    transform_ns: int
+    collate_ns: int
+
+
+class DataQueuePoint(BaseModel):
+    step: int
+    batch: int | None
+    start_ns: int = Field(description="when the loop asked, relative to the run's origin")
+    wait_ns: int
+    host_queue: int | None
+    device_queue: int | None
+    queue_capacity: int | None
+
+
+class DataStepWait(BaseModel):
+    step: int
+    data_wait_ns: int
+
+
+class DataPrep(BaseModel):
+    run: str
+    rank: int
+    captured: bool = Field(description="whether the rank has a data-loader capture")
+    how_to_enable: str | None = Field(description="how to record one, when it has none")
+    summary: DataPrepSummary | None
+    stages: list[DataStage] = Field(description="pipeline stages, source first")
+    workers: list[DataWorker]
+    queue: list[DataQueuePoint] = Field(
+        description="requests by time (thinned past 5000, keeping every empty one)"
+    )
+    queue_requests: int = Field(description="requests recorded, before thinning")
+    wait_per_step: list[DataStepWait]

@@ -1,0 +1,77 @@
+"""The data behind the data-preparation page (the seed's MindData page): the loader's queues per
+request, the pipeline's stages, the workers and the judgement, read from the ``data_pipeline``
+analysis tables.
+
+Why only reads: every number was computed once by ``perfsight.analysis.data_pipeline`` and saved
+with the rank's cache; this module selects rows, makes times relative to the run's origin (so the
+browser holds them exactly) and thins a long queue curve for drawing, nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from perfsight.server import queries
+from perfsight.server.registry import OpenedRun, RankData
+
+MAX_QUEUE_POINTS = 5000
+"""Requests drawn at most; a longer run keeps every empty-queue request and evenly spaced others."""
+
+HOW_TO_ENABLE = (
+    "This run has no data-loader capture. Profile at Level2 to record the DataLoader's queues and "
+    "the time of each stage: perfsight.profile(..., experimental_config=perfsight.ExperimentalConfig("
+    'profiler_level="Level2")), or without code changes PERFSIGHT_PROFILER_OPTIONS=\'{"start": true, '
+    '"profiler_level": "Level2"}\' (docs/COLLECTION.md).'
+)
+
+
+def _thinned(rows: list[dict[str, Any]], points: int) -> list[dict[str, Any]]:
+    """At most ``points`` rows: every row that found the host queue empty, then evenly spaced
+    others (so the empty-queue marks a user counts on the chart are all there)."""
+    if len(rows) <= points:
+        return rows
+    empty = np.array([r["host_queue"] == 0 for r in rows])
+    keep = set(np.flatnonzero(empty)[:points].tolist())
+    room = points - len(keep)
+    if room > 0:
+        others = np.flatnonzero(~empty)
+        keep |= set(others[np.linspace(0, len(others) - 1, room).astype(int)].tolist())
+    return [rows[i] for i in sorted(keep)]
+
+
+def data_prep(opened: OpenedRun, data: RankData) -> dict[str, Any]:
+    """The ``/api/run/data-prep`` response for one rank (``captured`` false: ``how_to_enable``)."""
+    summary = queries.rows(data.table_path("data_pipeline_summary"), "")
+    stages = queries.rows(
+        data.table_path("data_stages"),
+        'ORDER BY "order"',
+        'stage, "order", op_type, runs_in, parallelism, batches, total_ns, per_batch_ns, '
+        "throughput_per_s, share, bottleneck",
+    )
+    workers = queries.rows(
+        data.table_path("data_workers"),
+        "ORDER BY worker, pid",
+        "worker, pid, batches, busy_ns, cpu_ns, idle_ns, read_ns, transform_ns, collate_ns",
+    )
+    queue = queries.rows(
+        data.table_path("data_queue"),
+        "ORDER BY start_ns",
+        "step, batch, start_ns - ? AS start_ns, wait_ns, host_queue, device_queue, queue_capacity",
+        [opened.origin_ns],
+    )
+    waits = queries.rows(data.table_path("data_wait"), "ORDER BY step", "step, data_wait_ns")
+    captured = bool(summary)
+    return {
+        "run": opened.run.id,
+        "rank": data.rank,
+        "captured": captured,
+        "how_to_enable": None if captured else HOW_TO_ENABLE,
+        "summary": summary[0] if captured else None,
+        "stages": stages,
+        "workers": workers,
+        "queue": _thinned(queue, MAX_QUEUE_POINTS),
+        "queue_requests": len(queue),
+        "wait_per_step": waits,
+    }
