@@ -58,8 +58,8 @@ def data_prep(opened: OpenedRun, data: RankData) -> dict[str, Any]:
     queue = queries.rows(
         data.table_path("data_queue"),
         "ORDER BY start_ns",
-        "step, batch, start_ns - ? AS start_ns, wait_ns, host_queue, device_queue, queue_capacity",
-        [opened.origin_ns],
+        f"step, batch, start_ns - {int(opened.origin_ns)} AS start_ns, wait_ns, host_queue, device_queue, "
+        "queue_capacity",
     )
     waits = queries.rows(data.table_path("data_wait"), "ORDER BY step", "step, data_wait_ns")
     captured = bool(summary)

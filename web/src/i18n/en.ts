@@ -350,7 +350,7 @@ export const en = {
     capacity: "Capacity",
     wait: "Wait",
     batches: "batches",
-    requests: "Requests",
+    requests: "Requests judged / recorded (each epoch's first is left out)",
     waitPerStep: "Waiting for data per step",
     step: "Step",
     pipeline: "Pipeline",

@@ -80,7 +80,16 @@ function queueChart(el: HTMLElement, data: DataPrep, which: Queue[]): void {
     const name = q === "host" ? d.hostQueue : d.deviceQueue;
     series.push({ name, type: "line", step: "end", showSymbol: false, data: x.map((v, i) => [v, values[i]]) });
     const empty = x.map((v, i) => (values[i] === 0 ? [v, 0] : null)).filter((p) => p !== null);
-    series.push({ name: `${name} — ${d.empty}`, type: "scatter", symbolSize: 6, itemStyle: { color: "#d64545" }, data: empty });
+    // a line without its line: ECharts' scatter is not in this UI's trimmed bundle
+    series.push({
+      name: `${name} — ${d.empty}`,
+      type: "line",
+      symbol: "circle",
+      symbolSize: 7,
+      lineStyle: { width: 0 },
+      itemStyle: { color: "#d64545" },
+      data: empty,
+    });
   }
   const capacity = data.summary?.host_queue_capacity ?? 0;
   if (capacity > 0) {
@@ -127,7 +136,7 @@ function gapTab(body: HTMLElement, data: DataPrep): void {
         stat(`${d.hostQueue} — ${d.full}`, fmt.count(s.host_queue_full)),
         stat(`${d.hostQueue} — ${d.mean}`, s.host_queue_mean === null ? "–" : s.host_queue_mean.toFixed(2)),
         stat(`${d.deviceQueue} — ${d.empty}`, fmt.count(s.device_queue_empty)),
-        stat(d.requests, `${fmt.count(data.queue_requests)}`),
+        stat(d.requests, `${fmt.count(s.requests)} / ${fmt.count(data.queue_requests)}`),
       ),
       queues,
     ),
