@@ -79,6 +79,11 @@ def test_the_slow_stage_is_named_and_the_host_queue_runs_empty(
     assert document["host_queue"]["empty_count"] == summary["host_queue_empty"]
     raw = list(csv.DictReader((outputs / "data_pipeline_raw_0.csv").open()))
     assert raw[0]["op_id"] == "0" and raw[-1]["stage"] in ("sampler", "read")
+    advice = json.loads((outputs / "advisor.json").read_text())["findings"]
+    waits = [f for f in advice if f["rule"] == "data_wait" and f["category"] == "data"]
+    if "0" in args:  # every step waits the same: the advisor's robust iteration-gap rule fires
+        assert len(waits) == 1  # (two workers in lockstep alternate long and short waits)
+    assert all(f["culprit"]["name"] == f"DataLoader stage {slow_stage}" for f in waits)
 
 
 def test_a_loader_that_keeps_up_gets_no_bottleneck(tmp_path: Path) -> None:
