@@ -91,12 +91,14 @@ DATA_WORKERS_SCHEMA = pa.schema(
         pa.field("busy_ns", pa.int64(), nullable=False),  # sum of its batches' fetch time
         pa.field("cpu_ns", pa.int64()),  # CPU time of those fetches
         pa.field("idle_ns", pa.int64(), nullable=False),  # first fetch start to last end, minus busy
-        pa.field("read_ns", pa.int64(), nullable=False),
-        pa.field("transform_ns", pa.int64(), nullable=False),
+        pa.field("read_ns", pa.int64(), nullable=False),  # mean of the batches measured x batches
+        pa.field("transform_ns", pa.int64(), nullable=False),  # likewise
         pa.field("collate_ns", pa.int64(), nullable=False),
     ]
 )
-"""Columns of :func:`data_workers`: one row per worker process (and pid: a restarted worker is new)."""
+"""Columns of :func:`data_workers`: one row per worker process (and pid: a restarted worker is new).
+Read and transform times are measured on some batches only (the capture times each transform on
+a sample of fetches), so their totals are the measured mean times the worker's batches."""
 
 DATA_PIPELINE_SUMMARY_SCHEMA = pa.schema(
     [
@@ -172,9 +174,9 @@ def data_stages(trace: Trace) -> pa.Table:
         names.append(SAMPLER)
         totals.append(_sum(sampled, "sampler_ns"))
         counts.append(sampled.num_rows)
-    names.append(READ)
+    names.append(READ)  # known on the batches whose transforms were timed (see the capture)
     totals.append(_sum(fetches, "read_ns"))
-    counts.append(batches)
+    counts.append(batches - fetches.column("read_ns").null_count)
     transforms = stage_rows.filter(pc.not_equal(stage_rows.column("stage"), COLLATE))
     if transforms.num_rows:
         first = pa.table({"stage": transforms.column("stage"), "i": pa.array(np.arange(transforms.num_rows))})
@@ -252,11 +254,16 @@ def data_workers(trace: Trace) -> pa.Table:
             ("cpu_ns", "sum"),
             ("start_ns", "min"),
             ("end_ns", "max"),
-            ("read_ns", "sum"),
-            ("transform_ns", "sum"),
+            ("read_ns", "mean"),
+            ("transform_ns", "mean"),
             ("collate_ns", "sum"),
         ]
     )
+    count = columns.int64(grouped.column("dur_ns_count"))
+
+    def estimated(mean: str) -> pa.Array:  # measured on some batches only: their mean x batches
+        return pa.array(np.round(columns.numpy(grouped.column(mean), 0.0) * count).astype(np.int64))
+
     grouped = grouped.sort_by([("worker", "ascending"), ("start_ns_min", "ascending")])
     busy = columns.int64(grouped.column("dur_ns_sum"))
     span = columns.int64(grouped.column("end_ns_max")) - columns.int64(grouped.column("start_ns_min"))
@@ -269,8 +276,8 @@ def data_workers(trace: Trace) -> pa.Table:
             "busy_ns": pa.array(busy),
             "cpu_ns": grouped.column("cpu_ns_sum"),
             "idle_ns": pa.array(np.maximum(span - busy, 0)),
-            "read_ns": pc.fill_null(grouped.column("read_ns_sum"), 0),
-            "transform_ns": pc.fill_null(grouped.column("transform_ns_sum"), 0),
+            "read_ns": estimated("read_ns_mean"),
+            "transform_ns": estimated("transform_ns_mean"),
             "collate_ns": pc.fill_null(grouped.column("collate_ns_sum"), 0),
         }
     ).cast(DATA_WORKERS_SCHEMA)

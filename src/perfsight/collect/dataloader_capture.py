@@ -99,7 +99,6 @@ class DataLoaderCapture:
         self._folder: Path | None = None
         self._read_offsets: dict[str, int] = {}
         self._writer: stages.RecordWriter | None = None  # this worker's record file
-        self._wrapped_attrs: list[tuple[Any, str, Any]] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -127,12 +126,9 @@ class DataLoaderCapture:
                 if getattr(getattr(owner, "__dict__", {}).get(attr), "_perfsight_wrapper", False):
                     setattr(owner, attr, original)
                 del _originals[(owner, attr)]
-        if os.getpid() == self._owner_pid:
-            stages.undo_wraps(self._wrapped_attrs)
-            self._wrapped_attrs.clear()
-            if self._folder is not None:
-                shutil.rmtree(self._folder, ignore_errors=True)
-                self._folder = None
+        if os.getpid() == self._owner_pid and self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
 
     def clear(self) -> None:
         """A new window: forget rows so far (worker files are read from their current end)."""
@@ -180,14 +176,16 @@ class DataLoaderCapture:
         if len(self._pins) < _MAX_ROWS:
             self._pins.append((start, end))
 
-    def _fetched(self, start: int, fetch_ns: int, cpu_ns: int, samples: int, times: dict[str, int]) -> None:
-        from torch.utils.data import get_worker_info
-
-        info = get_worker_info()
+    def _fetched(
+        self, start: int, fetch_ns: int, cpu_ns: int, samples: int, times: dict[str, int], detailed: bool
+    ) -> None:
+        info = _worker_info()
         worker = info.id if info is not None else -1
         collate = times.get(stages.COLLATE, 0)
         transform = sum(ns for name, ns in times.items() if name != stages.COLLATE)
         read = max(fetch_ns - transform - collate, 0)
+        if not detailed:  # transforms not timed in this fetch: read and transform unknown (-1)
+            read = transform = -1
         fixed = (worker, os.getpid(), start, start + fetch_ns, read, transform, collate, samples, cpu_ns)
         if os.getpid() == self._owner_pid:
             if len(self._fetches) < _MAX_ROWS:
@@ -199,14 +197,13 @@ class DataLoaderCapture:
             self._writer = stages.RecordWriter(self._folder)
         self._writer.write(fixed, times)
 
-    def _wrap_stages(self, fetcher: Any) -> None:
-        """Time the fetcher's collate_fn and the dataset's transforms (once per fetcher)."""
-        if isinstance(fetcher.collate_fn, stages.Timed):
-            return
-        stages.wrap_collate(fetcher)
-        undo = stages.wrap_dataset_stages(fetcher.dataset)
-        if os.getpid() == self._owner_pid:
-            self._wrapped_attrs += undo
+    def _stage_switch(self, fetcher: Any) -> stages.StageSwitch:
+        """The fetcher's timed transforms (made once per fetcher); its collate_fn timed for good."""
+        switch = getattr(fetcher, "_perfsight_stages", None)
+        if switch is None:
+            stages.wrap_collate(fetcher)
+            switch = fetcher._perfsight_stages = stages.StageSwitch(fetcher.dataset)
+        return switch
 
     # ------------------------------------------------------------------ output
 
@@ -229,6 +226,8 @@ class DataLoaderCapture:
             put(rank=rank, kind="pin", worker=-1, pid=pid, start_ns=start, end_ns=end)
         for fixed, times in list(self._fetches) + self._worker_records():
             row = dict(zip(stages.FETCH_FIELDS, fixed, strict=True))
+            for unknown in ("read_ns", "transform_ns"):
+                row[unknown] = None if row[unknown] < 0 else row[unknown]
             put(rank=rank, kind="fetch", **row)
             for name, ns in times.items():
                 start = row["start_ns"]
@@ -396,23 +395,54 @@ def _workers_init_wrapper(original: Any) -> Any:
     return __init__
 
 
+def _worker_info() -> Any:
+    """``torch.utils.data.get_worker_info()``, imported once (an import per batch costs a microsecond)."""
+    global _worker_info
+    from torch.utils.data import get_worker_info
+
+    _worker_info = get_worker_info
+    return get_worker_info()
+
+
+_fetch_count = [0, 0]  # (pid, fetches in it): a forked worker starts its own count
+
+
+def _detail_now() -> bool:
+    """Whether this fetch times each transform (see ``dataloader_stages.DETAIL_EVERY``)."""
+    if _fetch_count[0] != os.getpid():
+        _fetch_count[:] = [os.getpid(), 0]
+    n = _fetch_count[1]
+    _fetch_count[1] = n + 1
+    return n < stages.DETAIL_FIRST or n % stages.DETAIL_EVERY == 0
+
+
 def _fetch_wrapper(original: Any) -> Any:
     def fetch(fetcher: Any, possibly_batched_index: Any) -> Any:
         capture = _active
         if capture is None:
             return original(fetcher, possibly_batched_index)
+        switch = None
         try:
-            capture._wrap_stages(fetcher)
+            switch = capture._stage_switch(fetcher)
             stages.stage_ns.clear()
+            detailed = _detail_now()
+            if detailed:
+                switch.on()
         except Exception as exc:
+            if switch is not None:
+                switch.off()  # the user's own transforms back (off never raises)
             capture._fail("before a dataset fetch", exc)
             return original(fetcher, possibly_batched_index)
         start_wall, start, cpu = time.time_ns(), time.perf_counter_ns(), time.thread_time_ns()
-        data = original(fetcher, possibly_batched_index)
+        try:
+            data = original(fetcher, possibly_batched_index)
+        finally:
+            if detailed:
+                switch.off()
         fetch_ns, cpu_ns = time.perf_counter_ns() - start, time.thread_time_ns() - cpu
         try:
             samples = len(possibly_batched_index) if fetcher.auto_collation else 1
-            capture._fetched(start_wall, fetch_ns, cpu_ns, samples, stages.stage_ns)
+            capture._fetched(start_wall, fetch_ns, cpu_ns, samples, stages.stage_ns, detailed)
         except Exception as exc:
             capture._fail("after a dataset fetch", exc)
         return data

@@ -367,7 +367,8 @@ export const en = {
     perSecond: "batches/s",
     share: "Share of a batch",
     workersTitle: "Workers",
-    workersHint: "Per worker process: busy (fetching batches), CPU, idle between batches (ms)",
+    workersHint:
+      "Per worker process: busy (fetching batches), CPU, idle between batches; read and transforms are timed on a sample of batches and scaled to all (ms)",
     columns: {
       worker: "Worker",
       pid: "PID",
