@@ -84,6 +84,10 @@ def test_the_page_names_the_slow_stage_and_draws_both_tabs(server: Server, page:
     graph.wait_for()
     marked = graph.locator(".data-stage.bottleneck")
     assert marked.count() == 1 and marked.get_attribute("data-stage") == SLOW_STAGE
+    assert p.get_by_test_id("data-detail").locator("h3").first.inner_text() == SLOW_STAGE
+    p.get_by_test_id("chart-data-stage").locator("canvas").first.wait_for()  # its time per batch
+    assert SLOW_STAGE in api["stage_batches"]
+    _shot(page, "data-stage.png")
     rows = p.get_by_test_id("data-worker-table").locator("tbody tr")
     assert rows.count() == len(api["workers"]) == 2
     p.get_by_test_id("data-queue-host").click()

@@ -107,6 +107,7 @@ ANALYSES: dict[str, AnalysisFunction] = {
     "data_queue": lambda t, o, done: data_pipeline.data_queue(t),
     "data_stages": lambda t, o, done: data_pipeline.data_stages(t),
     "data_workers": lambda t, o, done: data_pipeline.data_workers(t),
+    "data_stage_batches": lambda t, o, done: data_pipeline.data_stage_batches(t),
     "data_pipeline_summary": lambda t, o, done: data_pipeline.data_pipeline_summary(t, done["data_stages"]),
     "operator_instances": lambda t, o, done: operators.operator_instances(t),
     "operator_stats": lambda t, o, done: operators.operator_stats(t, done.get("operator_instances")),

@@ -410,6 +410,13 @@ export interface components {
             queue_requests: number;
             /** Wait Per Step */
             wait_per_step: components["schemas"]["DataStepWait"][];
+            /**
+             * Stage Batches
+             * @description per stage, its time on each measured batch (thinned past 2000 per stage)
+             */
+            stage_batches: {
+                [key: string]: components["schemas"]["DataStageCurve"];
+            };
         };
         /**
          * DataPrepSummary
@@ -511,6 +518,18 @@ export interface components {
             share: number;
             /** Bottleneck */
             bottleneck: boolean;
+        };
+        /** DataStageCurve */
+        DataStageCurve: {
+            /**
+             * Start Ns
+             * @description the batch's start, relative to the run's origin
+             */
+            start_ns: number[];
+            /** Dur Ns */
+            dur_ns: number[];
+            /** Worker */
+            worker: number[];
         };
         /** DataStepWait */
         DataStepWait: {

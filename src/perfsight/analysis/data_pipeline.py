@@ -127,6 +127,17 @@ DATA_PIPELINE_SUMMARY_SCHEMA = pa.schema(
 
 _OP_TYPES = {SAMPLER: "Sampler", READ: "Dataset", COLLATE: "Batch", PIN: "PinMemory"}
 
+DATA_STAGE_BATCHES_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("stage", pa.string(), nullable=False),  # as in data_stages
+        pa.field("worker", pa.int32(), nullable=False),  # -1 = the training process
+        pa.field("start_ns", pa.int64(), nullable=False),  # the batch's fetch (sampler, pin: its own) start
+        pa.field("dur_ns", pa.int64(), nullable=False),  # the stage's time on that batch
+    ]
+)
+"""Columns of :func:`data_stage_batches`: one row per stage per measured batch, by time."""
+
 
 def _kind(rows: pa.Table, kind: str) -> pa.Table:
     return rows.filter(pc.equal(rows.column("kind"), kind))
@@ -233,6 +244,43 @@ def data_stages(trace: Trace) -> pa.Table:
         },
         schema=DATA_STAGES_SCHEMA,
     )
+
+
+def data_stage_batches(trace: Trace) -> pa.Table:
+    """Each stage's time on each batch it was measured on (the curve behind a stage of the graph)."""
+    rows = trace.dataloader
+    if _kind(rows, "fetch").num_rows == 0:
+        return DATA_STAGE_BATCHES_SCHEMA.empty_table()
+    parts = []
+
+    def part(table: pa.Table, stage: str | None, dur: str) -> None:
+        """The rows of ``table`` with ``dur`` known, as ``stage`` (None: the rows' own stage names)."""
+        table = table.filter(pc.is_valid(table.column(dur)))
+        if table.num_rows == 0:
+            return
+        names = table.column("stage") if stage is None else pa.array([stage] * table.num_rows, pa.string())
+        parts.append(
+            pa.table(
+                {
+                    "rank": pa.array(np.full(table.num_rows, trace.rank, np.int32)),
+                    "stage": names,
+                    "worker": table.column("worker"),
+                    "start_ns": table.column("start_ns"),
+                    "dur_ns": table.column(dur),
+                }
+            ).cast(DATA_STAGE_BATCHES_SCHEMA)
+        )
+
+    fetches = _kind(rows, "fetch")
+    part(_kind(rows, "wait"), SAMPLER, "sampler_ns")
+    part(fetches, READ, "read_ns")
+    stage_rows = _kind(rows, "stage")
+    part(stage_rows.filter(pc.not_equal(stage_rows.column("stage"), COLLATE)), None, "dur_ns")
+    part(fetches, COLLATE, "collate_ns")
+    part(_kind(rows, "pin"), PIN, "dur_ns")
+    if not parts:
+        return DATA_STAGE_BATCHES_SCHEMA.empty_table()
+    return pa.concat_tables(parts).sort_by([("start_ns", "ascending")])
 
 
 def _worker_count(fetches: pa.Table) -> int:

@@ -41,6 +41,34 @@ def _thinned(rows: list[dict[str, Any]], points: int) -> list[dict[str, Any]]:
     return [rows[i] for i in sorted(keep)]
 
 
+MAX_STAGE_POINTS = 2000
+"""Batches drawn at most per stage (evenly spaced in time order past that)."""
+
+
+def _stage_curves(opened: OpenedRun, data: RankData) -> dict[str, dict[str, list[int]]]:
+    """Per stage, its time on each measured batch: ``{stage: {start_ns, dur_ns, worker}}``."""
+    path = data.table_path("data_stage_batches")
+    if not path.is_file():
+        return {}
+    table = queries.arrow(
+        f"""
+        SELECT stage, start_ns - {int(opened.origin_ns)} AS start_ns, dur_ns, worker FROM (
+            SELECT *, row_number() OVER (PARTITION BY stage ORDER BY start_ns) - 1 AS i,
+                   count(*) OVER (PARTITION BY stage) AS n
+            FROM read_parquet(?)
+        ) WHERE i % greatest(1, n // {MAX_STAGE_POINTS}) = 0
+        ORDER BY stage, start_ns
+        """,
+        [str(path)],
+    )
+    curves: dict[str, dict[str, list[int]]] = {}
+    for row in queries.records(table):  # at most MAX_STAGE_POINTS x a handful of stages
+        curve = curves.setdefault(row["stage"], {"start_ns": [], "dur_ns": [], "worker": []})
+        for key in ("start_ns", "dur_ns", "worker"):
+            curve[key].append(row[key])
+    return curves
+
+
 def data_prep(opened: OpenedRun, data: RankData) -> dict[str, Any]:
     """The ``/api/run/data-prep`` response for one rank (``captured`` false: ``how_to_enable``)."""
     summary = queries.rows(data.table_path("data_pipeline_summary"), "")
@@ -74,4 +102,5 @@ def data_prep(opened: OpenedRun, data: RankData) -> dict[str, Any]:
         "queue": _thinned(queue, MAX_QUEUE_POINTS),
         "queue_requests": len(queue),
         "wait_per_step": waits,
+        "stage_batches": _stage_curves(opened, data),
     }

@@ -652,6 +652,12 @@ class DataStepWait(BaseModel):
     data_wait_ns: int
 
 
+class DataStageCurve(BaseModel):
+    start_ns: list[int] = Field(description="the batch's start, relative to the run's origin")
+    dur_ns: list[int]
+    worker: list[int]
+
+
 class DataPrep(BaseModel):
     run: str
     rank: int
@@ -665,3 +671,6 @@ class DataPrep(BaseModel):
     )
     queue_requests: int = Field(description="requests recorded, before thinning")
     wait_per_step: list[DataStepWait]
+    stage_batches: dict[str, DataStageCurve] = Field(
+        description="per stage, its time on each measured batch (thinned past 2000 per stage)"
+    )

@@ -186,6 +186,27 @@ function queueBox(name: string, usage: number | null, empty: number | null, test
   return box;
 }
 
+/** A stage's time on each measured batch, one series of points per worker. */
+function stageChart(el: HTMLElement, curve: DataPrep["stage_batches"][string]): void {
+  const d = t.data;
+  const workers = [...new Set(curve.worker)].sort((a, b) => a - b);
+  chart(el, {
+    legend: { top: 0 },
+    grid: { left: 64, right: 24, top: 36, bottom: 40 },
+    tooltip: tooltip("item", (p: any) => [p.seriesName, [[d.perBatch, fmt.msValue(p.value?.[1])]]]),
+    xAxis: { type: "value", name: fmt.MS, min: "dataMin", max: "dataMax", axisLabel: { formatter: (v: number) => fmt.msTick(v) } },
+    yAxis: { type: "value", name: `${d.perBatch} (${fmt.MS})` },
+    series: workers.map((w) => ({
+      name: w < 0 ? d.mainProcess : `${d.columns.worker} ${w}`,
+      type: "line",
+      symbol: "circle",
+      symbolSize: 5,
+      lineStyle: { width: 0 }, // points: the batches are independent
+      data: curve.start_ns.map((x, i) => (curve.worker[i] === w ? [fmt.nsToMs(x), fmt.nsToMs(curve.dur_ns[i])] : null)).filter((p) => p !== null),
+    })),
+  });
+}
+
 function processingTab(body: HTMLElement, data: DataPrep): void {
   const d = t.data;
   const s = data.summary!;
@@ -204,6 +225,12 @@ function processingTab(body: HTMLElement, data: DataPrep): void {
         stat(d.share, fmt.percent(stage.share)),
       ),
     );
+    const curve = data.stage_batches[stage.stage];
+    if (curve) {
+      const el = chartBox(`chart-data-stage`);
+      detail.append(el);
+      stageChart(el, curve);
+    }
   };
   const pickQueue = (which: Queue) => {
     const el = chartBox(`chart-data-queue-${which}`);
