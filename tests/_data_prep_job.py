@@ -10,6 +10,8 @@ capture.  The slow stage sleeps, so its share of the time holds on any machine, 
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 import sys
 import time
 
@@ -105,12 +107,45 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--step-ms", type=float, default=None, help="compute per step (default: fast)")
     parser.add_argument("--batches", default=None, help="torch.save the batches received here")
+    parser.add_argument("--ranks", type=int, default=1, help="a gloo job of this many ranks")
+    parser.add_argument("--slow-rank", type=int, default=None, help="only this rank's --slow stage is slow")
     args = parser.parse_args()
+    if args.ranks > 1:
+        import torch.multiprocessing as mp
+
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        mp.spawn(_rank_main, args=(args,), nprocs=args.ranks, join=True)
+        print(f"trained {SAMPLES // BATCH * args.epochs} steps on {args.ranks} ranks", flush=True)
+        return 0
+    return _train(args)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, args: argparse.Namespace) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    if args.slow_rank is not None and rank != args.slow_rank:
+        args.slow = "none"
+    try:
+        _train(args)
+    finally:
+        dist.destroy_process_group()
+
+
+def _train(args: argparse.Namespace) -> int:
 
     read_s = SLOW_S if args.slow == "read" else FAST_S
     transform_s = SLOW_S if args.slow == "transform" else FAST_S
     collate_s = SLOW_S * BATCH if args.slow == "collate" else FAST_S
-    step_s = (args.step_ms if args.step_ms is not None else (40.0 if args.slow == "none" else 1.0)) / 1000
+    default_ms = 5.0 if args.ranks > 1 else 40.0 if args.slow == "none" else 1.0
+    step_s = (args.step_ms if args.step_ms is not None else default_ms) / 1000
     dataset = (ImageStream if args.iterable else Images)(read_s, transform_s)
     loader = DataLoader(
         dataset,

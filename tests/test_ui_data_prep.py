@@ -3,7 +3,8 @@
 The run is tests/_data_prep_job.py with two workers and a Compose whose second transform sleeps
 (``transform[1] Blur``); the page must name that stage, mark it in the pipeline graph, show the
 host queue's empty count the API reports, and render both of the seed's tabs with no console
-error.  A run recorded without the capture says how to enable it.
+error.  On a 2-rank gloo job whose rank 1 alone reads slowly, the page compares the ranks' waits.
+A run recorded without the capture says how to enable it.
 """
 
 # ruff: noqa: F811 - the fixtures imported from _ui are redefined as test parameters, as pytest intends
@@ -24,6 +25,7 @@ from shared_data import require
 
 JOB = Path(__file__).with_name("_data_prep_job.py")
 SLOW_STAGE = "transform[1] Blur"
+SLOW_RANK = 1  # of the 2-rank job: only its reads are slow
 SHOTS = os.environ.get("PERFSIGHT_SCREENSHOTS")  # a folder: the tests leave their screenshots there
 
 
@@ -38,6 +40,20 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         text=True,
         timeout=300,
         check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    job = [
+        sys.executable,
+        str(JOB),
+        "--out",
+        str(base / "job"),
+        "--ranks",
+        "2",
+        "--slow-rank",
+        str(SLOW_RANK),
+    ]
+    result = subprocess.run(
+        [*job, "--slow", "read"], capture_output=True, text=True, timeout=300, check=False
     )
     assert result.returncode == 0, result.stderr[-3000:]
     shutil.copyfile(AMD_TRACE, base / AMD_TRACE.name)
@@ -102,4 +118,21 @@ def test_a_run_without_capture_says_how_to_enable_it(server: Server, page: Watch
     p.goto(server.page_url("data", run))
     text = p.get_by_test_id("data-none").inner_text()
     assert "Level2" in text and "profiler_level" in text
+    assert page.errors == []
+
+
+def test_a_job_compares_the_ranks_wait_for_data(server: Server, page: Watched) -> None:
+    run = _run_id(server, "job")
+    ranks = server.get("run/data-prep", run=run, rank=0)["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    slow, other = ranks[SLOW_RANK], ranks[1 - SLOW_RANK]
+    assert slow["bottleneck_stage"] == "read" and other["bottleneck_stage"] is None
+    assert slow["wait_share"] > other["wait_share"]
+    p = page.page
+    p.goto(server.page_url("data", run, rank=SLOW_RANK))
+    assert p.get_by_test_id("data-bottleneck").inner_text() == "read"
+    bars = p.get_by_test_id("chart-data-ranks")
+    bars.locator("canvas").first.wait_for()
+    assert "Rank 0" in (bars.get_attribute("aria-label") or "")
+    _shot(page, "data-job.png")
     assert page.errors == []

@@ -417,6 +417,11 @@ export interface components {
             stage_batches: {
                 [key: string]: components["schemas"]["DataStageCurve"];
             };
+            /**
+             * Ranks
+             * @description every captured rank of a job, to compare (empty: one rank)
+             */
+            ranks: components["schemas"]["DataRankWait"][];
         };
         /**
          * DataPrepSummary
@@ -490,6 +495,21 @@ export interface components {
             device_queue: number | null;
             /** Queue Capacity */
             queue_capacity: number | null;
+        };
+        /** DataRankWait */
+        DataRankWait: {
+            /** Rank */
+            rank: number;
+            /** Wait Ns */
+            wait_ns: number;
+            /** Wait Share */
+            wait_share: number;
+            /** Host Queue Empty Ratio */
+            host_queue_empty_ratio: number | null;
+            /** Verdict */
+            verdict: string;
+            /** Bottleneck Stage */
+            bottleneck_stage: string | null;
         };
         /** DataStage */
         DataStage: {

@@ -9,6 +9,7 @@ browser holds them exactly) and thins a long queue curve for drawing, nothing el
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -69,6 +70,23 @@ def _stage_curves(opened: OpenedRun, data: RankData) -> dict[str, dict[str, list
     return curves
 
 
+def per_rank(opened: OpenedRun) -> list[dict[str, Any]]:
+    """Every captured rank's wait for data and verdict, for comparing ranks (one query over the
+    ranks' one-row summary tables; empty for a single rank)."""
+    if len(opened.ranks) < 2:
+        return []
+    paths = [str(r.table_path("data_pipeline_summary")) for r in opened.ranks.values()]
+    paths = [p for p in paths if Path(p).is_file()]
+    if not paths:
+        return []
+    table = queries.arrow(
+        "SELECT rank, wait_ns, wait_share, host_queue_empty_ratio, verdict, bottleneck_stage "
+        "FROM read_parquet(?) ORDER BY rank",
+        [paths],
+    )
+    return queries.records(table)
+
+
 def data_prep(opened: OpenedRun, data: RankData) -> dict[str, Any]:
     """The ``/api/run/data-prep`` response for one rank (``captured`` false: ``how_to_enable``)."""
     summary = queries.rows(data.table_path("data_pipeline_summary"), "")
@@ -103,4 +121,5 @@ def data_prep(opened: OpenedRun, data: RankData) -> dict[str, Any]:
         "queue_requests": len(queue),
         "wait_per_step": waits,
         "stage_batches": _stage_curves(opened, data),
+        "ranks": per_rank(opened),
     }

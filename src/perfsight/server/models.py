@@ -658,6 +658,15 @@ class DataStageCurve(BaseModel):
     worker: list[int]
 
 
+class DataRankWait(BaseModel):
+    rank: int
+    wait_ns: int
+    wait_share: float
+    host_queue_empty_ratio: float | None
+    verdict: str
+    bottleneck_stage: str | None
+
+
 class DataPrep(BaseModel):
     run: str
     rank: int
@@ -673,4 +682,7 @@ class DataPrep(BaseModel):
     wait_per_step: list[DataStepWait]
     stage_batches: dict[str, DataStageCurve] = Field(
         description="per stage, its time on each measured batch (thinned past 2000 per stage)"
+    )
+    ranks: list[DataRankWait] = Field(
+        description="every captured rank of a job, to compare (empty: one rank)"
     )

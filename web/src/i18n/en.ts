@@ -366,6 +366,8 @@ export const en = {
     throughput: "Throughput",
     perSecond: "batches/s",
     share: "Share of a batch",
+    ranksTitle: "Waiting for data per rank",
+    ranksHint: "Share of each rank's loop spent waiting; the open rank in red, click a bar to open that rank",
     workersTitle: "Workers",
     workersHint:
       "Per worker process: busy (fetching batches), CPU, idle between batches; read and transforms are timed on a sample of batches and scaled to all (ms)",

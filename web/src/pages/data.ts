@@ -42,6 +42,33 @@ export async function dataPage(ctx: PageContext): Promise<void> {
   replace(ctx.root, h("div", { class: "grid data-head" }, verdictCard(data, tabs)), body);
   if (tab === "gap") gapTab(body, data);
   else processingTab(body, data);
+  if (data.ranks.length > 1) ranksCard(body, data, ctx);
+}
+
+/** On a job: every rank's wait for data, the open rank marked; a click opens that rank. */
+function ranksCard(body: HTMLElement, data: DataPrep, ctx: PageContext): void {
+  const d = t.data;
+  const el = chartBox("chart-data-ranks");
+  body.append(card({ title: d.ranksTitle, hint: d.ranksHint, full: true, testId: "card-data-ranks" }, el));
+  const rows = data.ranks;
+  const instance = chart(el, {
+    grid: { left: 80, right: 24, top: 16, bottom: 40 },
+    tooltip: tooltip("item", (p: any) => {
+      const r = rows[p.dataIndex];
+      return [`${t.nav.rank} ${r.rank}`, [[d.waitShare, fmt.percent(r.wait_share)], [d.waitTotal, fmt.duration(r.wait_ns)], [d.slowest, r.bottleneck_stage ?? "–"]]];
+    }),
+    xAxis: { type: "category", data: rows.map((r) => `${t.nav.rank} ${r.rank}`) },
+    yAxis: { type: "value", name: d.waitShare, axisLabel: { formatter: (v: number) => fmt.percent(v, 0) } },
+    series: [
+      {
+        type: "bar",
+        data: rows.map((r) => ({ value: r.wait_share, itemStyle: r.rank === data.rank ? { color: "#d64545" } : {} })),
+      },
+    ],
+  });
+  instance.on("click", (p: any) => {
+    window.location.hash = ctx.link("data", { rank: rows[p.dataIndex].rank, tab: ctx.params.get("tab") });
+  });
 }
 
 function verdictCard(data: DataPrep, tabs: HTMLElement): HTMLElement {
