@@ -195,7 +195,9 @@ class DataLoaderCapture:
             return
         if self._writer is None or self._writer.pid != os.getpid():
             self._writer = stages.RecordWriter(self._folder)
-        self._writer.write(fixed, times)
+        if not self._writer.write(fixed, times):
+            global _active
+            _active = None  # profiling ended while this (persistent) worker lives on: stop here
 
     def _stage_switch(self, fetcher: Any) -> stages.StageSwitch:
         """The fetcher's timed transforms (made once per fetcher); its collate_fn timed for good."""

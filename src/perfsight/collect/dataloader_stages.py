@@ -124,6 +124,10 @@ FETCH_FIELDS = (
 """The fixed part of a worker's record, in order; then the count of stages and (id, ns) pairs."""
 
 
+LIVENESS_EVERY = 64
+"""A worker checks every 64 records whether its file still exists (one ``fstat``)."""
+
+
 class RecordWriter:
     """One worker's append-only record file (``worker-{pid}.bin``) and stage names (``.names``).
 
@@ -138,8 +142,16 @@ class RecordWriter:
         self._fd = os.open(folder / f"worker-{pid}.bin", flags, 0o600)
         self._names_fd = os.open(folder / f"worker-{pid}.names", flags, 0o600)
         self._ids: dict[str, int] = {}
+        self._writes = 0
 
-    def write(self, fixed: tuple[int, ...], stages: dict[str, int]) -> None:
+    def write(self, fixed: tuple[int, ...], stages: dict[str, int]) -> bool:
+        """Append one record; False once the training process has removed the folder (profiling
+        is over, but a persistent worker lives on): the caller stops recording in this worker."""
+        self._writes += 1
+        if self._writes % LIVENESS_EVERY == 0 and os.fstat(self._fd).st_nlink == 0:
+            os.close(self._fd)
+            os.close(self._names_fd)
+            return False
         pairs: list[int] = []
         for name, ns in stages.items():
             if name not in self._ids:
@@ -148,6 +160,7 @@ class RecordWriter:
             pairs += (self._ids[name], ns)
         values = (len(fixed) + 1 + len(pairs), *fixed, len(pairs) // 2, *pairs)
         os.write(self._fd, array.array("q", values).tobytes())
+        return True
 
 
 def read_records(path: Path, offset: int) -> tuple[list[tuple[tuple[int, ...], dict[str, int]]], int]:
