@@ -10,18 +10,9 @@ the *host queue* (the workers' result queue) and, with ``pin_memory``, are pinne
 the training process into the *device-side queue*.  The training loop takes one batch per
 request (a ``wait`` row, with both queue sizes at the request).
 
-The seed's judgement (seed 001, "MindData"), in PyTorch terms:
-
-* the host queue is mostly empty (mean use below half its capacity; always, without workers) and
-  the loop waits a noticeable share of its time:
-  the workers are the bottleneck; the stage named is the one with the lowest throughput
-  (parallel workers / its time per batch), i.e. the largest time per batch inside a worker;
-* the host queue holds batches but the device-side queue is empty at most requests: the
-  ``pin_memory`` step (the transfer to the device side) is the bottleneck;
-* otherwise the loader keeps up and no stage is named.
-
-The first request of each epoch is left out of the judgement (it waits for the workers to start
-and the queues to fill); :func:`data_queue` keeps every request.
+Which stage is the bottleneck, and why, is decided in ``analysis.data_judgement`` (the seed's
+rules); this module builds the tables and marks that stage.  :func:`data_queue` keeps every
+request, the judgement leaves out each epoch's first.
 
 Units: ns; throughputs in batches per second.  Pure functions; this module must not read files or
 format for display.
@@ -34,21 +25,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import columns
+from perfsight.analysis import data_judgement as judge
+from perfsight.analysis.data_judgement import PIN, rows_of_kind
 from perfsight.model import Trace
-from perfsight.units import ms_text, ns_to_s
+from perfsight.units import ns_to_s
 
-WAIT_SHARE_BOUND = 0.10
-"""The loop waits for data at least this share of its time: data preparation matters."""
-
-EMPTY_RATIO_BOUND = 0.5
-"""The device-side queue empty at at least this share of requests is "empty most of the time"."""
-
-QUEUE_USAGE_BOUND = 0.5
-"""The host queue holds on average less than this share of its capacity: the workers do not keep
-it filled.  (Its empty count alone misleads: two workers in lockstep deliver batches in pairs, so
-every second request finds the queue empty even when they are far too slow.)"""
-
-SAMPLER, READ, COLLATE, PIN = "sampler", "read", "collate", "pin_memory"
+SAMPLER, READ, COLLATE = "sampler", "read", "collate"
 
 DATA_QUEUE_SCHEMA = pa.schema(
     [
@@ -139,13 +121,9 @@ DATA_STAGE_BATCHES_SCHEMA = pa.schema(
 """Columns of :func:`data_stage_batches`: one row per stage per measured batch, by time."""
 
 
-def _kind(rows: pa.Table, kind: str) -> pa.Table:
-    return rows.filter(pc.equal(rows.column("kind"), kind))
-
-
 def data_queue(trace: Trace) -> pa.Table:
     """The host and device-side queue sizes at each request of the training loop, by time."""
-    waits = _kind(trace.dataloader, "wait")
+    waits = rows_of_kind(trace.dataloader, "wait")
     if waits.num_rows == 0:
         return DATA_QUEUE_SCHEMA.empty_table()
     waits = waits.sort_by("start_ns")
@@ -171,10 +149,14 @@ def _sum(table: pa.Table, column: str) -> int:
 def data_stages(trace: Trace) -> pa.Table:
     """Each pipeline stage's time per batch and throughput, in pipeline order (see module doc)."""
     rows = trace.dataloader
-    fetches = _kind(rows, "fetch")
+    fetches = rows_of_kind(rows, "fetch")
     if fetches.num_rows == 0:
         return DATA_STAGES_SCHEMA.empty_table()
-    waits, pins, stage_rows = _kind(rows, "wait"), _kind(rows, "pin"), _kind(rows, "stage")
+    waits, pins, stage_rows = (
+        rows_of_kind(rows, "wait"),
+        rows_of_kind(rows, "pin"),
+        rows_of_kind(rows, "stage"),
+    )
     workers = _worker_count(fetches)
     batches = fetches.num_rows
     names: list[str] = []
@@ -224,7 +206,7 @@ def data_stages(trace: Trace) -> pa.Table:
         throughput = np.where(per_batch > 0, parallelism / ns_to_s(per_batch), np.nan)
     share = per_batch / per_batch.sum() if per_batch.sum() > 0 else np.zeros(len(names))
     bottleneck = np.zeros(len(names), bool)
-    stage = _bottleneck_stage(trace, names, throughput)
+    stage = judge.bottleneck_stage(judge.judgement(trace.dataloader), names, throughput)
     if stage is not None:
         bottleneck[names.index(stage)] = True
     return pa.table(
@@ -249,7 +231,7 @@ def data_stages(trace: Trace) -> pa.Table:
 def data_stage_batches(trace: Trace) -> pa.Table:
     """Each stage's time on each batch it was measured on (the curve behind a stage of the graph)."""
     rows = trace.dataloader
-    if _kind(rows, "fetch").num_rows == 0:
+    if rows_of_kind(rows, "fetch").num_rows == 0:
         return DATA_STAGE_BATCHES_SCHEMA.empty_table()
     parts = []
 
@@ -271,13 +253,13 @@ def data_stage_batches(trace: Trace) -> pa.Table:
             ).cast(DATA_STAGE_BATCHES_SCHEMA)
         )
 
-    fetches = _kind(rows, "fetch")
-    part(_kind(rows, "wait"), SAMPLER, "sampler_ns")
+    fetches = rows_of_kind(rows, "fetch")
+    part(rows_of_kind(rows, "wait"), SAMPLER, "sampler_ns")
     part(fetches, READ, "read_ns")
-    stage_rows = _kind(rows, "stage")
+    stage_rows = rows_of_kind(rows, "stage")
     part(stage_rows.filter(pc.not_equal(stage_rows.column("stage"), COLLATE)), None, "dur_ns")
     part(fetches, COLLATE, "collate_ns")
-    part(_kind(rows, "pin"), PIN, "dur_ns")
+    part(rows_of_kind(rows, "pin"), PIN, "dur_ns")
     if not parts:
         return DATA_STAGE_BATCHES_SCHEMA.empty_table()
     return pa.concat_tables(parts).sort_by([("start_ns", "ascending")])
@@ -291,7 +273,7 @@ def _worker_count(fetches: pa.Table) -> int:
 
 def data_workers(trace: Trace) -> pa.Table:
     """Per worker process: batches, busy, CPU and idle time, and its stage totals."""
-    fetches = _kind(trace.dataloader, "fetch")
+    fetches = rows_of_kind(trace.dataloader, "fetch")
     if fetches.num_rows == 0:
         return DATA_WORKERS_SCHEMA.empty_table()
     with_end = fetches.append_column("end_ns", pc.add(fetches.column("start_ns"), fetches.column("dur_ns")))
@@ -331,99 +313,20 @@ def data_workers(trace: Trace) -> pa.Table:
     ).cast(DATA_WORKERS_SCHEMA)
 
 
-def _queue_facts(waits: pa.Table) -> dict:
-    """Counts and means of the two queues over the requests (numpy on whole columns)."""
-    host = columns.numpy(waits.column("host_queue"), -1).astype(np.int64)
-    device = columns.numpy(waits.column("device_queue"), -1).astype(np.int64)
-    capacity = columns.numpy(waits.column("queue_capacity"), 0).astype(np.int64)
-    known_host, known_device = host >= 0, device >= 0
-    cap = int(capacity.max()) if len(capacity) else 0
-    facts: dict = {"capacity": cap, "host_mean": None, "host_usage": None, "host_empty": None}
-    facts.update(host_empty_ratio=None, host_full=None, device_mean=None, device_empty=None)
-    facts["device_empty_ratio"] = None
-    if known_host.any():
-        h = host[known_host]
-        facts["host_mean"] = float(h.mean())
-        facts["host_empty"] = int((h == 0).sum())
-        facts["host_empty_ratio"] = float((h == 0).mean())
-        facts["host_usage"] = float(h.mean() / cap) if cap else None
-        facts["host_full"] = int((h >= cap).sum()) if cap else 0
-    if known_device.any():
-        d = device[known_device]
-        facts["device_mean"] = float(d.mean())
-        facts["device_empty"] = int((d == 0).sum())
-        facts["device_empty_ratio"] = float((d == 0).mean())
-    return facts
-
-
-def _loop_facts(waits: pa.Table) -> tuple[int, int, int | None]:
-    """(total wait, loop time, median time per batch outside next()) of the requests, in ns."""
-    order = waits.sort_by("start_ns")
-    start = columns.int64(order.column("start_ns"))
-    dur = columns.int64(order.column("dur_ns"))
-    end = start + dur
-    loop = int(end.max() - start.min()) if len(start) else 0
-    gaps = start[1:] - end[:-1]
-    gaps = gaps[gaps >= 0]
-    return int(dur.sum()), loop, (int(np.median(gaps)) if len(gaps) else None)
-
-
-def _judged_requests(trace: Trace) -> pa.Table:
-    """The requests the judgement rests on: all but the first batch of each epoch, which waits for
-    the workers to start and the pipeline to fill (the warm-up the step trace also sets apart),
-    unless nothing else was recorded."""
-    waits = _kind(trace.dataloader, "wait")
-    later = waits.filter(pc.fill_null(pc.greater(waits.column("batch"), 0), True))
-    return later if later.num_rows else waits
-
-
-def _judgement(trace: Trace) -> dict | None:
-    """The seed's verdict from the requests (see the module docstring); None without capture."""
-    waits = _judged_requests(trace)
-    if waits.num_rows == 0:
-        return None
-    facts = _queue_facts(waits)
-    wait, loop, interval = _loop_facts(waits)
-    facts.update(wait=wait, loop=loop, interval=interval, share=wait / loop if loop > 0 else 0.0)
-    usage, device_empty = facts["host_usage"], facts["device_empty_ratio"]
-    queue_starved = usage is None or usage < QUEUE_USAGE_BOUND  # None: no workers, no queue
-    if facts["share"] < WAIT_SHARE_BOUND:
-        facts["verdict"] = "none"
-    elif queue_starved:
-        facts["verdict"] = "data processing"
-    elif device_empty is not None and device_empty >= EMPTY_RATIO_BOUND:
-        facts["verdict"] = "host to device"
-    else:
-        facts["verdict"] = "none"  # batches were queued: the waits are the hand-over itself
-    return facts
-
-
-def _bottleneck_stage(trace: Trace, names: list[str], throughput: np.ndarray) -> str | None:
-    facts = _judgement(trace)
-    if facts is None or facts["verdict"] == "none":
-        return None
-    if facts["verdict"] == "host to device":
-        return PIN if PIN in names else None
-    candidates = [i for i, n in enumerate(names) if n != PIN and not np.isnan(throughput[i])]
-    if not candidates:
-        return None
-    return names[min(candidates, key=lambda i: throughput[i])]
-
-
 def data_pipeline_summary(trace: Trace, stages: pa.Table | None = None) -> pa.Table:
     """One row: queue usage and empty counts, the wait share and the named bottleneck with why."""
-    facts = _judgement(trace)
+    facts = judge.judgement(trace.dataloader)
     if facts is None:
         return DATA_PIPELINE_SUMMARY_SCHEMA.empty_table()
     stages = data_stages(trace) if stages is None else stages
-    workers = _worker_count(_kind(trace.dataloader, "fetch"))
+    workers = _worker_count(rows_of_kind(trace.dataloader, "fetch"))
     named = stages.filter(stages.column("bottleneck")).to_pylist()
     stage = named[0] if named else None
     return pa.Table.from_pylist(
         [
             {
                 "rank": trace.rank,
-                "requests": _judged_requests(trace).num_rows,
+                "requests": judge.judged_requests(trace.dataloader).num_rows,
                 "num_workers": workers,
                 "wait_ns": facts["wait"],
                 "loop_ns": facts["loop"],
@@ -440,39 +343,8 @@ def data_pipeline_summary(trace: Trace, stages: pa.Table | None = None) -> pa.Ta
                 "device_queue_empty_ratio": facts["device_empty_ratio"],
                 "verdict": facts["verdict"],
                 "bottleneck_stage": stage["stage"] if stage else None,
-                "reason": _reason(facts, stage, workers),
+                "reason": judge.reason(facts, stage, workers),
             }
         ],
         schema=DATA_PIPELINE_SUMMARY_SCHEMA,
-    )
-
-
-def _reason(facts: dict, stage: dict | None, workers: int) -> str:
-    """The judgement in one sentence, with the numbers it rests on (ms, %, batches/s)."""
-    share = f"the loop waited for data {facts['share']:.0%} of its time"
-    if facts["verdict"] == "none":
-        return f"{share}; the loader keeps up"
-    queue = ""
-    if facts["host_usage"] is not None and workers > 0:
-        queue = (
-            f"; the host queue held {facts['host_usage']:.0%} of its {facts['capacity']} batches on average "
-            f"and was empty at {facts['host_empty_ratio']:.0%} of requests"
-        )
-    elif workers == 0:
-        queue = "; with num_workers=0 every batch is prepared while the loop waits"
-    if facts["verdict"] == "host to device":
-        return (
-            f"{share}{queue}, while the device-side queue was empty at {facts['device_empty_ratio']:.0%}: "
-            "pinning / copying batches to the device is slower than the workers produce them"
-        )
-    if stage is None:
-        return f"{share}{queue}"
-    rate = "" if stage["throughput_per_s"] is None else f", {stage['throughput_per_s']:.1f} batches/s"
-    consume = ""
-    if facts["interval"]:
-        consume = f" while training uses {1 / ns_to_s(np.float64(facts['interval'])):.1f} batches/s"
-    return (
-        f"{share}{queue}; the slowest stage is {stage['stage']} "
-        f"({ms_text(stage['per_batch_ns'])} ms per batch on {stage['parallelism']} "
-        f"{'worker' if stage['parallelism'] == 1 else 'workers'}{rate}{consume})"
     )
