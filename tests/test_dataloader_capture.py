@@ -150,3 +150,33 @@ def test_uninstall_restores_torch_and_removes_its_folder() -> None:
     capture.uninstall()
     assert (dataloader._BaseDataLoaderIter.__next__, fetch._MapDatasetFetcher.fetch) == before
     assert not folder.exists()
+
+
+class Numbers(Dataset):
+    def __len__(self) -> int:
+        return 200
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([index])
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads a worker's open files in /proc")
+def test_a_persistent_worker_stops_recording_once_profiling_is_over() -> None:
+    """Profiling ends while a persistent worker lives on: it must not keep appending to its
+    (removed) record file for the rest of training; it closes it within 64 batches."""
+    capture = DataLoaderCapture()
+    capture.install()
+    loader = DataLoader(Numbers(), batch_size=1, num_workers=1, persistent_workers=True)
+    first = list(loader)
+    assert capture.table().num_rows > 200  # recorded while profiling
+    capture.uninstall()
+    worker = loader._iterator._workers[0].pid
+
+    def record_files() -> list[str]:
+        fd = Path(f"/proc/{worker}/fd")
+        return [t for t in (str(p.readlink()) for p in fd.iterdir()) if "perfsight-dataloader" in t]
+
+    assert record_files()  # still open: the worker has not noticed yet
+    again = list(loader)
+    assert record_files() == []
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))

@@ -221,7 +221,8 @@ Kineto/NCCL traces have none (empty table); Ascend's HCCL timeline and database 
 DATALOADER_SCHEMA = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
-        pa.field("kind", pa.string(), nullable=False),  # "wait" (training loop) | "fetch" (a worker)
+        # "wait" (training loop) | "fetch" (a batch in a worker) | "stage" (one stage of a fetch) | "pin"
+        pa.field("kind", pa.string(), nullable=False),
         pa.field("step", pa.int32(), nullable=False),  # step the row started in, NO_ID if outside
         pa.field("worker", pa.int32(), nullable=False),  # data-loader worker id, -1 = training process
         pa.field("pid", pa.int64(), nullable=False),
@@ -233,9 +234,17 @@ DATALOADER_SCHEMA = pa.schema(
         pa.field("transform_ns", pa.int64()),  # fetch: the dataset's transforms
         pa.field("collate_ns", pa.int64()),  # fetch: collate_fn
         pa.field("samples", pa.int32()),  # fetch: samples in the batch
+        pa.field("host_queue", pa.int32()),  # wait: batches in the workers' result queue (0 without workers)
+        pa.field("device_queue", pa.int32()),  # wait: batches pinned and ready (pin_memory thread only)
+        pa.field("queue_capacity", pa.int32()),  # wait: prefetch_factor x num_workers (0 without workers)
+        pa.field("sampler_ns", pa.int64()),  # wait: time in the sampler since the previous wait
+        pa.field("cpu_ns", pa.int64()),  # fetch: CPU time of the fetching thread
+        pa.field("stage", pa.string()),  # stage: its name ("collate", "transform[0] Resize", ...)
     ]
 )
-"""One row per batch waited for (training loop) or fetched (a worker): perfsight's data-loader capture."""
+"""One row per batch waited for (training loop), fetched (a worker), per stage of a fetch (its
+start is the fetch's, its duration the stage's total in that batch) or pinned: perfsight's
+data-loader capture (``collect/dataloader_capture.py``)."""
 
 
 STEP_PHASES_SCHEMA = pa.schema(

@@ -23,6 +23,7 @@ import pyarrow as pa
 from perfsight import advisor, heap
 from perfsight.analysis import (
     communication,
+    data_pipeline,
     data_wait,
     flops,
     index,
@@ -103,6 +104,11 @@ ANALYSES: dict[str, AnalysisFunction] = {
     "overlap_intervals": lambda t, o, done: overlap.overlap_intervals(t),
     "time_shares": lambda t, o, done: overlap.time_shares(done["overlap_breakdown"]),
     "data_wait": lambda t, o, done: data_wait.data_wait(t),
+    "data_queue": lambda t, o, done: data_pipeline.data_queue(t),
+    "data_stages": lambda t, o, done: data_pipeline.data_stages(t),
+    "data_workers": lambda t, o, done: data_pipeline.data_workers(t),
+    "data_stage_batches": lambda t, o, done: data_pipeline.data_stage_batches(t),
+    "data_pipeline_summary": lambda t, o, done: data_pipeline.data_pipeline_summary(t, done["data_stages"]),
     "operator_instances": lambda t, o, done: operators.operator_instances(t),
     "operator_stats": lambda t, o, done: operators.operator_stats(t, done.get("operator_instances")),
     "operator_ranking": lambda t, o, done: operators.operator_ranking(done["operator_stats"]),
@@ -196,7 +202,7 @@ def _write_tables(
     queued behind the trace view and taken back by this thread if it is done first, so the two
     threads finish at about the same time whichever writer is slower on this trace.
     """
-    from perfsight.export import mindspore_csv, sqlite_db, trace_view
+    from perfsight.export import data_pipeline_files, mindspore_csv, sqlite_db, trace_view
     from perfsight.export.communication_json import write_communication_json
     from perfsight.store import cache, timeline_index
 
@@ -213,6 +219,7 @@ def _write_tables(
     indexed = background.submit(write_index)
     if "text" in options.export_types:
         mindspore_csv.write_all(out, tables)
+        data_pipeline_files.write_all(out, tables)
         if result.trace.comm.num_rows:
             write_communication_json(out / "communication.json", tables)
     if "db" in options.export_types:

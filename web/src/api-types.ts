@@ -177,6 +177,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/run/data-prep": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Data Prep Page */
+        get: operations["data_prep_page_api_run_data_prep_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/run/trace-view": {
         parameters: {
             query?: never;
@@ -1061,6 +1078,190 @@ export interface components {
             /** Communication Rows */
             communication_rows: number;
         };
+        /** DataPrep */
+        DataPrep: {
+            /** Run */
+            run: string;
+            /** Rank */
+            rank: number;
+            /**
+             * Captured
+             * @description whether the rank has a data-loader capture
+             */
+            captured: boolean;
+            /**
+             * How To Enable
+             * @description how to record one, when it has none
+             */
+            how_to_enable: string | null;
+            summary: components["schemas"]["DataPrepSummary"] | null;
+            /**
+             * Stages
+             * @description pipeline stages, source first
+             */
+            stages: components["schemas"]["DataStage"][];
+            /** Workers */
+            workers: components["schemas"]["DataWorker"][];
+            /**
+             * Queue
+             * @description requests by time (thinned past 5000, keeping every empty one)
+             */
+            queue: components["schemas"]["DataQueuePoint"][];
+            /**
+             * Queue Requests
+             * @description requests recorded, before thinning
+             */
+            queue_requests: number;
+            /** Wait Per Step */
+            wait_per_step: components["schemas"]["DataStepWait"][];
+            /**
+             * Stage Batches
+             * @description per stage, its time on each measured batch (thinned past 2000 per stage)
+             */
+            stage_batches: {
+                [key: string]: components["schemas"]["DataStageCurve"];
+            };
+            /**
+             * Ranks
+             * @description every captured rank of a job, to compare (empty: one rank)
+             */
+            ranks: components["schemas"]["DataRankWait"][];
+        };
+        /**
+         * DataPrepSummary
+         * @description The ``data_pipeline_summary`` analysis row (analysis/data_pipeline.py documents each column).
+         */
+        DataPrepSummary: {
+            /** Rank */
+            rank: number;
+            /**
+             * Requests
+             * @description requests judged (the first of each epoch is left out)
+             */
+            requests: number;
+            /** Num Workers */
+            num_workers: number;
+            /** Wait Ns */
+            wait_ns: number;
+            /** Loop Ns */
+            loop_ns: number;
+            /** Wait Share */
+            wait_share: number;
+            /**
+             * Consume Interval Ns
+             * @description median time per batch outside next()
+             */
+            consume_interval_ns: number | null;
+            /** Host Queue Capacity */
+            host_queue_capacity: number | null;
+            /** Host Queue Mean */
+            host_queue_mean: number | null;
+            /** Host Queue Usage */
+            host_queue_usage: number | null;
+            /** Host Queue Empty */
+            host_queue_empty: number | null;
+            /** Host Queue Empty Ratio */
+            host_queue_empty_ratio: number | null;
+            /** Host Queue Full */
+            host_queue_full: number | null;
+            /** Device Queue Mean */
+            device_queue_mean: number | null;
+            /** Device Queue Empty */
+            device_queue_empty: number | null;
+            /** Device Queue Empty Ratio */
+            device_queue_empty_ratio: number | null;
+            /**
+             * Verdict
+             * @enum {string}
+             */
+            verdict: "data processing" | "host to device" | "none";
+            /** Bottleneck Stage */
+            bottleneck_stage: string | null;
+            /** Reason */
+            reason: string;
+        };
+        /** DataQueuePoint */
+        DataQueuePoint: {
+            /** Step */
+            step: number;
+            /** Batch */
+            batch: number | null;
+            /**
+             * Start Ns
+             * @description when the loop asked, relative to the run's origin
+             */
+            start_ns: number;
+            /** Wait Ns */
+            wait_ns: number;
+            /** Host Queue */
+            host_queue: number | null;
+            /** Device Queue */
+            device_queue: number | null;
+            /** Queue Capacity */
+            queue_capacity: number | null;
+        };
+        /** DataRankWait */
+        DataRankWait: {
+            /** Rank */
+            rank: number;
+            /** Wait Ns */
+            wait_ns: number;
+            /** Wait Share */
+            wait_share: number;
+            /** Host Queue Empty Ratio */
+            host_queue_empty_ratio: number | null;
+            /** Verdict */
+            verdict: string;
+            /** Bottleneck Stage */
+            bottleneck_stage: string | null;
+        };
+        /** DataStage */
+        DataStage: {
+            /** Stage */
+            stage: string;
+            /** Order */
+            order: number;
+            /** Op Type */
+            op_type: string;
+            /**
+             * Runs In
+             * @description "workers" or "training process"
+             */
+            runs_in: string;
+            /** Parallelism */
+            parallelism: number;
+            /** Batches */
+            batches: number;
+            /** Total Ns */
+            total_ns: number;
+            /** Per Batch Ns */
+            per_batch_ns: number;
+            /** Throughput Per S */
+            throughput_per_s: number | null;
+            /** Share */
+            share: number;
+            /** Bottleneck */
+            bottleneck: boolean;
+        };
+        /** DataStageCurve */
+        DataStageCurve: {
+            /**
+             * Start Ns
+             * @description the batch's start, relative to the run's origin
+             */
+            start_ns: number[];
+            /** Dur Ns */
+            dur_ns: number[];
+            /** Worker */
+            worker: number[];
+        };
+        /** DataStepWait */
+        DataStepWait: {
+            /** Step */
+            step: number;
+            /** Data Wait Ns */
+            data_wait_ns: number;
+        };
         /** DataWait */
         DataWait: {
             /**
@@ -1075,6 +1276,30 @@ export interface components {
             per_step: {
                 [key: string]: number;
             };
+        };
+        /** DataWorker */
+        DataWorker: {
+            /**
+             * Worker
+             * @description -1: the training process (num_workers=0)
+             */
+            worker: number;
+            /** Pid */
+            pid: number;
+            /** Batches */
+            batches: number;
+            /** Busy Ns */
+            busy_ns: number;
+            /** Cpu Ns */
+            cpu_ns: number | null;
+            /** Idle Ns */
+            idle_ns: number;
+            /** Read Ns */
+            read_ns: number;
+            /** Transform Ns */
+            transform_ns: number;
+            /** Collate Ns */
+            collate_ns: number;
         };
         /** ErrorBody */
         ErrorBody: {
@@ -3079,6 +3304,67 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Memory"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    data_prep_page_api_run_data_prep_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+                /** @description rank (default: the lowest) */
+                rank?: number | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DataPrep"];
                 };
             };
             /** @description parameters that contradict each other */

@@ -53,6 +53,7 @@ export type CommOp = Schemas["CommOp"];
 export type CommOpPage = Schemas["CommOpPage"];
 export type CommMatrix = Schemas["CommMatrix"];
 export type Findings = Schemas["Findings"];
+export type DataPrep = Schemas["DataPrep"];
 export type Finding = Schemas["Finding"];
 export type FindingEvidence = Schemas["FindingEvidence"];
 export type Severity = Finding["severity"];

@@ -19,6 +19,7 @@ import { jobTimePage } from "./pages/job-time";
 import { jobCommPage } from "./pages/job-comm";
 import { jobMatrixPage } from "./pages/job-matrix";
 import { memoryPage } from "./pages/memory";
+import { dataPage } from "./pages/data";
 import { operatorsPage } from "./pages/operators";
 import { overviewPage } from "./pages/overview";
 import { runsPage } from "./pages/runs";
@@ -40,6 +41,7 @@ const PAGES: Record<Exclude<PageName, "runs" | "compare">, (ctx: PageContext) =>
   steps: stepsPage,
   operators: operatorsPage,
   memory: memoryPage,
+  data: dataPage,
   timeline: timelinePage,
 };
 

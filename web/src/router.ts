@@ -19,10 +19,11 @@ export type PageName =
   | "steps"
   | "operators"
   | "memory"
+  | "data"
   | "timeline";
 
 /** The pages of one rank (a single-device run, or one rank of a job). */
-export const RUN_PAGES: PageName[] = ["overview", "findings", "steps", "operators", "memory", "timeline"];
+export const RUN_PAGES: PageName[] = ["overview", "findings", "steps", "operators", "memory", "data", "timeline"];
 /** The pages of a job as a whole (runs of several ranks): a job opens on the first. */
 export const JOB_PAGES: PageName[] = [
   "job", "job-steps", "job-time", "job-comm", "job-matrix", "job-heatmaps", "job-findings", "job-compare",

@@ -1,5 +1,5 @@
 """Capture how a training job waits for its data: per batch the wait in the training loop, the
-loader's ready queue, and per worker the time spent reading samples, transforming and collating.
+loader's queues, and per worker the time of each stage (read, each transform, collate).
 
 Why: Kineto shows ``enumerate(DataLoader)#...__next__`` as one opaque range on the training
 thread, and nothing of what the worker processes do.  "Is the step slow because of the data?"
@@ -9,25 +9,26 @@ stage of the workers is the slow one.
 How, cheaply enough for Level2:
 
 * ``_BaseDataLoaderIter.__next__`` (one class attribute) is wrapped: two clock reads, and for
-  multi-worker loaders the number of batches already received and not yet consumed
-  (``_data_queue.qsize()`` plus the out-of-order batches the iterator stashes).
+  multi-worker loaders the batches waiting in the workers' result queue (the *host* queue,
+  including out-of-order batches the iterator stashes) and, when ``pin_memory`` runs its thread,
+  the batches pinned and ready (the *device-side* queue), with the queue's capacity
+  (``prefetch_factor x num_workers``).  The sampler's time (``_next_index``) is added to the next
+  wait row.  ``pin_memory`` (the module function both iterators call) is timed as ``pin`` rows.
 * The dataset fetchers' ``fetch`` (``torch.utils.data._utils.fetch``) is wrapped inside every
-  worker: it times the whole batch, its ``collate_fn``, and the dataset's ``transform`` /
-  ``target_transform`` / ``transforms`` callables when it has them (torchvision style); the
-  dataset read is what remains of ``__getitem__``.  Workers fork from the training process, so
-  the wrappers are already there; each worker appends one fixed-size binary record per batch to
-  its own file in a private temporary folder (one ``write``, no lock, nothing shared to
-  corrupt), which the training process reads at :meth:`DataLoaderCapture.table`.
-  Workers started with the ``spawn`` method, or before :meth:`install` (``persistent_workers``),
-  are not seen; their waits still are.
+  worker: it times the whole batch, its ``collate_fn``, and each transform of the dataset (see
+  ``dataloader_stages``); the dataset read is what remains of ``__getitem__``; the worker's CPU
+  time during the fetch is ``cpu_ns``.  Each worker appends one binary record per batch to its own
+  file in a private temporary folder, which the training process reads at
+  :meth:`DataLoaderCapture.table`.  Forked workers inherit the wrappers; spawn / forkserver
+  workers get them from a picklable ``worker_init_fn`` wrapper set for the time the iterator
+  starts its workers (the user's function still runs, after it).  Workers started before
+  :meth:`install` (``persistent_workers`` from an earlier window) are not seen; their waits are.
 
 Clock: ``time.time_ns()`` in every process, the clock Kineto uses (see ``comm_capture``).
 """
 
 from __future__ import annotations
 
-import array
-import contextlib
 import logging
 import os
 import shutil
@@ -39,63 +40,47 @@ from typing import Any
 
 import pyarrow as pa
 
+from perfsight.collect import dataloader_stages as stages
+
 log = logging.getLogger("perfsight.collect")
 
 DATALOADER_CAPTURE_SCHEMA = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
-        pa.field("kind", pa.string(), nullable=False),  # "wait" (training loop) | "fetch" (a worker)
+        # "wait" (training loop) | "fetch" (a batch in a worker) | "stage" (one stage of a fetch) | "pin"
+        pa.field("kind", pa.string(), nullable=False),
         pa.field("worker", pa.int32(), nullable=False),  # worker id; -1 = the training process
         pa.field("pid", pa.int64(), nullable=False),
         pa.field("tid", pa.int64()),  # OS thread id (waits)
         pa.field("batch", pa.int64()),  # index of the batch within its epoch (waits)
-        pa.field("start_ns", pa.int64(), nullable=False),  # CLOCK_REALTIME ns
-        pa.field("end_ns", pa.int64(), nullable=False),
-        pa.field("ready_batches", pa.int32()),  # batches received and unconsumed at the request
+        pa.field("start_ns", pa.int64(), nullable=False),  # CLOCK_REALTIME ns (stage: its fetch's start)
+        pa.field("end_ns", pa.int64(), nullable=False),  # stage: start + the stage's time in that fetch
+        pa.field("ready_batches", pa.int32()),  # wait: batches received and unconsumed at the request
+        pa.field("host_queue", pa.int32()),  # wait: batches in the workers' result queue (0 without workers)
+        pa.field("device_queue", pa.int32()),  # wait: batches pinned and ready (pin_memory thread only)
+        pa.field("queue_capacity", pa.int32()),  # wait: prefetch_factor x num_workers (0 without workers)
+        pa.field("sampler_ns", pa.int64()),  # wait: time in the sampler since the previous wait
         pa.field("read_ns", pa.int64()),  # fetch: dataset __getitem__ minus transforms
         pa.field("transform_ns", pa.int64()),  # fetch: the dataset's transform callables
         pa.field("collate_ns", pa.int64()),  # fetch: collate_fn
         pa.field("samples", pa.int32()),  # fetch: samples in the batch
+        pa.field("cpu_ns", pa.int64()),  # fetch: CPU time of the fetching thread
+        pa.field("stage", pa.string()),  # stage: its name (see dataloader_stages)
     ]
 )
 """The sidecar table ``perfsight_dataloader_{rank}.parquet``."""
 
-_RECORD = 8  # int64 values per worker record: worker, pid, start, end, read, transform, collate, samples
-_TRANSFORM_ATTRS = ("transform", "target_transform", "transforms")
 _MAX_ROWS = 2_000_000
 
 _active: DataLoaderCapture | None = None
-_originals: dict[tuple[type, str], Any] = {}
+_originals: dict[tuple[Any, str], Any] = {}
 _patch_lock = threading.Lock()
-
-
-class _Timed:
-    """A dataset transform or collate_fn that adds its run time to the capture's counter."""
-
-    _perfsight_wrapper = True
-
-    def __init__(self, function: Any, slot: str) -> None:
-        self.function = function
-        self.slot = slot
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter_ns()
-        try:
-            return self.function(*args, **kwargs)
-        finally:
-            _stage_ns[self.slot] += time.perf_counter_ns() - start
-
-    def __getattr__(self, name: str) -> Any:  # behave like the wrapped callable otherwise
-        if name == "function":  # not set yet (unpickling): no recursion
-            raise AttributeError(name)
-        return getattr(self.function, name)
-
-
-_stage_ns = {"transform": 0, "collate": 0}  # per process; a fetch runs on one thread at a time
+_sampler_ns = [0]  # time in _next_index since the last wait row (training process, one loader thread)
+_pinning = threading.local()  # pin_memory recurses into containers: time the outermost call only
 
 
 class DataLoaderCapture:
-    """Records data-loader waits and worker stages while installed.
+    """Records data-loader waits, queues and worker stages while installed.
 
     API (used by ``perfsight.profile``): :meth:`install` / :meth:`uninstall` (idempotent; one
     active capture per process), :meth:`table` (:data:`DATALOADER_CAPTURE_SCHEMA`), and the
@@ -108,12 +93,12 @@ class DataLoaderCapture:
         self.rank = rank
         self.failed: str | None = None
         self._waits: list[tuple] = []
+        self._pins: list[tuple[int, int]] = []
         self._fetches: list[tuple] = []  # batches fetched in this process (num_workers=0)
         self._owner_pid = os.getpid()
         self._folder: Path | None = None
         self._read_offsets: dict[str, int] = {}
-        self._worker_fd: tuple[int, int] | None = None  # (pid, fd) of this worker's record file
-        self._wrapped_attrs: list[tuple[Any, str, Any]] = []
+        self._writer: stages.RecordWriter | None = None  # this worker's record file
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -121,22 +106,10 @@ class DataLoaderCapture:
         global _active
         if self.failed:
             return
-        from torch.utils.data import dataloader
-        from torch.utils.data._utils import fetch
-
         if self._folder is None:
             self._folder = Path(tempfile.mkdtemp(prefix="perfsight-dataloader-"))
+        _patch(with_training_side=True)
         with _patch_lock:
-            targets = [
-                (dataloader._BaseDataLoaderIter, "__next__", _next_wrapper),
-                (fetch._MapDatasetFetcher, "fetch", _fetch_wrapper),
-                (fetch._IterableDatasetFetcher, "fetch", _fetch_wrapper),
-            ]
-            for cls, attr, make in targets:
-                if (cls, attr) not in _originals:
-                    original = cls.__dict__[attr]
-                    _originals[(cls, attr)] = original
-                    setattr(cls, attr, make(original))
             _active = self
         if self.rank is None:
             from perfsight.collect.comm_capture import _global_rank
@@ -149,26 +122,25 @@ class DataLoaderCapture:
             if _active is not None and _active is not self:
                 return
             _active = None
-            for (cls, attr), original in list(_originals.items()):
-                if getattr(cls.__dict__.get(attr), "_perfsight_wrapper", False):
-                    setattr(cls, attr, original)
-                del _originals[(cls, attr)]
-        if os.getpid() == self._owner_pid:
-            for owner, attr, original in self._wrapped_attrs:
-                with contextlib.suppress(Exception):  # an object that no longer takes attributes
+            for (owner, attr), original in list(_originals.items()):
+                if getattr(getattr(owner, "__dict__", {}).get(attr), "_perfsight_wrapper", False):
                     setattr(owner, attr, original)
-            self._wrapped_attrs.clear()
-            if self._folder is not None:
-                shutil.rmtree(self._folder, ignore_errors=True)
-                self._folder = None
+                del _originals[(owner, attr)]
+        if os.getpid() == self._owner_pid and self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
 
     def clear(self) -> None:
         """A new window: forget rows so far (worker files are read from their current end)."""
         self._waits = []
+        self._pins = []
         self._fetches = []
+        _sampler_ns[0] = 0
         if self._folder is not None:
             for path in self._folder.glob("*.bin"):
-                self._read_offsets[path.name] = path.stat().st_size
+                _, self._read_offsets[path.name] = stages.read_records(
+                    path, self._read_offsets.get(path.name, 0)
+                )
 
     def start(self) -> None:
         self.install()
@@ -194,44 +166,46 @@ class DataLoaderCapture:
         global _active
         _active = None  # in a worker: stop recording there; the training process uninstalls
 
-    def _wait(self, iterator: Any, batch: int, ready: int | None, start: int, end: int) -> None:
+    def _wait(self, batch: int, queues: tuple, start: int, end: int) -> None:
+        sampler = _sampler_ns[0]
+        _sampler_ns[0] = 0
         if len(self._waits) < _MAX_ROWS:
-            self._waits.append((threading.get_native_id(), batch, start, end, ready))
+            self._waits.append((threading.get_native_id(), batch, start, end, *queues, sampler))
+
+    def _pinned(self, start: int, end: int) -> None:
+        if len(self._pins) < _MAX_ROWS:
+            self._pins.append((start, end))
 
     def _fetched(
-        self, start: int, end: int, transform: int, collate: int, fetch_ns: int, samples: int
+        self, start: int, fetch_ns: int, cpu_ns: int, samples: int, times: dict[str, int], detailed: bool
     ) -> None:
-        from torch.utils.data import get_worker_info
-
-        info = get_worker_info()
+        info = _worker_info()
         worker = info.id if info is not None else -1
+        collate = times.get(stages.COLLATE, 0)
+        transform = sum(ns for name, ns in times.items() if name != stages.COLLATE)
         read = max(fetch_ns - transform - collate, 0)
-        record = (worker, os.getpid(), start, end, read, transform, collate, samples)
+        if not detailed:  # transforms not timed in this fetch: read and transform unknown (-1)
+            read = transform = -1
+        fixed = (worker, os.getpid(), start, start + fetch_ns, read, transform, collate, samples, cpu_ns)
         if os.getpid() == self._owner_pid:
             if len(self._fetches) < _MAX_ROWS:
-                self._fetches.append(record)
+                self._fetches.append((fixed, dict(times)))
             return
         if self._folder is None:
             return
-        if self._worker_fd is None or self._worker_fd[0] != os.getpid():
-            path = self._folder / f"worker-{os.getpid()}.bin"
-            self._worker_fd = (os.getpid(), os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-        os.write(self._worker_fd[1], array.array("q", record).tobytes())
+        if self._writer is None or self._writer.pid != os.getpid():
+            self._writer = stages.RecordWriter(self._folder)
+        if not self._writer.write(fixed, times):
+            global _active
+            _active = None  # profiling ended while this (persistent) worker lives on: stop here
 
-    def _wrap_stages(self, fetcher: Any) -> None:
-        """Time the fetcher's collate_fn and the dataset's transforms (once per fetcher)."""
-        if not isinstance(fetcher.collate_fn, _Timed):
-            fetcher.collate_fn = _Timed(fetcher.collate_fn, "collate")
-        dataset = fetcher.dataset
-        for attr in _TRANSFORM_ATTRS:
-            function = getattr(dataset, attr, None)
-            if callable(function) and not isinstance(function, _Timed):
-                try:
-                    setattr(dataset, attr, _Timed(function, "transform"))
-                except Exception:
-                    continue
-                if os.getpid() == self._owner_pid:
-                    self._wrapped_attrs.append((dataset, attr, function))
+    def _stage_switch(self, fetcher: Any) -> stages.StageSwitch:
+        """The fetcher's timed transforms (made once per fetcher); its collate_fn timed for good."""
+        switch = getattr(fetcher, "_perfsight_stages", None)
+        if switch is None:
+            stages.wrap_collate(fetcher)
+            switch = fetcher._perfsight_stages = stages.StageSwitch(fetcher.dataset)
+        return switch
 
     # ------------------------------------------------------------------ output
 
@@ -239,26 +213,30 @@ class DataLoaderCapture:
         rank = self.rank if self.rank is not None else -1
         columns: dict[str, list] = {field.name: [] for field in DATALOADER_CAPTURE_SCHEMA}
         pid = self._owner_pid
-        for tid, batch, start, end, ready in list(self._waits):
-            _put(columns, rank, "wait", -1, pid, tid, batch, start, end, ready, None, None, None, None)
-        fetches = list(self._fetches) + self._worker_records()
-        for worker, wpid, start, end, read, transform, collate, samples in fetches:
-            _put(
-                columns,
-                rank,
-                "fetch",
-                worker,
-                wpid,
-                None,
-                None,
-                start,
-                end,
-                None,
-                read,
-                transform,
-                collate,
-                samples,
-            )
+
+        def put(**values: Any) -> None:
+            for name in columns:
+                columns[name].append(values.get(name))
+
+        for tid, batch, start, end, ready, host, device, capacity, sampler in list(self._waits):
+            put(
+                rank=rank, kind="wait", worker=-1, pid=pid, tid=tid, batch=batch, start_ns=start, end_ns=end,
+                ready_batches=ready, host_queue=host, device_queue=device, queue_capacity=capacity,
+                sampler_ns=sampler,
+            )  # fmt: skip
+        for start, end in list(self._pins):
+            put(rank=rank, kind="pin", worker=-1, pid=pid, start_ns=start, end_ns=end)
+        for fixed, times in list(self._fetches) + self._worker_records():
+            row = dict(zip(stages.FETCH_FIELDS, fixed, strict=True))
+            for unknown in ("read_ns", "transform_ns"):
+                row[unknown] = None if row[unknown] < 0 else row[unknown]
+            put(rank=rank, kind="fetch", **row)
+            for name, ns in times.items():
+                start = row["start_ns"]
+                put(
+                    rank=rank, kind="stage", worker=row["worker"], pid=row["pid"], start_ns=start,
+                    end_ns=start + ns, stage=name,
+                )  # fmt: skip
         return pa.table(columns, schema=DATALOADER_CAPTURE_SCHEMA)
 
     def _worker_records(self) -> list[tuple]:
@@ -266,32 +244,51 @@ class DataLoaderCapture:
             return []
         records: list[tuple] = []
         for path in sorted(self._folder.glob("*.bin")):
-            try:
-                data = path.read_bytes()[self._read_offsets.get(path.name, 0) :]
-            except OSError:
-                continue
-            whole = len(data) - len(data) % (8 * _RECORD)  # a record being written is left for later
-            values = array.array("q")
-            values.frombytes(data[:whole])
-            records.extend(tuple(values[i : i + _RECORD]) for i in range(0, len(values), _RECORD))
+            found, self._read_offsets[path.name] = stages.read_records(
+                path, self._read_offsets.get(path.name, 0)
+            )
+            records += found
         return records
 
 
-def _put(columns: dict[str, list], *values: Any) -> None:
-    for field, value in zip(DATALOADER_CAPTURE_SCHEMA.names, values, strict=True):
-        columns[field].append(value)
+def _patch(with_training_side: bool) -> None:
+    """Wrap the loader's methods (once per process; the originals are kept for uninstall)."""
+    from torch.utils.data import dataloader
+    from torch.utils.data._utils import fetch, pin_memory
+
+    targets: list[tuple[Any, str, Any]] = [
+        (fetch._MapDatasetFetcher, "fetch", _fetch_wrapper),
+        (fetch._IterableDatasetFetcher, "fetch", _fetch_wrapper),
+    ]
+    if with_training_side:
+        targets += [
+            (dataloader._BaseDataLoaderIter, "__next__", _next_wrapper),
+            (dataloader._BaseDataLoaderIter, "_next_index", _next_index_wrapper),
+            (dataloader._MultiProcessingDataLoaderIter, "__init__", _workers_init_wrapper),
+            (pin_memory, "pin_memory", _pin_wrapper),
+        ]
+    with _patch_lock:
+        for owner, attr, make in targets:
+            if (owner, attr) not in _originals:
+                original = owner.__dict__[attr]
+                _originals[(owner, attr)] = original
+                setattr(owner, attr, make(original))
 
 
-def _ready_batches(iterator: Any) -> int | None:
-    """Batches received from the workers and not yet handed out (multi-worker loaders only)."""
+def _queues(iterator: Any) -> tuple[int | None, int | None, int | None, int | None]:
+    """(ready, host, device, capacity) batches of ``iterator`` at a request (see the schema)."""
     queue = getattr(iterator, "_data_queue", None)
     if queue is None:
-        return None
+        return None, 0, None, 0
     try:
         stashed = sum(1 for info in list(iterator._task_info.values()) if len(info) == 2)
-        return int(queue.qsize()) + stashed
+        ready = int(queue.qsize()) + stashed
+        capacity = int(iterator._prefetch_factor) * int(iterator._num_workers)
+        if getattr(iterator, "_pin_memory_thread", None) is not None:
+            return ready, int(iterator._worker_result_queue.qsize()), ready, capacity
+        return ready, ready, None, capacity
     except Exception:  # qsize() is not implemented on every platform
-        return None
+        return None, None, None, None
 
 
 def _next_wrapper(original: Any) -> Any:
@@ -301,7 +298,7 @@ def _next_wrapper(original: Any) -> Any:
             return original(iterator)
         try:
             batch = iterator._num_yielded
-            ready = _ready_batches(iterator)
+            queues = _queues(iterator)
         except Exception as exc:
             capture._fail("before DataLoader.__next__", exc)
             return original(iterator)
@@ -309,7 +306,7 @@ def _next_wrapper(original: Any) -> Any:
         data = original(iterator)  # StopIteration and loader errors reach the caller untouched
         end = time.time_ns()
         try:
-            capture._wait(iterator, batch, ready, start, end)
+            capture._wait(batch, queues, start, end)
         except Exception as exc:
             capture._fail("after DataLoader.__next__", exc)
         return data
@@ -318,30 +315,136 @@ def _next_wrapper(original: Any) -> Any:
     return __next__
 
 
+def _next_index_wrapper(original: Any) -> Any:
+    def _next_index(iterator: Any) -> Any:
+        if _active is None:
+            return original(iterator)
+        start = time.perf_counter_ns()
+        try:
+            return original(iterator)
+        finally:
+            _sampler_ns[0] += time.perf_counter_ns() - start
+
+    _next_index._perfsight_wrapper = True  # type: ignore[attr-defined]
+    return _next_index
+
+
+def _pin_wrapper(original: Any) -> Any:
+    def pin_memory(data: Any, device: Any = None) -> Any:
+        capture = _active
+        if capture is None or getattr(_pinning, "on", False):
+            return original(data, device)
+        _pinning.on = True
+        start = time.time_ns()
+        try:
+            return original(data, device)
+        finally:
+            _pinning.on = False
+            try:
+                capture._pinned(start, time.time_ns())
+            except Exception as exc:
+                capture._fail("after pin_memory", exc)
+
+    pin_memory._perfsight_wrapper = True  # type: ignore[attr-defined]
+    return pin_memory
+
+
+class WorkerInit:
+    """The ``worker_init_fn`` a capturing iterator gives its workers: installs the fetch wrappers
+    in the worker (needed under spawn / forkserver, harmless under fork), then runs the user's."""
+
+    def __init__(self, user_fn: Any, folder: str, owner_pid: int, rank: int | None) -> None:
+        self.user_fn = user_fn
+        self.folder = folder
+        self.owner_pid = owner_pid
+        self.rank = rank
+
+    def __call__(self, worker_id: int) -> None:
+        global _active
+        try:
+            if _active is None and Path(self.folder).is_dir():
+                capture = DataLoaderCapture(rank=self.rank)
+                capture._folder = Path(self.folder)
+                capture._owner_pid = self.owner_pid
+                _patch(with_training_side=False)
+                _active = capture
+        except Exception as exc:  # the worker loads data without capture
+            log.warning("perfsight: data-loader capture not started in worker %d (%s)", worker_id, exc)
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
+
+
+def _workers_init_wrapper(original: Any) -> Any:
+    def __init__(iterator: Any, loader: Any) -> None:
+        capture = _active
+        user_fn = getattr(loader, "worker_init_fn", None)
+        swapped = False
+        if capture is not None and capture._folder is not None and os.getpid() == capture._owner_pid:
+            try:
+                loader.worker_init_fn = WorkerInit(
+                    user_fn, str(capture._folder), capture._owner_pid, capture.rank
+                )
+                swapped = True
+            except Exception as exc:
+                capture._fail("before starting data-loader workers", exc)
+        try:
+            original(iterator, loader)
+        finally:
+            if swapped:
+                loader.worker_init_fn = user_fn
+
+    __init__._perfsight_wrapper = True  # type: ignore[attr-defined]
+    return __init__
+
+
+def _worker_info() -> Any:
+    """``torch.utils.data.get_worker_info()``, imported once (an import per batch costs a microsecond)."""
+    global _worker_info
+    from torch.utils.data import get_worker_info
+
+    _worker_info = get_worker_info
+    return get_worker_info()
+
+
+_fetch_count = [0, 0]  # (pid, fetches in it): a forked worker starts its own count
+
+
+def _detail_now() -> bool:
+    """Whether this fetch times each transform (see ``dataloader_stages.DETAIL_EVERY``)."""
+    if _fetch_count[0] != os.getpid():
+        _fetch_count[:] = [os.getpid(), 0]
+    n = _fetch_count[1]
+    _fetch_count[1] = n + 1
+    return n < stages.DETAIL_FIRST or n % stages.DETAIL_EVERY == 0
+
+
 def _fetch_wrapper(original: Any) -> Any:
     def fetch(fetcher: Any, possibly_batched_index: Any) -> Any:
         capture = _active
         if capture is None:
             return original(fetcher, possibly_batched_index)
+        switch = None
         try:
-            capture._wrap_stages(fetcher)
-            _stage_ns["transform"] = _stage_ns["collate"] = 0
+            switch = capture._stage_switch(fetcher)
+            stages.stage_ns.clear()
+            detailed = _detail_now()
+            if detailed:
+                switch.on()
         except Exception as exc:
+            if switch is not None:
+                switch.off()  # the user's own transforms back (off never raises)
             capture._fail("before a dataset fetch", exc)
             return original(fetcher, possibly_batched_index)
-        start_wall, start = time.time_ns(), time.perf_counter_ns()
-        data = original(fetcher, possibly_batched_index)
-        fetch_ns = time.perf_counter_ns() - start
+        start_wall, start, cpu = time.time_ns(), time.perf_counter_ns(), time.thread_time_ns()
+        try:
+            data = original(fetcher, possibly_batched_index)
+        finally:
+            if detailed:
+                switch.off()
+        fetch_ns, cpu_ns = time.perf_counter_ns() - start, time.thread_time_ns() - cpu
         try:
             samples = len(possibly_batched_index) if fetcher.auto_collation else 1
-            capture._fetched(
-                start_wall,
-                start_wall + fetch_ns,
-                _stage_ns["transform"],
-                _stage_ns["collate"],
-                fetch_ns,
-                samples,
-            )
+            capture._fetched(start_wall, fetch_ns, cpu_ns, samples, stages.stage_ns, detailed)
         except Exception as exc:
             capture._fail("after a dataset fetch", exc)
         return data

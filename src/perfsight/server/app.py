@@ -22,6 +22,7 @@ from starlette.requests import Request
 from perfsight import __version__
 from perfsight.server import (
     compare,
+    data_prep,
     findings,
     job_comm,
     job_matrix,
@@ -295,6 +296,11 @@ def create_app(
     ) -> Response:
         data = opened(run)
         return fast_json(pages.memory(data, data.rank(rank), points, top))
+
+    @app.get("/api/run/data-prep", **documented(models.DataPrep))
+    def data_prep_page(run: RunParam, rank: RankParam = None) -> Response:
+        data = opened(run)
+        return fast_json(data_prep.data_prep(data, data.rank(rank)))
 
     @app.get(
         "/api/run/trace-view",

@@ -961,3 +961,105 @@ class CommMatrix(BaseModel):
     max: float | None
     cells: MatrixCells
     choices: CommChoices
+
+
+# ------------------------------------------------------------------------------------ data preparation
+class DataPrepSummary(BaseModel):
+    """The ``data_pipeline_summary`` analysis row (analysis/data_pipeline.py documents each column)."""
+
+    rank: int
+    requests: int = Field(description="requests judged (the first of each epoch is left out)")
+    num_workers: int
+    wait_ns: int
+    loop_ns: int
+    wait_share: float
+    consume_interval_ns: int | None = Field(description="median time per batch outside next()")
+    host_queue_capacity: int | None
+    host_queue_mean: float | None
+    host_queue_usage: float | None
+    host_queue_empty: int | None
+    host_queue_empty_ratio: float | None
+    host_queue_full: int | None
+    device_queue_mean: float | None
+    device_queue_empty: int | None
+    device_queue_empty_ratio: float | None
+    verdict: Literal["data processing", "host to device", "none"]
+    bottleneck_stage: str | None
+    reason: str
+
+
+class DataStage(BaseModel):
+    stage: str
+    order: int
+    op_type: str
+    runs_in: str = Field(description='"workers" or "training process"')
+    parallelism: int
+    batches: int
+    total_ns: int
+    per_batch_ns: int
+    throughput_per_s: float | None
+    share: float
+    bottleneck: bool
+
+
+class DataWorker(BaseModel):
+    worker: int = Field(description="-1: the training process (num_workers=0)")
+    pid: int
+    batches: int
+    busy_ns: int
+    cpu_ns: int | None
+    idle_ns: int
+    read_ns: int
+    transform_ns: int
+    collate_ns: int
+
+
+class DataQueuePoint(BaseModel):
+    step: int
+    batch: int | None
+    start_ns: int = Field(description="when the loop asked, relative to the run's origin")
+    wait_ns: int
+    host_queue: int | None
+    device_queue: int | None
+    queue_capacity: int | None
+
+
+class DataStepWait(BaseModel):
+    step: int
+    data_wait_ns: int
+
+
+class DataStageCurve(BaseModel):
+    start_ns: list[int] = Field(description="the batch's start, relative to the run's origin")
+    dur_ns: list[int]
+    worker: list[int]
+
+
+class DataRankWait(BaseModel):
+    rank: int
+    wait_ns: int
+    wait_share: float
+    host_queue_empty_ratio: float | None
+    verdict: str
+    bottleneck_stage: str | None
+
+
+class DataPrep(BaseModel):
+    run: str
+    rank: int
+    captured: bool = Field(description="whether the rank has a data-loader capture")
+    how_to_enable: str | None = Field(description="how to record one, when it has none")
+    summary: DataPrepSummary | None
+    stages: list[DataStage] = Field(description="pipeline stages, source first")
+    workers: list[DataWorker]
+    queue: list[DataQueuePoint] = Field(
+        description="requests by time (thinned past 5000, keeping every empty one)"
+    )
+    queue_requests: int = Field(description="requests recorded, before thinning")
+    wait_per_step: list[DataStepWait]
+    stage_batches: dict[str, DataStageCurve] = Field(
+        description="per stage, its time on each measured batch (thinned past 2000 per stage)"
+    )
+    ranks: list[DataRankWait] = Field(
+        description="every captured rank of a job, to compare (empty: one rank)"
+    )

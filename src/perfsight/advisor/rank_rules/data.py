@@ -73,9 +73,15 @@ def data_wait(view: RankView) -> list[Finding]:
             )
             queue = f"; the loader's queue was empty at {pct(empty)}% of requests"
     params = {"gap_ms": ms(gap), "share_pct": pct(share), "queue": queue, "culprit": ""}
+    summary = view.tables.get("data_pipeline_summary")  # the data-preparation judgement, if captured
+    stage = (
+        summary.column("bottleneck_stage")[0].as_py() if summary is not None and summary.num_rows else None
+    )
+    if stage:
+        evidence.append(Evidence("slowest data-loader stage", stage, "", None, "dataset.csv"))
     if from_loader:
-        params["culprit"] = "DataLoader"
-        key, category, culprit = "data.loader", "data", "DataLoader"
+        params["culprit"] = f"DataLoader stage {stage}" if stage else "DataLoader"
+        key, category, culprit = "data.loader", "data", params["culprit"]
     else:
         params["culprit"] = f"rank {view.rank}"
         key, category, culprit = "host.before_step", "host", "host code before the forward pass"
