@@ -93,8 +93,12 @@ def _legacy_step_file(path: Path) -> bool:
 
 
 def _legacy_side_file(path: Path, legacy_folders: set[Path]) -> bool:
-    """A JSON file of a legacy run that is not a trace: the timeline display and summaries beside the
-    step trace files (read with them), and the r1.3 rank table beside ``cluster_profiler/``."""
+    """A file of a legacy run that is not a rank of its own: the timeline display and summaries beside
+    the step trace files (read with them), the r1.3 rank table beside ``cluster_profiler/``, and
+    anything below a legacy ``profiler/`` folder, such as msprof's ``PROF_*/device_*/timeline/``
+    fragments: MindInsight reads them as raw material of the devices its step trace files name,
+    never as devices (or ranks) of their own."""
     return not _legacy_step_file(path) and (
-        path.parent in legacy_folders or (path.parent / "cluster_profiler").is_dir()
+        any(parent in legacy_folders for parent in path.parents)
+        or (path.parent / "cluster_profiler").is_dir()
     )
