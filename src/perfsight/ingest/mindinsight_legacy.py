@@ -5,8 +5,9 @@ perfsight's units (ns, bytes) rather than a :class:`~perfsight.model.Trace`:
 
 * ``step_trace_raw_{rank}_detail_time.csv``: ``step_num,start_point,end_point,total,fp_point,
   bp_point,iteration_interval,fp_and_bp,tail`` then, per stream, a ``<name>_start_point,
-  <name>_end_point,<name>`` triple of communication times.  Times are 10 ns ticks; the last row,
-  with ``step_num`` ``-``, is the average and is returned apart.  The steps come out in the columns
+  <name>_end_point,<name>`` triple of communication times.  Times are 10 ns ticks; the last row
+  (``step_num`` ``-``, or ``0`` in older files) is MindInsight's summary, whose averages leave out
+  the first (warm-up) step; it is returned apart (:func:`summary_rows`).  The steps come out in the columns
   of :data:`perfsight.model.STEP_PHASES_SCHEMA`, so old and new step traces compare.
 * ``hccl_raw_{rank}.csv``: ``step_num,communication_cost,wait_cost,link_info,
   communication_operator_cost``; costs in ms; ``link_info`` is JSON such as
@@ -178,6 +179,21 @@ def _numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return columns.numpy(pc.cast(column, pa.float64()), null=np.nan)
 
 
+def summary_rows(step_num: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Which rows of a step trace are its summary, as MindInsight reads the file.
+
+    MindInsight takes the last row as the summary (the averages it shows for "step 0": every step
+    but the first, warm-up one) and the rows before it as the steps (``total_steps`` = rows - 1).
+    MindSpore writes that row with ``step_num`` ``-``; the files in MindInsight's own test resources
+    write ``0`` there.  So a ``-`` row anywhere, or a last row numbered 0 (steps count from 1), is the
+    summary; a last row that continues the step numbers is a step (a file cut before its summary)."""
+    text = pc.fill_null(pc.utf8_trim_whitespace(pc.cast(step_num, pa.string())), "-")
+    mask = columns.numpy(pc.equal(text, "-"), null=False)
+    if len(mask) and not mask.any() and _int(text[-1].as_py()) == 0:
+        mask[-1] = True
+    return mask
+
+
 def read_step_trace_raw(
     path: Path, rank: int, problems: files.FileProblems
 ) -> tuple[pa.Table, dict, pa.Table]:
@@ -190,8 +206,7 @@ def read_step_trace_raw(
         if table.num_rows:
             problems.add(path, f"lacks columns {sorted(set(STEP_COLUMNS) - set(table.column_names))}")
         return STEP_PHASES_SCHEMA.empty_table(), {}, STREAM_SCHEMA.empty_table()
-    step_text = pc.cast(table.column("step_num"), pa.string())
-    average_mask = columns.numpy(pc.equal(pc.fill_null(step_text, "-"), "-"), null=False)
+    average_mask = summary_rows(table.column("step_num"))
     average = {}
     if average_mask.any():
         last = table.filter(pa.array(average_mask)).slice(0, 1).to_pylist()[0]
