@@ -1,0 +1,151 @@
+"""MindInsight's legacy ``profiler/`` folders from its own test resources (../shared/data/mindinsight),
+read as MindInsight reads them.  Every expected number is computed here from the vendor's files
+(MindInsight's own result tables, or its raw tables), never from perfsight's output:
+
+* steps: MindInsight's ``StepTraceAnalyser`` takes the last row of ``step_trace_raw_<d>_detail_time.csv``
+  as its summary (``total_steps = rows - 1``; "step 0" = that row, averages without the first step);
+* operators: ``aicore_intermediate_<d>_type.csv`` (per type: ms per step summed over the type's ops,
+  and the number of ops) and ``aicpu_intermediate_<d>.csv`` (``run_end - run_start`` in µs);
+  ``framework_raw_<d>.csv`` gives each op its full scope name and input shapes."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from perfsight.cli import main
+from perfsight.ingest import find_traces, read_trace
+from shared_data import MINDINSIGHT, require
+
+RUN_2 = "run_2/normal_run/profiler"
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _analyse(tmp_path: Path, run: str) -> Path:
+    out = tmp_path / "out"
+    assert main(["analyse", str(require(MINDINSIGHT / run)), "--out", str(out), "--no-progress"]) == 0
+    [rank_dir] = [p for p in out.iterdir() if p.name.startswith("rank")]
+    return rank_dir / "PROFILER_OUTPUT"
+
+
+@pytest.mark.parametrize("run", ["run_2", "run_3", "run_4"])
+def test_steps_are_the_rows_before_mindinsights_summary_row(run: str) -> None:
+    step_file = require(MINDINSIGHT / run / "normal_run/profiler/step_trace_raw_1_detail_time.csv")
+    rows = _rows(step_file)
+    *steps, summary = rows  # MindInsight: total_steps = len(rows) - 1, the last row is the summary
+    trace = read_trace(step_file)
+    assert trace.steps.column("step").to_pylist() == [int(r["step_num"]) for r in steps]
+    vendor = trace.vendor.step_trace.to_pylist()
+    assert [(v["iteration_interval_ns"], v["fp_bp_ns"], v["tail_ns"]) for v in vendor] == [
+        (int(r["iteration_interval"]) * 10, int(r["fp_and_bp"]) * 10, int(r["tail"]) * 10) for r in steps
+    ]  # 10 ns ticks
+    ms = {k: int(summary[k]) * 10 / 1e6 for k in ("total", "iteration_interval", "fp_and_bp", "tail")}
+    note = (
+        "MindInsight's averages (the file's summary row, first step left out): "
+        f"step {ms['total']:.3f} ms, iteration interval {ms['iteration_interval']:.3f} ms, "
+        f"forward+backward {ms['fp_and_bp']:.3f} ms, tail {ms['tail']:.3f} ms"
+    )
+    assert f"{step_file}: {note}" in trace.meta.warnings
+
+
+def test_operator_types_agree_with_mindinsights_ai_core_and_ai_cpu_tables(tmp_path: Path) -> None:
+    folder = require(MINDINSIGHT / RUN_2)
+    out = _analyse(tmp_path, "run_2")
+    stats = {(r["OP Type"], r["Core Type"]): r for r in _rows(out / "op_statistic.csv")}
+    kernels = _rows(out / "kernel_details.csv")
+    mindinsight = _rows(folder / "aicore_intermediate_1_type.csv")
+    assert {t["op_type"] for t in mindinsight} == {k for k, core in stats if core == "AI_CORE"}
+    by_op: dict[str, list[float]] = defaultdict(list)
+    type_of = {}
+    for row in kernels:
+        if row["Accelerator Core"] == "AI_CORE":
+            by_op[row["Name"]].append(float(row["Duration(us)"]))
+            type_of[row["Name"]] = row["Type"]
+    for vendor in mindinsight:
+        op_type, total_us = vendor["op_type"], float(vendor["execution_time"]) * 1000
+        ops = [name for name, kind in type_of.items() if kind == op_type]
+        # MindInsight: per op, its mean time per run; per type, the sum of those and the number of ops
+        assert len(ops) == int(vendor["execution_frequency"]), op_type
+        per_step = sum(sum(by_op[name]) / len(by_op[name]) for name in ops)
+        assert per_step == pytest.approx(total_us, abs=0.01), op_type
+        ours = stats[(op_type, "AI_CORE")]
+        if all(len(by_op[name]) == 1 for name in ops):  # each op ran once: the same table row
+            assert int(ours["Count"]) == int(vendor["execution_frequency"]), op_type
+            assert float(ours["Total Time(us)"]) == pytest.approx(total_us, abs=0.01), op_type
+            assert float(ours["Avg Time(us)"]) == pytest.approx(total_us / len(ops), abs=0.01), op_type
+    # e.g. MatMul: 20.65774 ms over 9 ops; TransData-op118 ran twice (before and after the step)
+    assert stats[("MatMul", "AI_CORE")]["Count"] == "9"
+    aicpu: dict[str, list[float]] = defaultdict(list)
+    for row in _rows(folder / "aicpu_intermediate_1.csv"):
+        aicpu[row["kernel_type"]].append(float(row["run_end"]) - float(row["run_start"]))
+    for kernel, durations in aicpu.items():
+        ours = stats[(kernel, "AI_CPU")]
+        assert int(ours["Count"]) == len(durations)
+        assert float(ours["Total Time(us)"]) == pytest.approx(sum(durations), abs=0.01)
+
+
+def test_device_ops_carry_scope_names_and_shapes_and_share_the_step_traces_clock(tmp_path: Path) -> None:
+    folder = require(MINDINSIGHT / RUN_2)
+    out = _analyse(tmp_path, "run_2")
+    kernels = _rows(out / "kernel_details.csv")
+    framework = {r["full_op_name"]: r for r in _rows(folder / "framework_raw_1.csv")}
+    core = [k for k in kernels if k["Accelerator Core"] == "AI_CORE"]
+    assert core and all(k["Name"] in framework for k in core)  # full scope names, every AI Core op
+    for kernel in core:
+        info = json.loads(framework[kernel["Name"]]["op_info"])
+        inputs = [
+            info[k] for k in sorted((k for k in info if k.startswith("input_")), key=lambda k: int(k[6:]))
+        ]
+        assert kernel["Type"] == framework[kernel["Name"]]["op_type"]
+        assert kernel["Input Shapes"] == ";".join(i["shape"] for i in inputs), kernel["Name"]
+    # the timeline display counts µs from its first op; aicpu_intermediate's run_start is on the step
+    # trace's clock: with the offset, the ops fall inside step 1 and their AI CPU starts agree
+    aicpu = _rows(folder / "aicpu_intermediate_1.csv")
+    cpu = [k for k in kernels if k["Accelerator Core"] == "AI_CPU"]
+    assert [float(k["Start Time(us)"]) for k in cpu] == pytest.approx([float(r["run_start"]) for r in aicpu])
+    step = _rows(folder / "step_trace_raw_1_detail_time.csv")[0]
+    start_us, end_us = int(step["start_point"]) / 100, int(step["end_point"]) / 100
+    inside = [k for k in core if start_us <= float(k["Start Time(us)"]) < end_us]
+    assert {k["Step Id"] for k in inside} == {"1"} and len(inside) > 90
+    steps = _rows(out / "step_trace_time.csv")
+    assert len(steps) == 1 and float(steps[0]["Computing"]) > 0
+
+
+def test_msprof_fragments_beside_a_profiler_folder_are_not_ranks(tmp_path: Path) -> None:
+    profiler = Path(shutil.copytree(require(MINDINSIGHT / RUN_2), tmp_path / "run" / "profiler"))
+    timeline = profiler / "PROF_000001_20230101_abc" / "device_1" / "timeline"
+    timeline.mkdir(parents=True)
+    fragment = [{"name": "hcom_allReduce_1", "ph": "X", "pid": 0, "tid": 0, "ts": 1.0, "dur": 41500.0}]
+    (timeline / "hccl_0_2_1.json").write_text(json.dumps(fragment))
+    (timeline / "msprof_0_2_1.json").write_text(json.dumps(fragment))
+    assert find_traces(tmp_path / "run") == [profiler / "step_trace_raw_1_detail_time.csv"]
+    out = tmp_path / "out"
+    assert main(["analyse", str(tmp_path / "run"), "--out", str(out), "--no-progress"]) == 0
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("rank")) == ["rank1"]
+
+
+def _tree_hash(root: Path, skip: str | None = None) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and (skip is None or skip not in p.relative_to(root).parts)
+    }
+
+
+def test_analyse_leaves_the_input_files_byte_for_byte_unchanged(tmp_path: Path) -> None:
+    run = Path(shutil.copytree(require(MINDINSIGHT / "run_2"), tmp_path / "run_2"))
+    before = _tree_hash(run)
+    assert main(["analyse", str(run), "--no-progress"]) == 0  # outputs into run/perfsight_output
+    assert _tree_hash(run, skip="perfsight_output") == before
+    assert main(["analyse", str(run), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    assert _tree_hash(run, skip="perfsight_output") == before
