@@ -149,3 +149,32 @@ def test_analyse_leaves_the_input_files_byte_for_byte_unchanged(tmp_path: Path) 
     assert _tree_hash(run, skip="perfsight_output") == before
     assert main(["analyse", str(run), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
     assert _tree_hash(run, skip="perfsight_output") == before
+
+
+def test_a_per_op_flops_file_is_read_as_flops_with_mindinsights_summary(tmp_path: Path) -> None:
+    """``flops_<d>.txt`` as MindSpore's FlopsParser writes it (its header, ``", "``-joined lines), for
+    the AI Core ops of run_2's ``framework_raw_1.csv``; MindInsight's summary: the sum of MFLOPs, the
+    mean of GFLOPS; ``flops_summary_<d>.json``, when there, is what its FLOPs page shows."""
+    profiler = Path(shutil.copytree(require(MINDINSIGHT / RUN_2), tmp_path / "run" / "profiler"))
+    names = [r["full_op_name"] for r in _rows(profiler / "framework_raw_1.csv")]
+    lines = [f"{name}, {1.25 * (i + 1)}, {0.5 + i / 7}, {i / 3}" for i, name in enumerate(names)]
+    header = "op_full_name, MFLOPs(10^6), GFLOPS(10^9), FLOPS utilization(%) \n"
+    (profiler / "flops_1.txt").write_text(header + "\n".join(lines) + "\n")
+    step_file = profiler / "step_trace_raw_1_detail_time.csv"
+    trace = read_trace(step_file)
+    assert not [w for w in trace.meta.warnings if "not understood" in w]
+    mflops = round(sum(1.25 * (i + 1) for i in range(len(names))), 3)
+    gflops = round(sum(0.5 + i / 7 for i in range(len(names))) / len(names), 3)
+    assert trace.meta.extra["mindinsight"]["flops"] == {"FLOPs": mflops, "FLOPS": gflops}
+    assert (
+        f"{profiler / 'flops_1.txt'}: MindInsight's FLOPs summary: {mflops:,.3f} MFLOPs, {gflops:,.3f} GFLOPS"
+        in (trace.meta.warnings)
+    )
+    ops = trace.vendor.tables["mindinsight_flops"]
+    assert ops.column("op").to_pylist() == names and ops.num_rows == len(names) > 100
+    assert ops.column("flops").to_pylist()[1] == 2.5e6  # FLOP, from 2.5 MFLOPs
+    (profiler / "flops_summary_1.json").write_text(
+        '{"FLOPs": 8167.743, "FLOPS": 9868.936, "FLOPS_Utilization": 3.5}'
+    )
+    summary = read_trace(step_file).meta.extra["mindinsight"]["flops"]
+    assert summary == {"FLOPs": 8167.743, "FLOPS": 9868.936, "FLOPS_Utilization": 3.5}

@@ -16,7 +16,8 @@ perfsight's units (ns, bytes) rather than a :class:`~perfsight.model.Trace`:
 * ``ascend_cluster_analyse_{data|model|pipeline}-parallel_{stages}_{ranks}_{rank}.csv``,
   ``minddata_pipeline_raw_{rank}.csv``: kept as read (Ascend CSV quirks handled), with the
   parallel mode, stage and rank counts taken from the documented file name pattern.
-* ``flops_{rank}.txt`` (``name: value`` or ``name,value`` lines), ``profiler_info_{rank}.json``,
+* ``flops_{rank}.txt`` / ``flops_summary_{rank}.json`` (:mod:`perfsight.ingest.mindinsight_flops`),
+  ``profiler_info_{rank}.json``,
   ``ascend_timeline_display_{rank}.json`` (its raw events, not converted: their meaning is not
   documented well enough to label them).
 * The r1.3 cluster layout (seed 002): a rank table JSON (``hccl.json``, any name, with
@@ -103,7 +104,8 @@ class LegacyRank:
     hccl_ops: pa.Table = dataclasses.field(default_factory=HCCL_OP_SCHEMA.empty_table)
     tables: dict[str, pa.Table] = dataclasses.field(default_factory=dict)  # other CSVs, as read
     parallel: dict[str, Any] = dataclasses.field(default_factory=dict)  # mode, stages, ranks
-    flops: dict[str, float] = dataclasses.field(default_factory=dict)
+    flops: dict[str, float] = dataclasses.field(default_factory=dict)  # MindInsight's FLOPs summary
+    flops_ops: pa.Table | None = None  # per-op FLOPs of flops_{rank}.txt (FLOP, FLOP/s)
     info: dict[str, Any] = dataclasses.field(default_factory=dict)  # profiler_info_{rank}.json
     timeline_events: pa.Table | None = None  # ascend_timeline_display_{rank}.json, raw
 
@@ -171,7 +173,7 @@ def _no_rank_table() -> pa.Table:
     return RANK_TABLE_SCHEMA.empty_table()
 
 
-def _numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+def numbers_of(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """A column as float64 with NaN for anything that is not a number (garbage rows read as text)."""
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         text = pc.utf8_trim_whitespace(column)
@@ -214,22 +216,22 @@ def read_step_trace_raw(
             k: float(v) * TICK_NS for k, v in last.items() if isinstance(v, (int, float)) and k != "step_num"
         }
     steps = table.filter(pa.array(~average_mask))
-    usable = ~np.isnan(_numbers(steps.column("step_num")))
+    usable = ~np.isnan(numbers_of(steps.column("step_num")))
     for name in ("start_point", "end_point"):
-        usable &= ~np.isnan(_numbers(steps.column(name)))
+        usable &= ~np.isnan(numbers_of(steps.column(name)))
     if not usable.all():
         problems.add(path, f"{int((~usable).sum())} row(s) without a numeric step_num/start/end skipped")
         steps = steps.filter(pa.array(usable))
 
     def ns(name: str) -> np.ndarray:
-        return np.round(np.nan_to_num(_numbers(steps.column(name))) * TICK_NS).astype(np.int64)
+        return np.round(np.nan_to_num(numbers_of(steps.column(name))) * TICK_NS).astype(np.int64)
 
     n = steps.num_rows
     start, end = ns("start_point"), ns("end_point")
     out = pa.Table.from_arrays(
         [
             pa.array(np.full(n, rank, np.int32)),
-            pa.array(_numbers(steps.column("step_num")).astype(np.int32)),
+            pa.array(numbers_of(steps.column("step_num")).astype(np.int32)),
             pa.array(start),
             pa.array(end),
             pa.array(ns("total")),
@@ -320,17 +322,6 @@ def read_hccl_raw(path: Path, rank: int, problems: files.FileProblems) -> tuple[
     )
 
 
-def _flops(path: Path, problems: files.FileProblems) -> dict[str, float]:
-    out = {}
-    for line in path.read_text(errors="replace").splitlines():  # a few summary lines
-        match = re.match(r"^\s*([^,:=]+?)\s*[,:=]\s*([-+0-9.eE]+)\s*$", line)
-        if match:
-            out[match.group(1)] = float(match.group(2))
-        elif line.strip():
-            problems.add(path, f"line not understood: {line[:60]!r}")
-    return out
-
-
 def read_profiler_folder(folder: Path, index: int, rank: int, problems: files.FileProblems) -> LegacyRank:
     """Every file of rank ``rank`` (numbered ``index`` in the file names) in one ``profiler/`` folder."""
     result = LegacyRank(rank=rank, folder=folder)
@@ -351,9 +342,9 @@ def read_profiler_folder(folder: Path, index: int, rank: int, problems: files.Fi
     minddata = folder / f"minddata_pipeline_raw_{index}.csv"
     if minddata.is_file():
         result.tables[minddata.name] = files.read_csv(minddata, problems)
-    flops = folder / f"flops_{index}.txt"
-    if flops.is_file():
-        result.flops = _flops(flops, problems)
+    from perfsight.ingest.mindinsight_flops import read_flops  # it reads numbers as this module does
+
+    result.flops_ops, result.flops = read_flops(folder, index, problems)
     info = folder / f"profiler_info_{index}.json"
     if info.is_file():
         result.info = files.read_json(info, problems)

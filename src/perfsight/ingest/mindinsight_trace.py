@@ -40,6 +40,7 @@ from perfsight.ingest import assemble
 from perfsight.ingest.ascend_timeline import TS_PATTERN, collective_of
 from perfsight.ingest.chrome_events import micros_to_ns
 from perfsight.ingest.kineto import TraceReadError
+from perfsight.ingest.mindinsight_flops import summary_text
 from perfsight.ingest.mindinsight_legacy import LegacyRank, read_rank_of
 from perfsight.ingest.mindinsight_ops import read_framework_raw, timeline_offset_ns, with_op_facts
 from perfsight.model import (
@@ -89,6 +90,13 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
             "MindInsight's own step trace (iteration interval, forward+backward, tail) is kept as table "
             f"{VendorResults.STEP_TRACE_TABLE}, a cross-check beside perfsight's: its FP/BP points follow "
             "the graph's op order, which a legacy run does not keep",
+        )
+    if legacy.flops_ops is not None and legacy.flops_ops.num_rows:
+        vendor.tables["mindinsight_flops"] = legacy.flops_ops
+    if legacy.flops:
+        problems.add(
+            step_file.parent / f"flops_{legacy.device_id}.txt",
+            f"MindInsight's FLOPs summary: {summary_text(legacy.flops)}",
         )
     if legacy.step_trace_average:
         problems.add(step_file, summary_note(legacy.step_trace_average))
