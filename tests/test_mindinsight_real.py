@@ -178,3 +178,24 @@ def test_a_per_op_flops_file_is_read_as_flops_with_mindinsights_summary(tmp_path
     )
     summary = read_trace(step_file).meta.extra["mindinsight"]["flops"]
     assert summary == {"FLOPs": 8167.743, "FLOPS": 9868.936, "FLOPS_Utilization": 3.5}
+
+
+def test_serving_the_folder_leaves_it_byte_for_byte_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from _ui import Server
+
+    base = tmp_path / "base"
+    shutil.copytree(require(MINDINSIGHT / "run_2"), base / "run_2")
+    before = _tree_hash(base)
+    monkeypatch.setenv("PERFSIGHT_CACHE_DIR", str(tmp_path / "server_cache"))  # the server's own cache
+    server = Server(base)
+    try:
+        run = "run_2/normal_run/profiler"
+        assert {r["id"]: r["ranks"] for r in server.get("runs")["runs"]} == {run: [1]}
+        server.wait_ready(run)
+        overview = server.get("run/overview", run=run)
+        assert [s["step"] for s in overview["steps"]] == [1]
+    finally:
+        server.stop()
+    assert _tree_hash(base) == before  # no file changed, none added (cache/, PROFILER_OUTPUT/, rank*_)
