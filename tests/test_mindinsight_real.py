@@ -51,7 +51,8 @@ def test_steps_are_the_rows_before_mindinsights_summary_row(run: str) -> None:
     ]  # 10 ns ticks
     ms = {k: int(summary[k]) * 10 / 1e6 for k in ("total", "iteration_interval", "fp_and_bp", "tail")}
     note = (
-        "MindInsight's averages (the file's summary row, first step left out): "
+        "MindInsight's averages (the file's summary row, over the "
+        f"{len(steps) - 1} step(s) after the first): "
         f"step {ms['total']:.3f} ms, iteration interval {ms['iteration_interval']:.3f} ms, "
         f"forward+backward {ms['fp_and_bp']:.3f} ms, tail {ms['tail']:.3f} ms"
     )
@@ -199,3 +200,21 @@ def test_serving_the_folder_leaves_it_byte_for_byte_unchanged(
     finally:
         server.stop()
     assert _tree_hash(base) == before  # no file changed, none added (cache/, PROFILER_OUTPUT/, rank*_)
+
+
+def test_a_device_with_a_timeline_but_no_step_trace_is_still_a_device(tmp_path: Path) -> None:
+    """MindInsight lists devices by their files (``ascend_timeline_display_<d>``, ``profiler_info_<d>``);
+    the step trace is not required: without it the device's timeline is read, as one step."""
+    source = require(MINDINSIGHT / RUN_2)
+    profiler = Path(
+        shutil.copytree(
+            source, tmp_path / "run" / "profiler", ignore=shutil.ignore_patterns("step_trace_raw_*")
+        )
+    )
+    timeline = profiler / "ascend_timeline_display_1.json"
+    assert find_traces(tmp_path / "run") == [timeline]
+    trace = read_trace(timeline)
+    events = json.loads((source / "ascend_timeline_display_1.json").read_text())
+    assert trace.rank == 1 and trace.steps.num_rows == 1
+    assert trace.slices.num_rows == sum(1 for e in events if e.get("ph") == "X")
+    assert any("no steps; the whole timeline is one step" in w for w in trace.meta.warnings)

@@ -88,8 +88,12 @@ def _ascend_db_only(path: Path) -> bool:
 
 
 def _legacy_step_file(path: Path) -> bool:
-    """MindInsight's ``step_trace_raw_{n}_detail_time.csv``: it stands for rank ``n`` of a legacy run."""
-    return path.name.startswith("step_trace_raw_") and path.name.endswith("_detail_time.csv")
+    """MindInsight's ``step_trace_raw_{n}_detail_time.csv`` (or, without one, the device's
+    ``ascend_timeline_display_{n}.json``): it stands for device ``n`` of a legacy run."""
+    from perfsight.ingest.mindinsight_legacy import device_file
+
+    named = path.name.startswith(("step_trace_raw_", "ascend_timeline_display_"))
+    return named and device_file(path) is not None
 
 
 def _legacy_side_file(path: Path, legacy_folders: set[Path]) -> bool:

@@ -51,6 +51,22 @@ TICK_NS = 10
 """MindInsight's step trace counts time in 10 ns ticks."""
 
 STEP_TRACE_FILE = re.compile(r"^step_trace_raw_(\d+)_detail_time\.csv$")
+TIMELINE_FILE = re.compile(r"^ascend_timeline_display_(\d+)\.json$")
+
+
+def device_file(path: Path) -> int | None:
+    """The device a legacy folder's file stands for, as MindInsight lists devices: its
+    ``step_trace_raw_{n}_detail_time.csv``, or, for a device without one, its
+    ``ascend_timeline_display_{n}.json``; ``None`` for any other file (read with its device's)."""
+    match = STEP_TRACE_FILE.match(path.name)
+    if match:
+        return int(match.group(1))
+    match = TIMELINE_FILE.match(path.name)
+    if match and not (path.parent / f"step_trace_raw_{match.group(1)}_detail_time.csv").exists():
+        return int(match.group(1))
+    return None
+
+
 CLUSTER_ANALYSE_FILE = re.compile(r"^ascend_cluster_analyse_(\w+)-parallel_(\d+)_(\d+)_(\d+)\.csv$")
 STEP_COLUMNS = ("step_num", "start_point", "end_point", "total", "fp_point", "bp_point",
                 "iteration_interval", "fp_and_bp", "tail")  # fmt: skip
@@ -381,10 +397,12 @@ def global_rank(
 
 
 def read_rank_of(step_file: Path, problems: files.FileProblems) -> tuple[LegacyRank, pa.Table]:
-    """The rank a ``step_trace_raw_{n}_detail_time.csv`` stands for (every file of its folder numbered
-    ``n``), with the rank table of its cluster (empty outside the r1.3 layout)."""
+    """The rank a ``step_trace_raw_{n}_detail_time.csv`` (or :func:`device_file`) stands for (every
+    file of its folder numbered ``n``), with the rank table of its cluster (empty outside the r1.3 layout)."""
     folder = step_file.parent
-    index = int(STEP_TRACE_FILE.match(step_file.name).group(1))  # type: ignore[union-attr]
+    index = device_file(step_file)
+    if index is None:
+        raise ValueError(f"{step_file}: not a step trace or timeline display file of a legacy folder")
     root, host = cluster_location(folder)
     rank_table = read_rank_table(root, problems) if root is not None else _no_rank_table()
     by_device = {(r["host"], r["device_id"]): r["rank"] for r in rank_table.to_pylist()}

@@ -99,7 +99,7 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
             f"MindInsight's FLOPs summary: {summary_text(legacy.flops)}",
         )
     if legacy.step_trace_average:
-        problems.add(step_file, summary_note(legacy.step_trace_average))
+        problems.add(step_file, summary_note(legacy.step_trace_average, legacy.step_trace.num_rows))
     timeline_file = step_file.parent / f"ascend_timeline_display_{legacy.device_id}.json"
     if legacy.timeline_events is not None and legacy.timeline_events.num_rows:
         slices, tracks, comm = _timeline(
@@ -187,12 +187,13 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
     )
 
 
-def summary_note(average_ns: dict[str, float]) -> str:
+def summary_note(average_ns: dict[str, float], steps: int) -> str:
     """MindInsight's own averages (the step trace's summary row), labelled as such: they leave out the
-    first, warm-up step, where perfsight's step table lists every step."""
+    first, warm-up step (of ``steps``), where perfsight's step table lists every step."""
     ms = {k: average_ns.get(k, 0.0) / NS_PER_MS for k in ("total", "iteration_interval", "fp_and_bp", "tail")}
     return (
-        "MindInsight's averages (the file's summary row, first step left out): "
+        "MindInsight's averages (the file's summary row, over the "
+        f"{max(steps - 1, 0)} step(s) after the first): "
         f"step {ms['total']:.3f} ms, iteration interval {ms['iteration_interval']:.3f} ms, "
         f"forward+backward {ms['fp_and_bp']:.3f} ms, tail {ms['tail']:.3f} ms"
     )
