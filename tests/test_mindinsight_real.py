@@ -218,3 +218,90 @@ def test_a_device_with_a_timeline_but_no_step_trace_is_still_a_device(tmp_path: 
     assert trace.rank == 1 and trace.steps.num_rows == 1
     assert trace.slices.num_rows == sum(1 for e in events if e.get("ph") == "X")
     assert any("no steps; the whole timeline is one step" in w for w in trace.meta.warnings)
+
+
+# What MindInsight 2.3.1 showed for the same folders, read once from its API (a copy of
+# ../shared/data/mindinsight with {"context_mode": "graph"} as profiler/profiler_info_1.json, served by
+#   pip install mindinsight==2.3.1 gunicorn   (in a venv outside the repo)
+#   mindinsight start --summary-base-dir COPY --port 8090
+#   curl 'http://127.0.0.1:8090/v1/mindinsight/profile/devices?profile=profiler&train_id=./run_N/normal_run'
+#   curl 'http://127.0.0.1:8090/v1/mindinsight/profile/training-trace/graph?dir=./run_N/normal_run&type=T&device_id=1'
+#   curl -X POST 'http://127.0.0.1:8090/v1/mindinsight/profile/ops/search?profile=profiler&train_id=./run_2/normal_run'
+#        -d '{"op_type":"aicore_type","device_id":"1","filter_condition":{},
+#             "sort_condition":{"name":"total_time","type":"descending"}}'     (and "op_type":"aicpu_type")
+MINDINSIGHT_DEVICES = ["1"]  # /profile/devices, each of run_2, run_3, run_4
+MINDINSIGHT_STEP_1_MS = {"total": 23.7091, "iteration_interval": 0.0, "fp_and_bp": 23.6681, "tail": 0.041}
+MINDINSIGHT_SUMMARY = {  # type=0: total_steps and the averages of the summary row, ms
+    "run_2": (1, {"iteration_interval": 12.4321, "fp_and_bp": 0.0, "tail": 0.0}),
+    "run_3": (1, {"iteration_interval": 0.0, "fp_and_bp": 0.0, "tail": 0.0}),
+    "run_4": (1, {"iteration_interval": 0.0, "fp_and_bp": 0.0, "tail": 0.0}),
+}
+MINDINSIGHT_AICORE_TYPE_US = {  # op type: (total µs, count, average µs)
+    "MatMul": (20657.74, 9, 2295.304),
+    "ApplyMomentum": (1241.28, 11, 112.844),
+    "Conv2D": (461.07, 5, 92.214),
+    "TransData": (193.765, 3, 64.588),
+    "Cast": (148.09, 28, 5.289),
+    "Conv2DBackpropFilter": (106.74, 5, 21.348),
+    "Conv2DBackpropInput": (85.94, 4, 21.485),
+    "MaxPoolGrad": (54.18, 3, 18.06),
+    "ReLUV2": (33.28, 5, 6.656),
+    "ReluGradV2": (30.79, 5, 6.158),
+    "AtomicAddrClean": (30.12, 9, 3.347),
+    "MaxPool": (12.23, 3, 4.077),
+    "ReluGrad": (8.5, 2, 4.25),
+    "BiasAddGrad": (5.04, 3, 1.68),
+    "AssignAdd": (4.92, 3, 1.64),
+    "ReLU": (4.77, 2, 2.385),
+    "SoftmaxCrossEntropyWithLogits": (3.64, 1, 3.64),
+    "OneHot": (1.76, 1, 1.76),
+    "GatherV2": (1.53, 1, 1.53),
+    "ReduceMean": (1.39, 1, 1.39),
+    "Mul": (1.32, 1, 1.32),
+}
+MINDINSIGHT_AICPU_TYPE = {"InitData": 1, "GetNext": 2, "EndOfSequence": 2}  # kernel type: count
+
+
+@pytest.mark.parametrize("run", ["run_2", "run_3", "run_4"])
+def test_steps_and_averages_as_mindinsight_2_3_1_showed_them(run: str) -> None:
+    step_file = require(MINDINSIGHT / run / "normal_run/profiler/step_trace_raw_1_detail_time.csv")
+    assert find_traces(step_file.parent) == [step_file]  # one device, "1", as MINDINSIGHT_DEVICES
+    assert [str(int(p.name.split("_")[3])) for p in find_traces(step_file.parent)] == MINDINSIGHT_DEVICES
+    trace = read_trace(step_file)
+    total_steps, averages = MINDINSIGHT_SUMMARY[run]
+    assert trace.steps.num_rows == total_steps
+    [step] = trace.vendor.step_trace.to_pylist()
+    assert round(step["duration_ns"] / 1e6, 4) == MINDINSIGHT_STEP_1_MS["total"]
+    assert round(step["iteration_interval_ns"] / 1e6, 4) == MINDINSIGHT_STEP_1_MS["iteration_interval"]
+    assert round(step["fp_bp_ns"] / 1e6, 4) == MINDINSIGHT_STEP_1_MS["fp_and_bp"]
+    assert round(step["tail_ns"] / 1e6, 4) == MINDINSIGHT_STEP_1_MS["tail"]
+    assert round((trace.steps["end_ns"][0].as_py() - trace.steps["start_ns"][0].as_py()) / 1e6, 4) == 23.7091
+    [note] = [w for w in trace.meta.warnings if "MindInsight's averages" in w]
+    assert f"iteration interval {averages['iteration_interval']:.3f} ms" in note
+    assert f"forward+backward {averages['fp_and_bp']:.3f} ms, tail {averages['tail']:.3f} ms" in note
+
+
+def test_operator_tables_as_mindinsight_2_3_1_showed_them(tmp_path: Path) -> None:
+    out = _analyse(tmp_path, "run_2")
+    stats = {(r["OP Type"], r["Core Type"]): r for r in _rows(out / "op_statistic.csv")}
+    runs: dict[str, list[float]] = defaultdict(list)
+    type_of = {}
+    for row in _rows(out / "kernel_details.csv"):
+        if row["Accelerator Core"] == "AI_CORE":
+            runs[row["Name"]].append(float(row["Duration(us)"]))
+            type_of[row["Name"]] = row["Type"]
+    assert {t for t, core in stats if core == "AI_CORE"} == set(MINDINSIGHT_AICORE_TYPE_US)
+    for op_type, (total, count, average) in MINDINSIGHT_AICORE_TYPE_US.items():
+        ops = [name for name, kind in type_of.items() if kind == op_type]
+        per_step = sum(sum(runs[n]) / len(runs[n]) for n in ops)  # MindInsight's: per op, mean per run
+        assert (round(per_step, 3), len(ops)) == (pytest.approx(total, abs=0.005), count), op_type
+        ours = stats[(op_type, "AI_CORE")]
+        if all(len(runs[n]) == 1 for n in ops):  # every op ran once: perfsight's own row is MindInsight's
+            assert (float(ours["Total Time(us)"]), int(ours["Count"])) == (
+                pytest.approx(total, abs=0.005),
+                count,
+            )
+            assert float(ours["Avg Time(us)"]) == pytest.approx(average, abs=0.0015)
+    # TransData-op118 and AssignAdd-op142 also ran outside the step (data loop): perfsight counts each run
+    assert (stats[("TransData", "AI_CORE")]["Count"], stats[("AssignAdd", "AI_CORE")]["Count"]) == ("4", "4")
+    assert {t: int(stats[(t, "AI_CPU")]["Count"]) for t in MINDINSIGHT_AICPU_TYPE} == MINDINSIGHT_AICPU_TYPE
