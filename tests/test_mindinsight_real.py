@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import perfsight
 from perfsight.cli import main
 from perfsight.ingest import find_traces, read_trace
 from shared_data import MINDINSIGHT, require
@@ -174,6 +175,9 @@ def test_a_per_op_flops_file_is_read_as_flops_with_mindinsights_summary(tmp_path
     ops = trace.vendor.tables["mindinsight_flops"]
     assert ops.column("op").to_pylist() == names and ops.num_rows == len(names) > 100
     assert ops.column("flops").to_pylist()[1] == 2.5e6  # FLOP, from 2.5 MFLOPs
+    analysis = perfsight.analyse(tmp_path / "run", out=tmp_path / "out")  # kept among the rank's tables
+    table = analysis.mindinsight_flops
+    assert table["rank"].tolist() == [1] * len(names) and table["flops"].sum() == pytest.approx(mflops * 1e6)
     (profiler / "flops_summary_1.json").write_text(
         '{"FLOPs": 8167.743, "FLOPS": 9868.936, "FLOPS_Utilization": 3.5}'
     )

@@ -92,7 +92,8 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
             "the graph's op order, which a legacy run does not keep",
         )
     if legacy.flops_ops is not None and legacy.flops_ops.num_rows:
-        vendor.tables["mindinsight_flops"] = legacy.flops_ops
+        ranks = pa.array(np.full(legacy.flops_ops.num_rows, the_rank, np.int32))
+        vendor.tables["mindinsight_flops"] = legacy.flops_ops.add_column(0, "rank", ranks)
     if legacy.flops:
         problems.add(
             step_file.parent / f"flops_{legacy.device_id}.txt",
