@@ -309,3 +309,57 @@ def test_operator_tables_as_mindinsight_2_3_1_showed_them(tmp_path: Path) -> Non
     # TransData-op118 and AssignAdd-op142 also ran outside the step (data loop): perfsight counts each run
     assert (stats[("TransData", "AI_CORE")]["Count"], stats[("AssignAdd", "AI_CORE")]["Count"]) == ("4", "4")
     assert {t: int(stats[(t, "AI_CPU")]["Count"]) for t in MINDINSIGHT_AICPU_TYPE} == MINDINSIGHT_AICPU_TYPE
+
+
+# MindInsight 2.3.1, same copy and server as above:
+#   curl 'http://127.0.0.1:8090/v1/mindinsight/profile/process_summary?profile=profiler&train_id=./run_2/normal_run&device_id=1'
+#   curl -X POST -d '{"device_id":"1"}' \
+#     'http://127.0.0.1:8090/v1/mindinsight/profile/minddata-pipeline/op-queue?profile=profiler&train_id=./run_2/normal_run'
+MINDINSIGHT_PROCESS_SUMMARY = {
+    "device_queue_info": {"summary": {"empty_batch_count": 1, "full_batch_count": 0, "total_batch": 1}},
+    "get_next_queue_info": {"summary": {"empty_batch_count": 0, "total_batch": 3}},
+    "data_process": {"status": "warning"},
+    "data_transmission": {"status": "normal"},
+}
+MINDINSIGHT_OP_QUEUE_USAGE = {
+    0: ("BatchOp", 0.015625),
+    1: ("MapOp", 0.0),
+    2: ("MapOp", 0.0),
+    3: ("ImageFolderOp", 0.0),
+}
+
+
+def test_minddata_queues_as_mindinsight_2_3_1_showed_them(tmp_path: Path) -> None:
+    step_file = require(MINDINSIGHT / RUN_2 / "step_trace_raw_1_detail_time.csv")
+    trace = read_trace(step_file)
+    summary = trace.meta.extra["mindinsight"]["minddata"]
+    expected = MINDINSIGHT_PROCESS_SUMMARY
+    assert summary["device_queue"] == expected["device_queue_info"]["summary"]
+    assert summary["get_next_queue"] == expected["get_next_queue_info"]["summary"]
+    assert (
+        summary["verdict"] == "data processing"
+    )  # MindInsight: data_process "warning", transmission "normal"
+    assert {
+        q["op_id"]: (q["op_type"], q["usage_rate"]) for q in summary["op_queues"]
+    } == MINDINSIGHT_OP_QUEUE_USAGE
+    line = next(w for w in trace.meta.warnings if "MindInsight's data queues" in w)
+    assert "device queue empty in 1 of 1 batch(es), full in 0; GetNext found it empty 0 of 3 time(s)" in line
+    assert "BatchOp 1.56%" in line
+    # the GetNext fetches on the device clock of the step trace (µs in the file): inside the run
+    fetches = trace.vendor.tables["mindinsight_get_next"].to_pylist()
+    raw = [line.split() for line in (step_file.parent / "minddata_aicpu_1.txt").read_text().splitlines()]
+    assert [(f["start_ns"], f["end_ns"], f["queue_size"]) for f in fetches] == [
+        (int(r[1]) * 1000, int(r[2]) * 1000, int(r[3])) for r in raw
+    ]
+
+
+def test_damaged_minddata_files_are_named_and_the_rest_loads(tmp_path: Path) -> None:
+    profiler = Path(shutil.copytree(require(MINDINSIGHT / RUN_2), tmp_path / "run" / "profiler"))
+    queue = profiler / "device_queue_profiling_1.txt"
+    queue.write_text(queue.read_text() + "1 64 x\n1 64 2 64 10\n")  # a short line, then a full queue
+    (profiler / "minddata_aicpu_1.txt").write_text("")
+    trace = read_trace(profiler / "step_trace_raw_1_detail_time.csv")
+    assert f"{queue}: 1 line(s) with another number of fields skipped" in trace.meta.warnings
+    summary = trace.meta.extra["mindinsight"]["minddata"]
+    assert summary["device_queue"] == {"total_batch": 2, "empty_batch_count": 1, "full_batch_count": 1}
+    assert "get_next_queue" not in summary and trace.steps.num_rows == 1

@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 from perfsight import columns
 from perfsight.ingest import ascend_files as files
 from perfsight.ingest import assemble
+from perfsight.ingest import mindinsight_minddata as minddata
 from perfsight.ingest.ascend_timeline import TS_PATTERN, collective_of
 from perfsight.ingest.chrome_events import micros_to_ns
 from perfsight.ingest.kineto import TraceReadError
@@ -99,6 +100,7 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
             step_file.parent / f"flops_{legacy.device_id}.txt",
             f"MindInsight's FLOPs summary: {summary_text(legacy.flops)}",
         )
+    minddata = _minddata(legacy, step_file.parent, the_rank, vendor, problems)
     if legacy.step_trace_average:
         problems.add(step_file, summary_note(legacy.step_trace_average, legacy.step_trace.num_rows))
     timeline_file = step_file.parent / f"ascend_timeline_display_{legacy.device_id}.json"
@@ -169,6 +171,7 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
                 "flops": legacy.flops,
                 "profiler_info": legacy.info,
                 "step_trace_average_ns": legacy.step_trace_average,
+                "minddata": minddata,
             },
         },
     )
@@ -186,6 +189,24 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
         meta=meta,
         vendor=vendor,
     )
+
+
+def _minddata(
+    legacy: LegacyRank, folder: Path, rank: int, vendor: VendorResults, problems: files.FileProblems
+) -> dict[str, Any]:
+    """The MindData queues (vendor tables ``mindinsight_device_queue`` / ``mindinsight_get_next``) and
+    MindInsight's summary of them, also as a labelled note."""
+    index = legacy.device_id
+    device_queue = minddata.read_device_queue(folder, index, rank, problems)
+    get_next = minddata.read_get_next(folder, index, rank, problems)
+    for name, table in (("mindinsight_device_queue", device_queue), ("mindinsight_get_next", get_next)):
+        if table.num_rows:
+            vendor.tables[name] = table
+    pipeline = legacy.tables.get(f"minddata_pipeline_raw_{index}.csv")
+    summary = minddata.queue_summary(device_queue, get_next, pipeline)
+    if summary:
+        problems.add(folder / f"minddata_pipeline_raw_{index}.csv", minddata.summary_text(summary))
+    return summary
 
 
 def summary_note(average_ns: dict[str, float], steps: int) -> str:
