@@ -92,6 +92,8 @@ def _legacy_step_file(path: Path) -> bool:
     ``ascend_timeline_display_{n}.json``): it stands for device ``n`` of a legacy run."""
     from perfsight.ingest.mindinsight_legacy import device_file
 
+    if path.name.startswith("ascend_timeline_display_") and path.parent.name == ASCEND_OUTPUT_DIR:
+        return False  # a MindSpore 2.x rank folder's file: read with its trace_view.json
     named = path.name.startswith(("step_trace_raw_", "ascend_timeline_display_"))
     return named and device_file(path) is not None
 
