@@ -153,6 +153,11 @@ def kernel_details(trace: Trace) -> pa.Table:
     has_op = launcher >= 0
     op_take = pa.array(np.where(has_op, launcher, 0), mask=~has_op)
     ops = slices.select(["name", "input_dims", "input_types"]).take(op_take)
+    own = slices.select(["input_dims", "input_types"]).take(pa.array(rows))  # a graph-mode op's own shapes
+
+    def shapes(column: str) -> pa.ChunkedArray | pa.Array:
+        return pc.if_else(pa.array(has_op), ops.column(column), own.column(column))
+
     return pa.table(
         {
             "rank": sub.column("rank"),
@@ -167,8 +172,8 @@ def kernel_details(trace: Trace) -> pa.Table:
             "grid": json_text(sub.column("grid")),
             "block": json_text(sub.column("block")),
             "occupancy_pct": sub.column("occupancy_pct"),
-            "input_dims": json_text(ops.column("input_dims")),
-            "input_types": json_text(ops.column("input_types")),
+            "input_dims": json_text(shapes("input_dims")),
+            "input_types": json_text(shapes("input_types")),
             "op_type": pc.coalesce(
                 sub.column("op_type").cast(pa.string()), ops.column("name").cast(pa.string())
             ),

@@ -88,13 +88,23 @@ def _ascend_db_only(path: Path) -> bool:
 
 
 def _legacy_step_file(path: Path) -> bool:
-    """MindInsight's ``step_trace_raw_{n}_detail_time.csv``: it stands for rank ``n`` of a legacy run."""
-    return path.name.startswith("step_trace_raw_") and path.name.endswith("_detail_time.csv")
+    """MindInsight's ``step_trace_raw_{n}_detail_time.csv`` (or, without one, the device's
+    ``ascend_timeline_display_{n}.json``): it stands for device ``n`` of a legacy run."""
+    from perfsight.ingest.mindinsight_legacy import device_file
+
+    if path.name.startswith("ascend_timeline_display_") and path.parent.name == ASCEND_OUTPUT_DIR:
+        return False  # a MindSpore 2.x rank folder's file: read with its trace_view.json
+    named = path.name.startswith(("step_trace_raw_", "ascend_timeline_display_"))
+    return named and device_file(path) is not None
 
 
 def _legacy_side_file(path: Path, legacy_folders: set[Path]) -> bool:
-    """A JSON file of a legacy run that is not a trace: the timeline display and summaries beside the
-    step trace files (read with them), and the r1.3 rank table beside ``cluster_profiler/``."""
+    """A file of a legacy run that is not a rank of its own: the timeline display and summaries beside
+    the step trace files (read with them), the r1.3 rank table beside ``cluster_profiler/``, and
+    anything below a legacy ``profiler/`` folder, such as msprof's ``PROF_*/device_*/timeline/``
+    fragments: MindInsight reads them as raw material of the devices its step trace files name,
+    never as devices (or ranks) of their own."""
     return not _legacy_step_file(path) and (
-        path.parent in legacy_folders or (path.parent / "cluster_profiler").is_dir()
+        any(parent in legacy_folders for parent in path.parents)
+        or (path.parent / "cluster_profiler").is_dir()
     )

@@ -5,8 +5,9 @@ perfsight's units (ns, bytes) rather than a :class:`~perfsight.model.Trace`:
 
 * ``step_trace_raw_{rank}_detail_time.csv``: ``step_num,start_point,end_point,total,fp_point,
   bp_point,iteration_interval,fp_and_bp,tail`` then, per stream, a ``<name>_start_point,
-  <name>_end_point,<name>`` triple of communication times.  Times are 10 ns ticks; the last row,
-  with ``step_num`` ``-``, is the average and is returned apart.  The steps come out in the columns
+  <name>_end_point,<name>`` triple of communication times.  Times are 10 ns ticks; the last row
+  (``step_num`` ``-``, or ``0`` in older files) is MindInsight's summary, whose averages leave out
+  the first (warm-up) step; it is returned apart (:func:`summary_rows`).  The steps come out in the columns
   of :data:`perfsight.model.STEP_PHASES_SCHEMA`, so old and new step traces compare.
 * ``hccl_raw_{rank}.csv``: ``step_num,communication_cost,wait_cost,link_info,
   communication_operator_cost``; costs in ms; ``link_info`` is JSON such as
@@ -15,7 +16,8 @@ perfsight's units (ns, bytes) rather than a :class:`~perfsight.model.Trace`:
 * ``ascend_cluster_analyse_{data|model|pipeline}-parallel_{stages}_{ranks}_{rank}.csv``,
   ``minddata_pipeline_raw_{rank}.csv``: kept as read (Ascend CSV quirks handled), with the
   parallel mode, stage and rank counts taken from the documented file name pattern.
-* ``flops_{rank}.txt`` (``name: value`` or ``name,value`` lines), ``profiler_info_{rank}.json``,
+* ``flops_{rank}.txt`` / ``flops_summary_{rank}.json`` (:mod:`perfsight.ingest.mindinsight_flops`),
+  ``profiler_info_{rank}.json``,
   ``ascend_timeline_display_{rank}.json`` (its raw events, not converted: their meaning is not
   documented well enough to label them).
 * The r1.3 cluster layout (seed 002): a rank table JSON (``hccl.json``, any name, with
@@ -49,6 +51,22 @@ TICK_NS = 10
 """MindInsight's step trace counts time in 10 ns ticks."""
 
 STEP_TRACE_FILE = re.compile(r"^step_trace_raw_(\d+)_detail_time\.csv$")
+TIMELINE_FILE = re.compile(r"^ascend_timeline_display_(\d+)\.json$")
+
+
+def device_file(path: Path) -> int | None:
+    """The device a legacy folder's file stands for, as MindInsight lists devices: its
+    ``step_trace_raw_{n}_detail_time.csv``, or, for a device without one, its
+    ``ascend_timeline_display_{n}.json``; ``None`` for any other file (read with its device's)."""
+    match = STEP_TRACE_FILE.match(path.name)
+    if match:
+        return int(match.group(1))
+    match = TIMELINE_FILE.match(path.name)
+    if match and not (path.parent / f"step_trace_raw_{match.group(1)}_detail_time.csv").exists():
+        return int(match.group(1))
+    return None
+
+
 CLUSTER_ANALYSE_FILE = re.compile(r"^ascend_cluster_analyse_(\w+)-parallel_(\d+)_(\d+)_(\d+)\.csv$")
 STEP_COLUMNS = ("step_num", "start_point", "end_point", "total", "fp_point", "bp_point",
                 "iteration_interval", "fp_and_bp", "tail")  # fmt: skip
@@ -102,7 +120,8 @@ class LegacyRank:
     hccl_ops: pa.Table = dataclasses.field(default_factory=HCCL_OP_SCHEMA.empty_table)
     tables: dict[str, pa.Table] = dataclasses.field(default_factory=dict)  # other CSVs, as read
     parallel: dict[str, Any] = dataclasses.field(default_factory=dict)  # mode, stages, ranks
-    flops: dict[str, float] = dataclasses.field(default_factory=dict)
+    flops: dict[str, float] = dataclasses.field(default_factory=dict)  # MindInsight's FLOPs summary
+    flops_ops: pa.Table | None = None  # per-op FLOPs of flops_{rank}.txt (FLOP, FLOP/s)
     info: dict[str, Any] = dataclasses.field(default_factory=dict)  # profiler_info_{rank}.json
     timeline_events: pa.Table | None = None  # ascend_timeline_display_{rank}.json, raw
 
@@ -170,12 +189,27 @@ def _no_rank_table() -> pa.Table:
     return RANK_TABLE_SCHEMA.empty_table()
 
 
-def _numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+def numbers_of(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """A column as float64 with NaN for anything that is not a number (garbage rows read as text)."""
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         text = pc.utf8_trim_whitespace(column)
         column = pc.if_else(pc.match_substring_regex(pc.fill_null(text, ""), files._NUMBER), text, None)
     return columns.numpy(pc.cast(column, pa.float64()), null=np.nan)
+
+
+def summary_rows(step_num: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Which rows of a step trace are its summary, as MindInsight reads the file.
+
+    MindInsight takes the last row as the summary (the averages it shows for "step 0": every step
+    but the first, warm-up one) and the rows before it as the steps (``total_steps`` = rows - 1).
+    MindSpore writes that row with ``step_num`` ``-``; the files in MindInsight's own test resources
+    write ``0`` there.  So a ``-`` row anywhere, or a last row numbered 0 (steps count from 1), is the
+    summary; a last row that continues the step numbers is a step (a file cut before its summary)."""
+    text = pc.fill_null(pc.utf8_trim_whitespace(pc.cast(step_num, pa.string())), "-")
+    mask = columns.numpy(pc.equal(text, "-"), null=False)
+    if len(mask) and not mask.any() and _int(text[-1].as_py()) == 0:
+        mask[-1] = True
+    return mask
 
 
 def read_step_trace_raw(
@@ -190,8 +224,7 @@ def read_step_trace_raw(
         if table.num_rows:
             problems.add(path, f"lacks columns {sorted(set(STEP_COLUMNS) - set(table.column_names))}")
         return STEP_PHASES_SCHEMA.empty_table(), {}, STREAM_SCHEMA.empty_table()
-    step_text = pc.cast(table.column("step_num"), pa.string())
-    average_mask = columns.numpy(pc.equal(pc.fill_null(step_text, "-"), "-"), null=False)
+    average_mask = summary_rows(table.column("step_num"))
     average = {}
     if average_mask.any():
         last = table.filter(pa.array(average_mask)).slice(0, 1).to_pylist()[0]
@@ -199,22 +232,22 @@ def read_step_trace_raw(
             k: float(v) * TICK_NS for k, v in last.items() if isinstance(v, (int, float)) and k != "step_num"
         }
     steps = table.filter(pa.array(~average_mask))
-    usable = ~np.isnan(_numbers(steps.column("step_num")))
+    usable = ~np.isnan(numbers_of(steps.column("step_num")))
     for name in ("start_point", "end_point"):
-        usable &= ~np.isnan(_numbers(steps.column(name)))
+        usable &= ~np.isnan(numbers_of(steps.column(name)))
     if not usable.all():
         problems.add(path, f"{int((~usable).sum())} row(s) without a numeric step_num/start/end skipped")
         steps = steps.filter(pa.array(usable))
 
     def ns(name: str) -> np.ndarray:
-        return np.round(np.nan_to_num(_numbers(steps.column(name))) * TICK_NS).astype(np.int64)
+        return np.round(np.nan_to_num(numbers_of(steps.column(name))) * TICK_NS).astype(np.int64)
 
     n = steps.num_rows
     start, end = ns("start_point"), ns("end_point")
     out = pa.Table.from_arrays(
         [
             pa.array(np.full(n, rank, np.int32)),
-            pa.array(_numbers(steps.column("step_num")).astype(np.int32)),
+            pa.array(numbers_of(steps.column("step_num")).astype(np.int32)),
             pa.array(start),
             pa.array(end),
             pa.array(ns("total")),
@@ -305,17 +338,6 @@ def read_hccl_raw(path: Path, rank: int, problems: files.FileProblems) -> tuple[
     )
 
 
-def _flops(path: Path, problems: files.FileProblems) -> dict[str, float]:
-    out = {}
-    for line in path.read_text(errors="replace").splitlines():  # a few summary lines
-        match = re.match(r"^\s*([^,:=]+?)\s*[,:=]\s*([-+0-9.eE]+)\s*$", line)
-        if match:
-            out[match.group(1)] = float(match.group(2))
-        elif line.strip():
-            problems.add(path, f"line not understood: {line[:60]!r}")
-    return out
-
-
 def read_profiler_folder(folder: Path, index: int, rank: int, problems: files.FileProblems) -> LegacyRank:
     """Every file of rank ``rank`` (numbered ``index`` in the file names) in one ``profiler/`` folder."""
     result = LegacyRank(rank=rank, folder=folder)
@@ -336,9 +358,9 @@ def read_profiler_folder(folder: Path, index: int, rank: int, problems: files.Fi
     minddata = folder / f"minddata_pipeline_raw_{index}.csv"
     if minddata.is_file():
         result.tables[minddata.name] = files.read_csv(minddata, problems)
-    flops = folder / f"flops_{index}.txt"
-    if flops.is_file():
-        result.flops = _flops(flops, problems)
+    from perfsight.ingest.mindinsight_flops import read_flops  # it reads numbers as this module does
+
+    result.flops_ops, result.flops = read_flops(folder, index, problems)
     info = folder / f"profiler_info_{index}.json"
     if info.is_file():
         result.info = files.read_json(info, problems)
@@ -375,10 +397,12 @@ def global_rank(
 
 
 def read_rank_of(step_file: Path, problems: files.FileProblems) -> tuple[LegacyRank, pa.Table]:
-    """The rank a ``step_trace_raw_{n}_detail_time.csv`` stands for (every file of its folder numbered
-    ``n``), with the rank table of its cluster (empty outside the r1.3 layout)."""
+    """The rank a ``step_trace_raw_{n}_detail_time.csv`` (or :func:`device_file`) stands for (every
+    file of its folder numbered ``n``), with the rank table of its cluster (empty outside the r1.3 layout)."""
     folder = step_file.parent
-    index = int(STEP_TRACE_FILE.match(step_file.name).group(1))  # type: ignore[union-attr]
+    index = device_file(step_file)
+    if index is None:
+        raise ValueError(f"{step_file}: not a step trace or timeline display file of a legacy folder")
     root, host = cluster_location(folder)
     rank_table = read_rank_table(root, problems) if root is not None else _no_rank_table()
     by_device = {(r["host"], r["device_id"]): r["rank"] for r in rank_table.to_pylist()}

@@ -37,10 +37,13 @@ import pyarrow.compute as pc
 from perfsight import columns
 from perfsight.ingest import ascend_files as files
 from perfsight.ingest import assemble
+from perfsight.ingest import mindinsight_minddata as minddata
 from perfsight.ingest.ascend_timeline import TS_PATTERN, collective_of
 from perfsight.ingest.chrome_events import micros_to_ns
 from perfsight.ingest.kineto import TraceReadError
+from perfsight.ingest.mindinsight_flops import summary_text
 from perfsight.ingest.mindinsight_legacy import LegacyRank, read_rank_of
+from perfsight.ingest.mindinsight_ops import read_framework_raw, timeline_offset_ns, with_op_facts
 from perfsight.model import (
     COMM_SCHEMA,
     NO_ID,
@@ -54,7 +57,7 @@ from perfsight.model import (
     conform,
     kind_code,
 )
-from perfsight.units import NS_PER_US
+from perfsight.units import NS_PER_MS, NS_PER_US
 
 AI_CPU_PID, COMMUNICATION_PID, HOST_CPU_PID, OVERLAP_PID, GPU_ACTIVITY_PID = 9000, 10000, 11000, 12000, 13000
 STEPS_TID, SCOPE_NAME_TID = 100000, 100001
@@ -89,9 +92,22 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
             f"{VendorResults.STEP_TRACE_TABLE}, a cross-check beside perfsight's: its FP/BP points follow "
             "the graph's op order, which a legacy run does not keep",
         )
+    if legacy.flops_ops is not None and legacy.flops_ops.num_rows:
+        ranks = pa.array(np.full(legacy.flops_ops.num_rows, the_rank, np.int32))
+        vendor.tables["mindinsight_flops"] = legacy.flops_ops.add_column(0, "rank", ranks)
+    if legacy.flops:
+        problems.add(
+            step_file.parent / f"flops_{legacy.device_id}.txt",
+            f"MindInsight's FLOPs summary: {summary_text(legacy.flops)}",
+        )
+    minddata = _minddata(legacy, step_file.parent, the_rank, vendor, problems)
+    if legacy.step_trace_average:
+        problems.add(step_file, summary_note(legacy.step_trace_average, legacy.step_trace.num_rows))
     timeline_file = step_file.parent / f"ascend_timeline_display_{legacy.device_id}.json"
     if legacy.timeline_events is not None and legacy.timeline_events.num_rows:
-        slices, tracks, comm = _timeline(legacy.timeline_events, the_rank, device, steps)
+        slices, tracks, comm = _timeline(
+            legacy.timeline_events, the_rank, device, steps, step_file.parent, legacy.device_id, problems
+        )
         if steps.num_rows == 0 and slices.num_rows == 0:
             raise TraceReadError(f"{step_file}: no readable steps and no op in {timeline_file.name}")
         if steps.num_rows == 0:
@@ -155,6 +171,7 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
                 "flops": legacy.flops,
                 "profiler_info": legacy.info,
                 "step_trace_average_ns": legacy.step_trace_average,
+                "minddata": minddata,
             },
         },
     )
@@ -171,6 +188,36 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
         comm=comm,
         meta=meta,
         vendor=vendor,
+    )
+
+
+def _minddata(
+    legacy: LegacyRank, folder: Path, rank: int, vendor: VendorResults, problems: files.FileProblems
+) -> dict[str, Any]:
+    """The MindData queues (vendor tables ``mindinsight_device_queue`` / ``mindinsight_get_next``) and
+    MindInsight's summary of them, also as a labelled note."""
+    index = legacy.device_id
+    device_queue = minddata.read_device_queue(folder, index, rank, problems)
+    get_next = minddata.read_get_next(folder, index, rank, problems)
+    for name, table in (("mindinsight_device_queue", device_queue), ("mindinsight_get_next", get_next)):
+        if table.num_rows:
+            vendor.tables[name] = table
+    pipeline = legacy.tables.get(f"minddata_pipeline_raw_{index}.csv")
+    summary = minddata.queue_summary(device_queue, get_next, pipeline)
+    if summary:
+        problems.add(folder / f"minddata_pipeline_raw_{index}.csv", minddata.summary_text(summary))
+    return summary
+
+
+def summary_note(average_ns: dict[str, float], steps: int) -> str:
+    """MindInsight's own averages (the step trace's summary row), labelled as such: they leave out the
+    first, warm-up step (of ``steps``), where perfsight's step table lists every step."""
+    ms = {k: average_ns.get(k, 0.0) / NS_PER_MS for k in ("total", "iteration_interval", "fp_and_bp", "tail")}
+    return (
+        "MindInsight's averages (the file's summary row, over the "
+        f"{max(steps - 1, 0)} step(s) after the first): "
+        f"step {ms['total']:.3f} ms, iteration interval {ms['iteration_interval']:.3f} ms, "
+        f"forward+backward {ms['fp_and_bp']:.3f} ms, tail {ms['tail']:.3f} ms"
     )
 
 
@@ -274,9 +321,11 @@ def _labels(events: pa.Table) -> tuple[dict[int, str], dict[tuple[int, int], str
 
 
 def _timeline(
-    events: pa.Table, rank: int, device: int, steps: pa.Table
-) -> tuple[pa.Table, pa.Table, pa.Table]:
-    """(slices, tracks, comm) of the timeline display's ``X`` events (see the module docstring)."""
+    events: pa.Table, rank: int, device: int, steps: pa.Table, folder: Path, index: int | None,
+    problems: files.FileProblems,
+) -> tuple[pa.Table, pa.Table, pa.Table]:  # fmt: skip
+    """(slices, tracks, comm) of the timeline display's ``X`` events (see the module docstring),
+    on the step trace's clock and with the operator facts of the folder's files numbered ``index``."""
     procs, threads = _labels(events)
     ts = pc.replace_substring_regex(pc.utf8_trim_whitespace(events.column("ts")), TS_PATTERN, r"\1\2")
     timed = pc.fill_null(pc.match_substring_regex(ts, r"^-?\d{1,18}(\.\d{1,3})?$"), False)
@@ -291,6 +340,14 @@ def _timeline(
     dur = np.maximum(np.round(columns.numpy(x.column("dur"), null=0.0) * NS_PER_US).astype(np.int64), 0)
     names = pc.fill_null(x.column("name").combine_chunks() if n else pa.array([], pa.string()), "")
 
+    is_ai_cpu = pid == AI_CPU_PID
+    aicpu_file = folder / f"aicpu_intermediate_{index}.csv"
+    if aicpu_file.is_file() and is_ai_cpu.any():
+        order = np.flatnonzero(is_ai_cpu)[np.argsort(start[is_ai_cpu], kind="stable")]
+        cpu_names = pc.take(names, pa.array(order)).to_pylist()  # the AI CPU ops: a handful per step
+        offset = timeline_offset_ns(aicpu_file, cpu_names, start[order], problems)
+        if offset is not None:
+            start = start + offset
     is_host = pid == HOST_CPU_PID
     is_comm = pid == COMMUNICATION_PID
     is_scope = ~np.isin(pid, list(LANE_BASE) + [HOST_CPU_PID]) & (tid == SCOPE_NAME_TID)
@@ -316,6 +373,10 @@ def _timeline(
     slices = assemble.slice_table(
         rank, kind, _category(pid, procs), names, is_device, out_pid, out_tid, track, start, dur, step
     )
+    framework_file = folder / f"framework_raw_{index}.csv"
+    if framework_file.is_file():
+        is_ai_core = ~np.isin(pid, [*LANE_BASE, HOST_CPU_PID]) & ~is_scope
+        slices = with_op_facts(slices, is_ai_core, is_ai_cpu, read_framework_raw(framework_file, problems))
     return slices, tracks, _comm(slices, np.flatnonzero(is_comm), rank)
 
 
