@@ -36,7 +36,7 @@ from _ui import (  # noqa: F401 - fixture
     need_browser,
     own_server_browser,
 )
-from shared_data import require
+from shared_data import KINETO, require
 
 DOCUMENT = re.compile(r'<script type="application/json" id="perfsight-report">(.*?)</script>', re.DOTALL)
 LIMIT_BYTES = 5_000_000  # the default --max-size
@@ -375,3 +375,35 @@ def test_a_hostile_run_name_stays_text(made: Made, offline: Any) -> None:
     _settled(p)
     assert p.locator("img[src='x']").count() == 0
     assert o.dialogs == [] and o.refused == [] and o.errors == []
+
+
+REGRESSIONS_SHOWN = 10  # web/src/pages/compare.ts
+
+
+def test_a_compare_report_opens_from_disk_and_shows_what_compare_json_holds(
+    offline: Any, tmp_path: Path
+) -> None:
+    ws128 = require(KINETO / "two_ranks_ws128")
+    html = tmp_path / "compare.html"
+    result = subprocess.run(
+        [sys.executable, "-m", "perfsight.cli", "compare", f"{ws128}:rank0", f"{ws128}:rank1",
+         "--out", str(tmp_path), "--html", str(html)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    written = json.loads((tmp_path / "compare" / "compare.json").read_text())
+    o = offline(html)
+    p = o.open()
+    p.wait_for_selector('[data-testid="compare-head"]')
+    assert p.locator('[data-testid="report-badge"]').count() == 1
+    assert "rank0" in p.inner_text('[data-testid="compare-base"]')
+    assert "rank1" in p.inner_text('[data-testid="compare-new"]')
+    # the regressions the page lists are compare.json's real ones, in its order
+    real = [r for r in written["regressions"] if r["real"] and (r["delta_ns"] or 0) > 0][:REGRESSIONS_SHOWN]
+    shown = p.locator('[data-testid="compare-regressions"] li')
+    listed = [(li.get_attribute("data-category"), li.get_attribute("data-table")) for li in shown.all()]
+    assert listed == [(r["category"], r["table"]) for r in real]
+    if real and real[0]["table"] != "step_breakdown":
+        assert real[0]["item"] in shown.first.inner_text()
+    assert o.refused == [], o.refused
+    assert o.errors == [], o.errors

@@ -178,7 +178,7 @@ group.  ``send_recv`` (HCCL's ``hcom_batchSendRecv``, NCCL's ``SendRecv`` kernel
 ``batch_isend_irecv``) is point-to-point too, as Ascend's ``communication.json`` files it."""
 
 
-COMMUNICATION_HOST_OP_NAME = r"^(record_param_comms$|nccl:|gloo:|c10d::|ProcessGroup|c10d_functional::)"
+COMMUNICATION_HOST_OP_NAME = r"^(?:record_param_comms$|nccl:|gloo:|c10d::|ProcessGroup|c10d_functional::)"
 """Host operators that run a collective or point-to-point op (``c10d::allreduce_``, ``gloo:send``,
 ``record_param_comms``...): the Kineto reader gives their slices kind ``communication``, and a
 comparison of operators counts their time as communication, not compute."""

@@ -119,13 +119,16 @@ export interface ReportAnswer {
 /** The document embedded in a report (src/perfsight/server/report_bundle.py `Report.document`). */
 export interface ReportData {
   format: number;
-  kind: "run";
+  /** A run's pages (`perfsight report`), or one comparison (`perfsight compare --html`). */
+  kind: "run" | "compare";
   run: string;
   title: string;
   generated: string;
   perfsight: string;
   /** The pages the report carries, in the order of the tabs. */
   pages: string[];
+  /** Where it opens, when not on its first page of its run (a comparison: #/compare?base=..&new=..). */
+  start?: { page: string; params: Record<string, string> };
   /** The ranks whose pages it carries, and every rank of the run. */
   ranks: number[];
   all_ranks: number[];

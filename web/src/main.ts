@@ -114,8 +114,9 @@ async function render(): Promise<void> {
   if (report) {
     document.body.classList.add("report");
     if (route.page === "runs") {
-      // a report is one run: it opens on its first page (there is no run list to go back to)
-      window.location.replace(href(report.pages[0] as PageName, { run: report.run }));
+      // a report is one run (or one comparison): it opens on its first page (there is no run list)
+      const start = report.start ?? { page: report.pages[0], params: { run: report.run } };
+      window.location.replace(href(start.page as PageName, start.params));
       return;
     }
   }

@@ -6,6 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+HTML_ROWS = 5000
+"""Rows per table in ``--html`` (what ``/api/compare`` sends the compare page by default);
+``compare/`` keeps them all."""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``compare`` subcommand to the ``perfsight`` parser."""
@@ -30,7 +34,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     compare.add_argument(
         "--top", type=int, default=10, help="regressions listed in the text summary (default 10)"
     )
+    compare.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the comparison as one self-contained HTML page (opens from disk, no server)",
+    )
     compare.set_defaults(handler=run)
+
+
+def write_html(comparison: dict, base: str, new: str, out: Path) -> Path:
+    """The compare page as one HTML file (the web UI in its static mode, docs/REPORT.md), written
+    whole or not at all."""
+    import datetime as dt
+    import os
+
+    from perfsight import __version__
+    from perfsight.server.report_bundle import compare_document
+    from perfsight.server.report_html import page
+
+    generated = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    title = f"perfsight compare: {Path(base).name} vs {Path(new).name}"
+    html = page(compare_document(comparison, base, new, title, generated, __version__), title)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(f".{out.name}.partial")
+    partial.write_bytes(html)
+    os.replace(partial, out)
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
     from perfsight.compare import CompareInputError, compare
     from perfsight.compare.text import format_text
+    from perfsight.server.report_html import UiNotBuilt
     from perfsight.terminal import printable_line
 
     try:
@@ -51,6 +81,14 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(printable_line(f"perfsight compare: error: cannot write under {out}: {exc}"), file=sys.stderr)
         return 2
+    if args.html:
+        try:
+            written = write_html(comparison.to_dict(HTML_ROWS), args.base, args.new, Path(args.html))
+        except (OSError, UiNotBuilt) as exc:
+            print(printable_line(f"perfsight compare: error: --html {args.html}: {exc}"), file=sys.stderr)
+            return 2
+        size_mb = written.stat().st_size / 1e6
+        print(printable_line(f"perfsight compare: wrote {written} ({size_mb:.2f} MB)"), file=sys.stderr)
     if args.json:
         sys.stdout.write(orjson.dumps(comparison.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

@@ -46,12 +46,32 @@ def staged(folder: Path, names: tuple[str, ...]) -> Iterator[Path]:
             if (stage / name).exists():
                 _replace(stage / name, folder / name)
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        _remove(stage)
         for path in created:  # deepest first
             with contextlib.suppress(OSError):
                 path.rmdir()  # only when empty
         raise
-    shutil.rmtree(stage, ignore_errors=True)
+    _remove(stage)
+
+
+def _remove(path: Path) -> None:
+    """Delete ``path`` (a folder tree or a file), finishing even when a Ctrl-C lands during it
+    (the interrupt is raised once it is gone).
+
+    Why: a Ctrl-C in the middle of deleting the emptied staging folder, or the earlier outputs
+    moved aside, left that hidden folder behind after an otherwise clean stop."""
+    interrupted: BaseException | None = None
+    while True:
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            break
+        except KeyboardInterrupt as exc:
+            interrupted = exc
+    if interrupted is not None:
+        raise interrupted
 
 
 @contextlib.contextmanager
@@ -96,7 +116,4 @@ def _replace(new: Path, target: Path) -> None:
         os.replace(target, old)
     os.replace(new, target)
     if old is not None:
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink(missing_ok=True)
+        _remove(old)

@@ -468,3 +468,28 @@ def build_report(
         entries=bundle.entries,
         omitted=bundle.omitted,
     )
+
+
+def compare_document(
+    comparison: dict[str, Any], base: str, new: str, title: str, generated: str, version: str
+) -> bytes:
+    """The embedded document of ``perfsight compare BASE NEW --html``: the compare page
+    (web/src/pages/compare.ts) and the one answer it asks for, ``/api/compare?base=..&new=..``,
+    which is ``comparison`` (``Comparison.to_dict``, the same document the server sends), so the
+    page shows what ``compare.json`` holds.  It opens on that page (``start``)."""
+    params = clean({"base": base, "new": new})
+    doc = {
+        "format": FORMAT,
+        "kind": "compare",
+        "run": "",
+        "title": title,
+        "generated": generated,
+        "perfsight": version,
+        "pages": ["compare"],
+        "start": {"page": "compare", "params": params},
+        "ranks": [],
+        "all_ranks": [],
+        "omitted": [],
+        "answers": [{"path": "compare", "params": params, "status": 200, "body": comparison}],
+    }
+    return escaped(orjson.dumps(doc))

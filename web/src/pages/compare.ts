@@ -6,7 +6,7 @@
  * kernels by operator, communication), sortable and searchable.  Nothing here judges a difference:
  * the noise verdicts and the ranking come with the data.
  */
-import { get, type RunStatus } from "../api";
+import { get, report, type RunStatus } from "../api";
 import type { components } from "../api-types";
 import { card, errorBox } from "../components/card";
 import { serverTable, type Column, type Page, type PageQuery, type Row } from "../components/table";
@@ -340,8 +340,11 @@ export async function comparePage(main: HTMLElement, params: URLSearchParams): P
   const body = h("div");
   main.append(body);
   try {
-    await ready(base, body);
-    await ready(next, body);
+    if (!report) {
+      // the server analyses the two runs first; a compare report holds the comparison itself
+      await ready(base, body);
+      await ready(next, body);
+    }
     const doc = await get<Comparison>("compare", {
       base,
       new: next,
