@@ -24,7 +24,7 @@ JOB_TIMEOUT = 300
 DDP_JOB = "run"  # the names `make demo` gives its jobs under demo_output/
 PP_JOB = "pp"
 STRAGGLER_JOB = "straggler"
-DDP_RANKS = 2
+DDP_RANKS = 4  # as `make demo` trains it (issue 16: the 4-rank gloo DDP job)
 OVERLOADED_STAGE = 1
 SLOW_RANK = 1  # examples/train_ddp_straggler.py's rank given 40 extra matrix products per step
 
