@@ -332,18 +332,29 @@ def _job_table(path: str, at: Params, sort: str, order: str, offset: int = 0) ->
     return path, {**at, "sort": sort, "order": order, "offset": offset, "limit": JOB_RANK_PAGE}
 
 
-OPTIONAL_JOB_PAGES = (("job-time", "job/time-overview"), ("job-heatmaps", "job/heatmaps"))
-"""Job pages that open on one request (web/src/pages/job-time.ts, job-heatmaps.ts): carried while
-the budget lasts.  The communication pages ask per tab, step, filter and page as the user goes;
-the card comparison asks for the two ranks the user picks: they need the server."""
+OPTIONAL_JOB_PAGES: tuple[tuple[str, tuple[tuple[str, Params], ...]], ...] = (
+    ("job-time", (("job/time-overview", {}),)),
+    ("job-comm", (
+        ("job/communication", {"step": "all"}),
+        ("job/communication",
+         {"step": "all", "sort": "elapse_ns", "order": "desc", "offset": 0, "limit": 50}),
+    )),
+    ("job-heatmaps", (("job/heatmaps", {}),)),
+)  # fmt: skip
+"""Job pages carried while the budget lasts, each with the requests it makes on opening
+(web/src/pages/job-time.ts, job-comm.ts's per-rank tab, job-heatmaps.ts).  The communication
+page's other tabs and its link dialog, the matrix and the card comparison ask per tab, filter,
+zoom and pair of ranks as the user goes: they need the server (a note where they would be)."""
 
 
 def optional_job_pages(bundle: Bundle) -> list[str]:
-    """The pages of :data:`OPTIONAL_JOB_PAGES` whose opening answer fitted (in their tab order)."""
+    """The pages of :data:`OPTIONAL_JOB_PAGES` whose opening answers fitted and are answers, not
+    errors (a job without communication has no communication page in its report)."""
     pages = []
-    for page, path in OPTIONAL_JOB_PAGES:
-        answers = bundle.ask([(path, {"run": bundle.run})], f"the {page} page")
-        if answers is not None and answers[0].status == 200:
+    for page, requests in OPTIONAL_JOB_PAGES:
+        asks = [(path, {"run": bundle.run, **params}) for path, params in requests]
+        answers = bundle.ask(asks, f"the {page} page")
+        if answers is not None and all(a.status == 200 for a in answers):
             pages.append(page)
     return pages
 
