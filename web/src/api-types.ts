@@ -1852,7 +1852,7 @@ export interface components {
             stage: number;
             /**
              * Key
-             * @description what matches it: "comm#<instance>", "<name>#<k-th of that name in the step>"
+             * @description what matches it: "comm#<instance>", "<name>#<k-th of that name in step>"
              */
             key: string;
             /** Name */
@@ -2180,7 +2180,7 @@ export interface components {
             name: string;
             /**
              * Instance
-             * @description matched instance (the same id on the send and its receive); -1 unmatched
+             * @description matched instance (one id on a send and its receive); -1 unmatched
              */
             instance: number;
             /** Peer */
@@ -4350,7 +4350,7 @@ export interface operations {
                 run: string;
                 /** @description a step number; default the second profiled */
                 step?: string | null;
-                /** @description ops shorter than this on every device are hidden */
+                /** @description ops shorter on every device are hidden */
                 min_ns?: number;
                 /** @description longest ops kept per stage */
                 limit?: number;

@@ -7,9 +7,11 @@ devices of a stage.  Neither the operator statistics (aggregated over instances)
 (an op nested inside another op is part of its parent's interval), with its order in the step --
 the k-th op of a step is the same op on every device of a stage that runs the same program.
 
-Which ops: device work (kernels, copies, collectives on streams) when the trace has any, else the
-host ops of the thread that runs the training step (the thread holding ``ProfilerStep#N``): on a
-CPU (gloo) job that thread is where compute and communication happen.  Micro-batch blocks are the
+Which ops: compute only -- device work (kernels, copies) when the trace has any, else the host ops
+of the thread that runs the training step (the thread holding ``ProfilerStep#N``: on a CPU job
+that thread computes).  Communication ops are not taken from here: the cluster's matching already
+holds each one with its execution timing (the NCCL kernel, gloo's worker-thread range), which a
+host op nested inside an autograd op would hide.  Micro-batch blocks are the
 ``Forward N`` / ``Backward N`` ranges PyTorch's pipeline schedules record
 (``torch.distributed.pipelining``); a stage that records none has no block rows, and the pipeline
 chart says so rather than guessing a schedule.
@@ -34,7 +36,7 @@ STEP_OPS_SCHEMA = pa.schema(
         ("level", pa.string()),  # "op" (an outermost op) or "micro_batch" (a Forward/Backward range)
         ("order", pa.int32()),  # index among the rank's rows of this step and level, in start order
         ("name", pa.string()),
-        ("category", pa.string()),  # "compute" or "communication"
+        ("category", pa.string()),  # "compute" (communication rows are the cluster's matched ops)
         ("phase", pa.string()),  # micro-batch rows: "forward" / "backward"; op rows: ""
         ("micro_batch", pa.int32()),  # micro-batch rows: N of "Forward N"; op rows: -1
         ("slice", pa.int64()),  # row in the rank's ``slices`` (joins ``comm.slice``)
@@ -44,8 +46,8 @@ STEP_OPS_SCHEMA = pa.schema(
 )
 """Units: ns on the rank's own trace clock (the cluster step shifts them onto the common clock)."""
 
-OP_KINDS_DEVICE = ("kernel", "memcpy", "memset", "communication")
-OP_KINDS_HOST = ("cpu_op", "communication")
+OP_KINDS_DEVICE = ("kernel", "memcpy", "memset")
+OP_KINDS_HOST = ("cpu_op",)
 MICRO_BATCH_PATTERN = r"^(?i:(forward|backward))\D*?(\d+)$"
 """``Forward 3``, ``Backward 3``, ``Backward input 3``, ``Backward weight 3`` (torch pipelining)."""
 
@@ -70,7 +72,7 @@ def step_ops(trace: Trace) -> pa.Table:
     ops = _outermost(ops)
     ops = ops.assign(
         level="op",
-        category=np.where(ops["kind"] == "communication", "communication", "compute"),
+        category="compute",
         phase="",
         micro_batch=-1,
     )
@@ -94,7 +96,8 @@ def step_ops(trace: Trace) -> pa.Table:
 
 def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
     """The ops not inside an earlier op of their track: an op starting before the latest end of the
-    ops started before it on its track is nested (a track's ops nest, they do not cross)."""
+    ops started before it on its track is nested (a track's ops nest, they do not cross; device
+    work does not nest, so every kernel is kept)."""
     ops = ops.sort_values(["track", "start_ns", "dur_ns"], ascending=[True, True, False], kind="stable")
     end = ops["start_ns"] + ops["dur_ns"]
     reach = end.groupby(ops["track"]).cummax().groupby(ops["track"]).shift(1)

@@ -41,28 +41,44 @@ COLUMNS = [
 def step_ops(
     digests: Mapping[int, RankDigest], matched: Matched, aligned: Alignment, stage_of: Mapping[int, int]
 ) -> pd.DataFrame:
-    """Every rank's step ops on the common clock with stage, matched instance and key (:data:`COLUMNS`)."""
+    """Every rank's step ops on the common clock with stage, matched instance and key (:data:`COLUMNS`).
+
+    Compute ops and micro-batch blocks come from each rank's ``step_ops`` (shifted by the rank's
+    clock offset); communication ops are the matched ops themselves (already on the common clock),
+    named by their collective (``all_reduce``, ``send``, ``recv``)."""
     ordered = [digests[r] for r in sorted(digests) if STEP_OPS_TABLE in digests[r].tables]
     table = concat(ordered, STEP_OPS_TABLE)
-    if table.num_rows == 0:
+    rows = table.to_pandas() if table.num_rows else pd.DataFrame()
+    if not rows.empty:
+        shift = rows["rank"].map(aligned.offset_ns).fillna(0).astype("int64")
+        rows = rows.assign(start_ns=rows["start_ns"] - shift, end_ns=rows["end_ns"] - shift)
+        rows = rows.assign(instance=-1, is_p2p=False, peer=-1)
+    comm = matched.ops
+    comm = comm[comm["step"].notna() & (comm["step"] >= 0)] if not comm.empty else comm
+    if not comm.empty:
+        comm = pd.DataFrame(
+            {
+                "rank": comm["rank"].astype("int64"),
+                "step": comm["step"].astype("int64"),
+                "level": "op",
+                "name": comm["collective"].astype(str),
+                "category": "communication",
+                "phase": "",
+                "micro_batch": -1,
+                "instance": comm["instance"].fillna(-1).astype("int64"),
+                "is_p2p": comm["is_p2p"].fillna(False).astype(bool),
+                "peer": comm["peer"].fillna(-1).astype("int64"),
+                "start_ns": comm["start_ns"].astype("int64"),
+                "end_ns": comm["end_ns"].astype("int64"),
+            }
+        )
+    parts = [p for p in (rows, comm) if not p.empty]
+    if not parts:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
-    rows = table.to_pandas()
-    comm = concat(ordered, "comm").select(["rank", "slice"]).to_pandas()
-    comm["row"] = np.concatenate([np.arange(d.comm.num_rows) for d in ordered])
-    ops = matched.ops
-    if not ops.empty:
-        inst = ops[["rank", "row", "instance", "is_p2p", "peer"]].merge(comm, on=["rank", "row"], how="inner")
-        inst = inst.drop(columns="row").drop_duplicates(subset=["rank", "slice"])
-        rows = rows.merge(inst, on=["rank", "slice"], how="left")
-    else:
-        rows = rows.assign(instance=np.nan, is_p2p=False, peer=np.nan)
-    rows["instance"] = rows["instance"].fillna(-1).astype("int64")
-    rows["is_p2p"] = rows["is_p2p"].fillna(False).astype(bool)
-    rows["peer"] = rows["peer"].fillna(-1).astype("int64")
+    rows = pd.concat(parts, ignore_index=True)
     rows["stage"] = rows["rank"].map(stage_of).fillna(0).astype("int64")
-    shift = rows["rank"].map(aligned.offset_ns).fillna(0).astype("int64")
-    rows["start_ns"] = rows["start_ns"] - shift
-    rows["end_ns"] = rows["end_ns"] - shift
+    rows = rows.sort_values(["step", "rank", "level", "start_ns"], kind="stable")
+    rows["order"] = rows.groupby(["rank", "step", "level"]).cumcount().astype("int64")
     nth = rows.groupby(["rank", "step", "level", "name"]).cumcount().astype(str)
     by_name = rows["name"] + "#" + nth
     by_block = rows["phase"] + "#" + rows["micro_batch"].astype(str)
@@ -70,4 +86,4 @@ def step_ops(
     rows["key"] = np.where(
         rows["level"] == "micro_batch", by_block, np.where(rows["instance"] >= 0, by_instance, by_name)
     )
-    return rows[COLUMNS].sort_values(["step", "rank", "level", "order"], kind="stable").reset_index(drop=True)
+    return rows[COLUMNS].reset_index(drop=True)

@@ -18,8 +18,16 @@ from typing import Any
 import pandas as pd
 
 from perfsight.cluster import (
-    alignment, discovery, execution, matching, matrix, op_time, parallel, slow, step_trace,
-)  # fmt: skip
+    alignment,
+    discovery,
+    execution,
+    matching,
+    matrix,
+    op_time,
+    parallel,
+    slow,
+    step_trace,
+)
 from perfsight.cluster.rank import RankTask, run_rank
 from perfsight.engine import Executor, make_executor
 from perfsight.pipeline import Options, OutputError

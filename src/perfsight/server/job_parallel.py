@@ -7,10 +7,10 @@ bubble.  Every request is one DuckDB query over the step's rows; nothing re-pars
 
 What it decides, and only here: how a view of those rows is drawn.  A micro-batch block's compute
 time is the time of the compute ops inside it on its rank (a block's span also holds the waits for
-the neighbouring stage, which are not work of this stage); a stage's idle time in the step is the step's span less
-its blocks' compute; the pacing stage is the one with the most block compute.  The Marey view keeps,
-per stage, the ``limit`` longest matched ops of the step at least ``min_ns`` long and says how many
-it left out (a page of 1,024 devices x thousands of ops would not draw).
+the neighbouring stage, which are not work of this stage); a stage's idle time in the step is the
+step's span less its blocks' compute; the pacing stage is the one with the most block compute.  The
+Marey view keeps, per stage, the ``limit`` longest matched ops of the step at least ``min_ns``
+long and says how many it left out (a page of 1,024 devices x thousands of ops would not draw).
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def _pick_step(steps: list[str], step: str | None) -> str:
     """The requested step, or by default the second profiled step (the first pays for warm-up)."""
     if step is not None:
         if step not in steps:
-            raise job_pages.NoClusterAnalysis(f"step {step} is not among the job's steps ({', '.join(steps)})")
+            known = ", ".join(steps)
+            raise job_pages.NoClusterAnalysis(f"step {step} is not among the job's steps ({known})")
         return step
     if not steps:
         raise job_pages.NoClusterAnalysis("the job's analysis recorded no op in any step")
@@ -83,7 +84,8 @@ def pipeline(run: str, root: Path | None, saved: Path, step: str | None) -> dict
                     AS compute_ns
             FROM b LEFT JOIN c ON c.rank = b.rank AND c.start_ns < b.end_ns AND c.end_ns > b.start_ns
             WHERE b.rank IN (SELECT unnest(?))
-            GROUP BY b.rank, b.stage, b.phase, b.micro_batch, b.start_ns, b.end_ns ORDER BY b.stage, b.start_ns""",
+            GROUP BY b.rank, b.stage, b.phase, b.micro_batch, b.start_ns, b.end_ns
+            ORDER BY b.stage, b.start_ns""",
             [*params, t0, t0, reps],
         )
     )
@@ -180,7 +182,8 @@ def marey(
     devices = queries.records(
         queries.arrow(
             f"""SELECT rank, any_value(stage) AS stage, count(*) AS ops,
-                CAST(coalesce(sum(end_ns - start_ns) FILTER (WHERE category = 'compute'), 0) AS BIGINT) AS compute_ns,
+                CAST(coalesce(sum(end_ns - start_ns) FILTER (WHERE category = 'compute'), 0) AS BIGINT)
+                    AS compute_ns,
                 CAST(coalesce(sum(end_ns - start_ns) FILTER (WHERE category = 'communication'), 0) AS BIGINT)
                     AS communication_ns,
                 max(end_ns) - ? AS end_ns

@@ -980,7 +980,7 @@ class PipelineP2P(BaseModel):
     rank: int
     stage: int
     name: str
-    instance: int = Field(description="matched instance (the same id on the send and its receive); -1 unmatched")
+    instance: int = Field(description="matched instance (one id on a send and its receive); -1 unmatched")
     peer: int
     start_ns: int
     end_ns: int
@@ -1038,7 +1038,7 @@ class MareyOp(BaseModel):
     """One op of a stage matched across its devices: one interval per device (ns from the step start)."""
 
     stage: int
-    key: str = Field(description='what matches it: "comm#<instance>", "<name>#<k-th of that name in the step>"')
+    key: str = Field(description='what matches it: "comm#<instance>", "<name>#<k-th of that name in step>"')
     name: str
     category: Literal["compute", "communication"]
     order: int

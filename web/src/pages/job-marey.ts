@@ -1,1 +1,195 @@
-export async function jobMareyPage(): Promise<void> {}
+/**
+ * The Marey view (seed 000, 各设备算子执行时间线分析): for the selected step, one timeline per device,
+ * grouped by pipeline stage; compute ops green, communication orange.  The same op on the devices
+ * of a stage (matched by the cluster analysis: a collective by group and sequence number, any
+ * other op by its name and rank among that name's ops in the step) is joined from one device's
+ * row to the next into a filled band, so an op long on every device is a wide band and a device
+ * slow on one op bulges it (the seed's fig. 6a and 6b).  Left of each timeline, the device's FLOPs
+ * over the heaviest device's and its peak memory (over capacity, or over the largest peak).
+ *
+ * Every interval is read from /api/job/marey (server/job_parallel.py, which keeps the longest ops
+ * per stage and says how many it left out); the page only places them.  Drag to zoom, double-click
+ * to reset, hover an op for its name and start/end on every device, click a device to open its
+ * rank's timeline.
+ */
+import { get } from "../api";
+import type { components } from "../api-types";
+import { card } from "../components/card";
+import type { PageContext } from "../context";
+import { escapeHtml, h, replace } from "../dom";
+import * as fmt from "../format";
+import { t } from "../i18n";
+import { href } from "../router";
+import { stepPicker } from "./job-pipeline";
+
+type JobMarey = components["schemas"]["JobMarey"];
+type MareyOp = components["schemas"]["MareyOp"];
+
+const WIDTH = 1400;
+const LABEL = 150;
+const LINE = 10;
+const GAP = 34;
+const STAGE_GAP = 18;
+const COLORS = { compute: "#2e9e5b", communication: "#f08c00" };
+
+interface Layout {
+  y: Map<number, number>;
+  height: number;
+}
+
+function layout(data: JobMarey): Layout {
+  const y = new Map<number, number>();
+  let at = 8;
+  let stage: number | null = null;
+  for (const d of data.devices) {
+    if (stage !== null && d.stage !== stage) at += STAGE_GAP;
+    stage = d.stage;
+    y.set(d.rank, at);
+    at += LINE + GAP;
+  }
+  return { y, height: at + 10 };
+}
+
+function share(v: number | null | undefined): string {
+  const s = Math.min(1, Math.max(0, v ?? 0));
+  return `rgb(${Math.round(235 - 150 * s)},${Math.round(240 - 120 * s)},${Math.round(250 - 60 * s)})`;
+}
+
+function draw(data: JobMarey, lay: Layout, view: [number, number]): string {
+  const [a, b] = view;
+  const span = Math.max(1, b - a);
+  const x = (ns: number) => LABEL + ((WIDTH - LABEL - 10) * (Math.min(Math.max(ns, a), b) - a)) / span;
+  const parts: string[] = [];
+  for (const d of data.devices) {
+    const y = lay.y.get(d.rank) as number;
+    const memory = d.peak_share ?? d.peak_of_max;
+    parts.push(
+      `<g class="mv-device" data-rank="${d.rank}" data-stage="${d.stage}">`,
+      `<text x="4" y="${y + LINE}" class="pv-label">${escapeHtml(t.parallel.marey.device(d.rank, d.stage))}</text>`,
+      `<rect x="96" y="${y - 2}" width="22" height="${LINE + 4}" fill="${share(d.flops_of_max)}" stroke="#cfd6e0"><title>${escapeHtml(`${t.parallel.marey.flops}: ${fmt.percent(d.flops_of_max)}`)}</title></rect>`,
+      `<rect x="122" y="${y - 2}" width="22" height="${LINE + 4}" fill="${share(memory)}" stroke="#cfd6e0"><title>${escapeHtml(`${t.parallel.marey.memory}: ${fmt.percent(memory)}`)}</title></rect>`,
+      `<line x1="${LABEL}" x2="${WIDTH - 10}" y1="${y + LINE / 2}" y2="${y + LINE / 2}" stroke="#d5dbe3"/>`,
+      "</g>",
+    );
+  }
+  data.ops.forEach((op, i) => {
+    if (Math.max(...op.ends_ns) < a || Math.min(...op.starts_ns) > b) return;
+    const color = COLORS[op.category];
+    const shapes: string[] = [];
+    const rows = op.ranks.map((r, k) => ({ y: lay.y.get(r) as number, s: op.starts_ns[k], e: op.ends_ns[k] }));
+    for (let k = 0; k < rows.length; k++) {
+      const r = rows[k];
+      shapes.push(`<rect x="${x(r.s)}" y="${r.y}" width="${Math.max(0.8, x(r.e) - x(r.s))}" height="${LINE}" fill="${color}"/>`);
+      if (k + 1 < rows.length) {
+        const n = rows[k + 1];
+        shapes.push(
+          `<polygon points="${x(r.s)},${r.y + LINE} ${x(r.e)},${r.y + LINE} ${x(n.e)},${n.y} ${x(n.s)},${n.y}" fill="${color}" fill-opacity="0.35"/>`,
+        );
+      }
+    }
+    parts.push(`<g class="mv-op" data-i="${i}" data-key="${escapeHtml(op.key)}" data-category="${op.category}">${shapes.join("")}</g>`);
+  });
+  const ticks = [0, 0.25, 0.5, 0.75, 1]
+    .map((f) => `<text x="${LABEL + (WIDTH - LABEL - 10) * f}" y="${lay.height - 2}" class="pv-sub" text-anchor="middle">${escapeHtml(fmt.ms(a + f * span, 2))}</text>`)
+    .join("");
+  return `<svg viewBox="0 0 ${WIDTH} ${lay.height + 12}" width="100%" data-testid="marey-chart">${parts.join("")}${ticks}<rect class="mv-brush" x="0" y="0" width="0" height="${lay.height}" visibility="hidden"/></svg>`;
+}
+
+function hoverCard(op: MareyOp): Node[] {
+  return [
+    h("b", {}, op.name),
+    h("div", { class: "muted" }, op.category),
+    ...op.ranks.map((r, k) =>
+      h("div", { "data-rank": r }, `${t.parallel.marey.opOn(r)}: ${fmt.ms(op.starts_ns[k], 3)} – ${fmt.ms(op.ends_ns[k], 3)} (${fmt.duration(op.ends_ns[k] - op.starts_ns[k])})`),
+    ),
+  ];
+}
+
+export async function jobMareyPage(ctx: PageContext): Promise<void> {
+  const s = t.parallel.marey;
+  const data = await get<JobMarey>("job/marey", { run: ctx.run, step: ctx.params.get("step") });
+  const lay = layout(data);
+  const full: [number, number] = [0, Math.max(1, data.span_ns)];
+  let view: [number, number] = full;
+  const box = h("div", { class: "pv-chart", "data-testid": "marey-box" });
+  const hover = h("div", { class: "mv-card", hidden: true, role: "tooltip", "data-testid": "marey-card" });
+  const render = () => {
+    box.innerHTML = draw(data, lay, view); // names pass through escapeHtml
+    box.dataset.viewStart = String(Math.round(view[0]));
+    box.dataset.viewEnd = String(Math.round(view[1]));
+  };
+  const toNs = (clientX: number): number => {
+    const svg = box.querySelector("svg") as SVGSVGElement;
+    const r = svg.getBoundingClientRect();
+    const px = ((clientX - r.left) / r.width) * WIDTH;
+    return view[0] + ((px - LABEL) / (WIDTH - LABEL - 10)) * (view[1] - view[0]);
+  };
+  let brushFrom: number | null = null;
+  let brushPx = 0;
+  box.addEventListener("mousedown", (e) => {
+    const svg = box.querySelector("svg") as SVGSVGElement;
+    const r = svg.getBoundingClientRect();
+    if (((e.clientX - r.left) / r.width) * WIDTH < LABEL) return;
+    brushFrom = toNs(e.clientX);
+    brushPx = e.clientX;
+    e.preventDefault();
+  });
+  box.addEventListener("mousemove", (e) => {
+    const svg = box.querySelector("svg") as SVGSVGElement;
+    if (brushFrom !== null) {
+      const r = svg.getBoundingClientRect();
+      const brush = svg.querySelector(".mv-brush") as SVGRectElement;
+      const x1 = ((Math.min(brushPx, e.clientX) - r.left) / r.width) * WIDTH;
+      const x2 = ((Math.max(brushPx, e.clientX) - r.left) / r.width) * WIDTH;
+      brush.setAttribute("x", String(x1));
+      brush.setAttribute("width", String(x2 - x1));
+      brush.setAttribute("visibility", "visible");
+      return;
+    }
+    const g = (e.target as Element).closest?.(".mv-op") as SVGGElement | null;
+    const op = g ? data.ops[Number(g.dataset.i)] : undefined;
+    if (!op) {
+      hover.hidden = true;
+      return;
+    }
+    replace(hover, hoverCard(op));
+    hover.hidden = false;
+    hover.style.left = `${Math.min(e.clientX + 12, window.innerWidth - 370)}px`;
+    hover.style.top = `${Math.min(e.clientY + 12, window.innerHeight - 40 - 18 * op.ranks.length)}px`;
+  });
+  box.addEventListener("mouseup", (e) => {
+    if (brushFrom === null) return;
+    const to = toNs(e.clientX);
+    const [lo, hi] = [Math.min(brushFrom, to), Math.max(brushFrom, to)];
+    brushFrom = null;
+    if (Math.abs(e.clientX - brushPx) > 4 && hi > lo) {
+      view = [Math.max(full[0], lo), Math.min(full[1], hi)];
+      render();
+      return;
+    }
+    render();
+    const device = (e.target as Element).closest?.(".mv-device") as SVGGElement | null;
+    if (device) window.location.hash = href("timeline", { run: ctx.run, rank: device.dataset.rank });
+  });
+  box.addEventListener("mouseleave", () => {
+    hover.hidden = true;
+  });
+  box.addEventListener("dblclick", () => {
+    view = full;
+    render();
+  });
+  render();
+  replace(
+    ctx.root,
+    h(
+      "div",
+      { class: "grid" },
+      card(
+        { title: s.title(data.step), hint: s.hint, full: true, testId: "card-marey", tools: [stepPicker("job-marey", ctx.run, data.steps, data.step)] },
+        h("p", { class: "muted", "data-testid": "marey-shown" }, s.shown(data.shown_ops, data.matched_ops, data.limit, fmt.duration(data.min_ns))),
+        box,
+        hover,
+      ),
+    ),
+  );
+}
