@@ -22,6 +22,8 @@ export const parallelEn = {
     shown: (shown: number, total: number, limit: number, minMs: string) =>
       `${shown} of ${total} ops shown (the longest ${limit} per stage, at least ${minMs} long).`,
     flops: "FLOPs / max",
+    flopsShort: "FLOPs",
+    memoryShort: "Mem",
     memory: "Peak memory",
     device: (rank: number, stage: number) => `rank ${rank} · S${stage}`,
     opOn: (rank: number) => `rank ${rank}`,

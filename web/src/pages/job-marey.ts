@@ -39,7 +39,7 @@ interface Layout {
 
 function layout(data: JobMarey): Layout {
   const y = new Map<number, number>();
-  let at = 8;
+  let at = 22; // below the colour blocks' heading
   let stage: number | null = null;
   for (const d of data.devices) {
     if (stage !== null && d.stage !== stage) at += STAGE_GAP;
@@ -59,7 +59,10 @@ function draw(data: JobMarey, lay: Layout, view: [number, number]): string {
   const [a, b] = view;
   const span = Math.max(1, b - a);
   const x = (ns: number) => LABEL + ((WIDTH - LABEL - 10) * (Math.min(Math.max(ns, a), b) - a)) / span;
-  const parts: string[] = [];
+  const parts: string[] = [
+    `<text x="107" y="12" class="pv-sub" text-anchor="middle">${escapeHtml(t.parallel.marey.flopsShort)}</text>`,
+    `<text x="133" y="12" class="pv-sub" text-anchor="middle">${escapeHtml(t.parallel.marey.memoryShort)}</text>`,
+  ];
   for (const d of data.devices) {
     const y = lay.y.get(d.rank) as number;
     const memory = d.peak_share ?? d.peak_of_max;
@@ -90,7 +93,7 @@ function draw(data: JobMarey, lay: Layout, view: [number, number]): string {
     parts.push(`<g class="mv-op" data-i="${i}" data-key="${escapeHtml(op.key)}" data-category="${op.category}">${shapes.join("")}</g>`);
   });
   const ticks = [0, 0.25, 0.5, 0.75, 1]
-    .map((f) => `<text x="${LABEL + (WIDTH - LABEL - 10) * f}" y="${lay.height - 2}" class="pv-sub" text-anchor="middle">${escapeHtml(fmt.ms(a + f * span, 2))}</text>`)
+    .map((f) => `<text x="${LABEL + (WIDTH - LABEL - 10) * f}" y="${lay.height - 2}" class="pv-sub" text-anchor="${f === 1 ? "end" : f === 0 ? "start" : "middle"}">${escapeHtml(`${fmt.ms(a + f * span, 2)} ${fmt.MS}`)}</text>`)
     .join("");
   return `<svg viewBox="0 0 ${WIDTH} ${lay.height + 12}" width="100%" data-testid="marey-chart">${parts.join("")}${ticks}<rect class="mv-brush" x="0" y="0" width="0" height="${lay.height}" visibility="hidden"/></svg>`;
 }
@@ -100,7 +103,7 @@ function hoverCard(op: MareyOp): Node[] {
     h("b", {}, op.name),
     h("div", { class: "muted" }, op.category),
     ...op.ranks.map((r, k) =>
-      h("div", { "data-rank": r }, `${t.parallel.marey.opOn(r)}: ${fmt.ms(op.starts_ns[k], 3)} – ${fmt.ms(op.ends_ns[k], 3)} (${fmt.duration(op.ends_ns[k] - op.starts_ns[k])})`),
+      h("div", { "data-rank": r }, `${t.parallel.marey.opOn(r)}: ${fmt.ms(op.starts_ns[k], 3)} – ${fmt.ms(op.ends_ns[k], 3)} ${fmt.MS} (${fmt.duration(op.ends_ns[k] - op.starts_ns[k])})`),
     ),
   ];
 }
@@ -167,9 +170,14 @@ export async function jobMareyPage(ctx: PageContext): Promise<void> {
       render();
       return;
     }
-    render();
-    const device = (e.target as Element).closest?.(".mv-device") as SVGGElement | null;
-    if (device) window.location.hash = href("timeline", { run: ctx.run, rank: device.dataset.rank });
+    // a click, not a drag: leave the drawing in place (a double-click needs the same target twice)
+    box.querySelector(".mv-brush")?.setAttribute("visibility", "hidden");
+  });
+  box.addEventListener("click", (e) => {
+    // a device's label or colour blocks (left of the timelines) open its rank
+    const target = e.target as Element;
+    const device = target.closest?.(".mv-device") as SVGGElement | null;
+    if (device && target.tagName !== "line") window.location.hash = href("timeline", { run: ctx.run, rank: device.dataset.rank });
   });
   box.addEventListener("mouseleave", () => {
     hover.hidden = true;

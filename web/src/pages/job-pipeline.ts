@@ -80,7 +80,7 @@ function chart(data: JobPipeline): string {
   }
   const height = data.stages.length * ROW + 24;
   const ticks = [0, 0.25, 0.5, 0.75, 1]
-    .map((f) => `<text x="${x(f * span)}" y="${height - 4}" class="pv-sub" text-anchor="middle">${escapeHtml(fmt.ms(f * span, 1))}</text>`)
+    .map((f) => `<text x="${x(f * span)}" y="${height - 4}" class="pv-sub" text-anchor="${f === 1 ? "end" : f === 0 ? "start" : "middle"}">${escapeHtml(`${fmt.ms(f * span, 1)} ${fmt.MS}`)}</text>`)
     .join("");
   return `<svg viewBox="0 0 ${WIDTH} ${height}" width="100%" data-testid="pp-chart" role="img"><defs><marker id="pp-head" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#c0392b"/></marker></defs>${parts.join("")}${ticks}</svg>`;
 }
