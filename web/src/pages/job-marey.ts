@@ -26,7 +26,7 @@ type JobMarey = components["schemas"]["JobMarey"];
 type MareyOp = components["schemas"]["MareyOp"];
 
 const WIDTH = 1400;
-const LABEL = 150;
+const LABEL = 166;
 const LINE = 10;
 const GAP = 34;
 const STAGE_GAP = 18;
@@ -60,8 +60,8 @@ function draw(data: JobMarey, lay: Layout, view: [number, number]): string {
   const span = Math.max(1, b - a);
   const x = (ns: number) => LABEL + ((WIDTH - LABEL - 10) * (Math.min(Math.max(ns, a), b) - a)) / span;
   const parts: string[] = [
-    `<text x="107" y="12" class="pv-sub" text-anchor="middle">${escapeHtml(t.parallel.marey.flopsShort)}</text>`,
-    `<text x="133" y="12" class="pv-sub" text-anchor="middle">${escapeHtml(t.parallel.marey.memoryShort)}</text>`,
+    `<text x="111" y="12" class="pv-sub" text-anchor="middle">${escapeHtml(t.parallel.marey.flopsShort)}</text>`,
+    `<text x="145" y="12" class="pv-sub" text-anchor="middle">${escapeHtml(t.parallel.marey.memoryShort)}</text>`,
   ];
   for (const d of data.devices) {
     const y = lay.y.get(d.rank) as number;
@@ -69,8 +69,8 @@ function draw(data: JobMarey, lay: Layout, view: [number, number]): string {
     parts.push(
       `<g class="mv-device" data-rank="${d.rank}" data-stage="${d.stage}">`,
       `<text x="4" y="${y + LINE}" class="pv-label">${escapeHtml(t.parallel.marey.device(d.rank, d.stage))}</text>`,
-      `<rect x="96" y="${y - 2}" width="22" height="${LINE + 4}" fill="${share(d.flops_of_max)}" stroke="#cfd6e0"><title>${escapeHtml(`${t.parallel.marey.flops}: ${fmt.percent(d.flops_of_max)}`)}</title></rect>`,
-      `<rect x="122" y="${y - 2}" width="22" height="${LINE + 4}" fill="${share(memory)}" stroke="#cfd6e0"><title>${escapeHtml(`${t.parallel.marey.memory}: ${fmt.percent(memory)}`)}</title></rect>`,
+      `<rect x="98" y="${y - 2}" width="28" height="${LINE + 4}" fill="${share(d.flops_of_max)}" stroke="#cfd6e0"><title>${escapeHtml(`${t.parallel.marey.flops}: ${fmt.percent(d.flops_of_max)}`)}</title></rect>`,
+      `<rect x="132" y="${y - 2}" width="28" height="${LINE + 4}" fill="${share(memory)}" stroke="#cfd6e0"><title>${escapeHtml(`${t.parallel.marey.memory}: ${fmt.percent(memory)}`)}</title></rect>`,
       `<line x1="${LABEL}" x2="${WIDTH - 10}" y1="${y + LINE / 2}" y2="${y + LINE / 2}" stroke="#d5dbe3"/>`,
       "</g>",
     );
