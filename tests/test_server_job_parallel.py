@@ -155,3 +155,26 @@ def test_the_slowed_rank_computes_longer_and_the_other_waits_in_the_all_reduce(c
     assert not [op for op in data["ops"] if op["ranks"] == [other]]
     # FLOPs / max per device: the slow rank did the most work
     assert device[SLOW_RANK]["flops_of_max"] == pytest.approx(1.0)
+
+
+def test_the_strategy_tree_puts_each_stage_and_replica_with_its_ranks_step_time(
+    client: TestClient, cache: Path
+) -> None:
+    pp = _get(client, "job/strategy", run=PP_JOB)
+    assert "pipeline" in pp["modes"]
+    assert [[r["rank"] for rep in s["replicas"] for r in rep["ranks"]] for s in pp["stages"]] == [[0], [1]]
+    rows = _step_trace(cache)
+    for stage in pp["stages"]:
+        for rank in (r for rep in stage["replicas"] for r in rep["ranks"]):
+            row = next(
+                x
+                for x in rows
+                if x["Type"] == "rank" and x["Index"] == str(rank["rank"]) and x["Step"] == "average"
+            )
+            assert rank["duration_ns"] == pytest.approx(float(row["Step Time(us)"]) * 1000, abs=1)
+    ddp = _get(client, "job/strategy", run=STRAGGLER_JOB)
+    assert ddp["modes"] == ["data"]
+    (stage,) = ddp["stages"]
+    leaves = {r["rank"]: r for rep in stage["replicas"] for r in rep["ranks"]}
+    assert sorted(leaves) == [0, 1] and {r["data_group"] for r in leaves.values()} == {0}
+    assert leaves[SLOW_RANK]["slow"] and not leaves[1 - SLOW_RANK]["slow"]

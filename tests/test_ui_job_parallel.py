@@ -142,3 +142,19 @@ def test_a_click_on_a_device_opens_its_rank(page: Watched, jobs_server: Server) 
     p.locator(f'.mv-device[data-rank="{SLOW_RANK}"] text').click()
     p.wait_for_url(f"**#/timeline?**rank={SLOW_RANK}**")
     assert not page.errors
+
+
+def test_the_strategy_tree_lists_every_rank_and_opens_one(page: Watched, jobs_server: Server) -> None:
+    p = page.page
+    p.goto(jobs_server.page_url("job-strategy", PP_JOB))
+    p.wait_for_selector('[data-testid="strategy-tree"] .ps-rank')
+    api = jobs_server.get("job/strategy", run=PP_JOB)
+    assert p.locator(".ps-stage").count() == len(api["stages"])
+    assert p.locator(".ps-rank").count() == sum(
+        len(rep["ranks"]) for s in api["stages"] for rep in s["replicas"]
+    )
+    assert "pipeline" in p.locator('[data-testid="strategy-modes"]').inner_text()
+    _shot(p, "strategy")
+    p.locator('.ps-rank[data-rank="1"] a').click()
+    p.wait_for_url("**#/overview?**rank=1**")
+    assert not page.errors

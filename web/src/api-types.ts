@@ -439,6 +439,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/job/strategy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Job Strategy */
+        get: operations["job_strategy_api_job_strategy_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/job/marey": {
         parameters: {
             query?: never;
@@ -1683,6 +1700,26 @@ export interface components {
              */
             ranks_total: number;
         };
+        /** JobStrategy */
+        JobStrategy: {
+            /** Run */
+            run: string;
+            /**
+             * Modes
+             * @description modes the cluster analysis found (data, tensor, pipeline...)
+             */
+            modes: string[];
+            /** Evidence */
+            evidence: {
+                [key: string]: string[];
+            };
+            /** Problems */
+            problems: string[];
+            /** Max Duration Ns */
+            max_duration_ns: number;
+            /** Stages */
+            stages: components["schemas"]["StrategyStage"][];
+        };
         /** JobTimeOverview */
         JobTimeOverview: {
             /** Run */
@@ -2626,6 +2663,54 @@ export interface components {
              * @description host ops in the steps, by median start
              */
             point_candidates: components["schemas"]["PointCandidate"][];
+        };
+        /** StrategyRank */
+        StrategyRank: {
+            /** Rank */
+            rank: number;
+            /** Stage */
+            stage: number | null;
+            /** Host */
+            host: string | null;
+            /**
+             * Duration Ns
+             * @description the rank's average step time (cluster step trace)
+             */
+            duration_ns: number | null;
+            /** Slow */
+            slow: boolean;
+            /**
+             * Data Group
+             * @description its data-parallel group (index in groups.data)
+             */
+            data_group: number | null;
+            /**
+             * Tensor Group
+             * @description its tensor-parallel group (index in groups.tensor)
+             */
+            tensor_group: number | null;
+        };
+        /** StrategyReplica */
+        StrategyReplica: {
+            /**
+             * Tensor Group
+             * @description the tensor-parallel group of this replica; null: one rank
+             */
+            tensor_group: number | null;
+            /** Ranks */
+            ranks: components["schemas"]["StrategyRank"][];
+        };
+        /** StrategyStage */
+        StrategyStage: {
+            /** Stage */
+            stage: number;
+            /**
+             * Duration Ns
+             * @description the longest average step time of its ranks
+             */
+            duration_ns: number;
+            /** Replicas */
+            replicas: components["schemas"]["StrategyReplica"][];
         };
         /** TimeOverviewSeries */
         TimeOverviewSeries: {
@@ -4303,6 +4388,65 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["JobPipeline"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    job_strategy_api_job_strategy_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobStrategy"];
                 };
             };
             /** @description parameters that contradict each other */

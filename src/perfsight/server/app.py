@@ -518,6 +518,11 @@ def create_app(
         root, saved = job_source(run)
         return fast_json(job_parallel.pipeline(run, root, saved, step))
 
+    @app.get("/api/job/strategy", response_model=models.JobStrategy, responses=ERRORS)
+    def job_strategy(run: RunParam) -> dict:
+        root, saved = job_source(run)
+        return job_parallel.strategy(run, root, saved)
+
     @app.get("/api/job/marey", **documented(models.JobMarey))
     def job_marey(
         run: RunParam,

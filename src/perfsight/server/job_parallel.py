@@ -220,3 +220,47 @@ def marey(
         "devices": devices,
         "ops": kept,
     }
+
+
+def strategy(run: str, root: Path | None, saved: Path) -> dict[str, Any]:
+    """The parallel-strategy tree (:class:`models.JobStrategy`): stages, in each the model replicas
+    (a tensor-parallel group, or a rank alone), in each its ranks with their average step time and
+    data-parallel group.  The groups are the cluster analysis's (``cluster_summary.json``'s
+    ``parallel``, :mod:`perfsight.cluster.parallel`), the step times its step trace's averages."""
+    import json
+
+    cluster = job_pages.cluster_folder(root)
+    summary = json.loads((cluster / "cluster_summary.json").read_text(encoding="utf-8"))
+    parallel = summary.get("parallel") or {}
+    groups: dict[str, list[list[int]]] = parallel.get("groups") or {}
+    ranks = queries.rows(
+        job_pages.ranks_table(cluster, saved),
+        "WHERE type = 'rank' AND step = 'average' ORDER BY stage, rank",
+        "rank, stage, host, duration_ns, slow",
+    )
+
+    def group_of(mode: str) -> dict[int, int]:
+        return {r: i for i, members in enumerate(groups.get(mode) or []) for r in members}
+
+    tensor, data = group_of("tensor"), group_of("data")
+    stages: dict[int, dict[int | str, list[dict[str, Any]]]] = {}
+    for r in ranks:  # a loop over ranks (a few thousand at most), not over ops
+        replica: int | str = tensor.get(r["rank"], f"rank{r['rank']}")
+        leaf = {**r, "data_group": data.get(r["rank"]), "tensor_group": tensor.get(r["rank"])}
+        stages.setdefault(r["stage"] or 0, {}).setdefault(replica, []).append(leaf)
+    longest = max((r["duration_ns"] or 0 for r in ranks), default=0)
+    return {
+        "run": run,
+        "modes": parallel.get("modes") or [],
+        "evidence": parallel.get("evidence") or {},
+        "problems": parallel.get("problems") or [],
+        "max_duration_ns": longest,
+        "stages": [
+            {
+                "stage": stage,
+                "duration_ns": max(leaf["duration_ns"] or 0 for reps in replicas.values() for leaf in reps),
+                "replicas": [{"tensor_group": m[0]["tensor_group"], "ranks": m} for m in replicas.values()],
+            }
+            for stage, replicas in sorted(stages.items())
+        ],
+    }

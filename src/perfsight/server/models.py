@@ -1060,3 +1060,33 @@ class JobMarey(BaseModel):
     hidden_ops: int = Field(description="ops left out: shorter than min_ns or beyond the limit per stage")
     devices: list[MareyDevice]
     ops: list[MareyOp]
+
+
+class StrategyRank(BaseModel):
+    rank: int
+    stage: int | None
+    host: str | None
+    duration_ns: int | None = Field(description="the rank's average step time (cluster step trace)")
+    slow: bool
+    data_group: int | None = Field(description="its data-parallel group (index in groups.data)")
+    tensor_group: int | None = Field(description="its tensor-parallel group (index in groups.tensor)")
+
+
+class StrategyReplica(BaseModel):
+    tensor_group: int | None = Field(description="the tensor-parallel group of this replica; null: one rank")
+    ranks: list[StrategyRank]
+
+
+class StrategyStage(BaseModel):
+    stage: int
+    duration_ns: int = Field(description="the longest average step time of its ranks")
+    replicas: list[StrategyReplica]
+
+
+class JobStrategy(BaseModel):
+    run: str
+    modes: list[str] = Field(description="modes the cluster analysis found (data, tensor, pipeline...)")
+    evidence: dict[str, list[str]]
+    problems: list[str]
+    max_duration_ns: int
+    stages: list[StrategyStage]

@@ -1,6 +1,16 @@
 /** Strings of the parallel-execution pages (seed 000): the pipeline chart and the Marey view. */
 export const parallelEn = {
-  nav: { "job-pipeline": "Pipeline chart", "job-marey": "Marey view" },
+  nav: { "job-strategy": "Parallel strategy", "job-pipeline": "Pipeline chart", "job-marey": "Marey view" },
+  strategy: {
+    title: "Parallel strategy",
+    hint: "The job's pipeline stages, in each its model replicas (a tensor-parallel group, or one rank) and their ranks, each with its average step time against the slowest rank's. Groups as the cluster analysis found them; click a rank to open it.",
+    modes: (modes: string) => `Parallel modes: ${modes}.`,
+    none: "none found (one group of ranks)",
+    stage: (stage: number, slowest: string) => `Stage ${stage} (slowest rank ${slowest})`,
+    tensorGroup: (group: number, n: number) => `Tensor-parallel group ${group} (${n} ranks)`,
+    dataGroup: (group: number) => `DP group ${group}`,
+    slow: "slow",
+  },
   step: "Step",
   pipeline: {
     title: (step: string) => `Pipeline of step ${step}`,
