@@ -158,3 +158,24 @@ def test_the_strategy_tree_lists_every_rank_and_opens_one(page: Watched, jobs_se
     p.locator('.ps-rank[data-rank="1"] a').click()
     p.wait_for_url("**#/overview?**rank=1**")
     assert not page.errors
+
+
+def test_a_stage_folds_into_one_row_of_each_ops_union_and_unfolds(page: Watched, jobs_server: Server) -> None:
+    p = page.page
+    p.goto(jobs_server.page_url("job-marey", STRAGGLER_JOB))
+    p.wait_for_selector('[data-testid="marey-chart"] .mv-device')
+    api = jobs_server.get("job/marey", run=STRAGGLER_JOB)
+    p.locator('.mv-stage[data-stage="0"]').click()
+    p.wait_for_selector('.mv-stage-row[data-stage="0"]', state="attached")
+    assert p.locator(".mv-device").count() == 0
+    assert f"{len(api['devices'])} devices" in p.locator('.mv-stage[data-stage="0"]').text_content()
+    # the all-reduce both ranks ran at once is one span on the folded row: first start to last end
+    first = min(
+        (op for op in api["ops"] if op["category"] == "communication"), key=lambda op: min(op["starts_ns"])
+    )
+    assert p.locator(f'.mv-op[data-key="{first["key"]}"] rect').count() == 1
+    assert p.locator(f'.mv-op[data-key="{first["key"]}"] polygon').count() == 0
+    p.locator('.mv-stage[data-stage="0"]').click()
+    p.wait_for_selector(".mv-device")
+    assert p.locator(".mv-device").count() == len(api["devices"])
+    assert not page.errors

@@ -28,7 +28,7 @@ export const parallelEn = {
   },
   marey: {
     title: (step: string) => `Marey view of step ${step}`,
-    hint: "One timeline per device, grouped by stage: compute green, communication orange. The same op on the devices of a stage is joined into one band: a band wide everywhere is a long op, a band that bulges on one device is a slow device. Drag to zoom, double-click to reset, hover for an op's times, click a device to open its rank.",
+    hint: "One timeline per device, grouped by stage: compute green, communication orange. The same op on the devices of a stage is joined into one band: a band wide everywhere is a long op, a band that bulges on one device is a slow device. Click a stage to fold its devices into one row (each op's union over them), drag to zoom, double-click to reset, hover for an op's times, click a device to open its rank.",
     shown: (shown: number, total: number, limit: number, minMs: string) =>
       `${shown} of ${total} ops shown (the longest ${limit} per stage, at least ${minMs} long).`,
     flops: "FLOPs / max",
@@ -37,5 +37,7 @@ export const parallelEn = {
     memory: "Peak memory",
     device: (rank: number, stage: number) => `rank ${rank} · S${stage}`,
     opOn: (rank: number) => `rank ${rank}`,
+    unfolded: (stage: number) => `▾ Stage ${stage}`,
+    folded: (stage: number, devices: number) => `▸ Stage ${stage} · ${devices} devices`,
   },
 };

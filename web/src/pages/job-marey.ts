@@ -34,20 +34,48 @@ const COLORS = { compute: "#2e9e5b", communication: "#f08c00" };
 
 interface Layout {
   y: Map<number, number>;
+  /** Per stage: where its header is, and its folded row (when folded). */
+  stages: Map<number, { header: number; row: number | null; devices: number }>;
   height: number;
 }
 
-function layout(data: JobMarey): Layout {
+const HEADER = 16;
+
+/** Device rows grouped by stage under a header; a folded stage is one row instead of its devices. */
+function layout(data: JobMarey, folded: Set<number>): Layout {
   const y = new Map<number, number>();
+  const stages = new Map<number, { header: number; row: number | null; devices: number }>();
   let at = 22; // below the colour blocks' heading
-  let stage: number | null = null;
   for (const d of data.devices) {
-    if (stage !== null && d.stage !== stage) at += STAGE_GAP;
-    stage = d.stage;
+    let group = stages.get(d.stage);
+    if (!group) {
+      if (stages.size) at += STAGE_GAP;
+      group = { header: at, row: null, devices: 0 };
+      stages.set(d.stage, group);
+      at += HEADER;
+      if (folded.has(d.stage)) {
+        group.row = at;
+        at += LINE + GAP;
+      }
+    }
+    group.devices += 1;
+    if (group.row !== null) continue;
     y.set(d.rank, at);
     at += LINE + GAP;
   }
-  return { y, height: at + 10 };
+  return { y, stages, height: at + 10 };
+}
+
+/** The union of intervals: overlapping ones merged (the folded stage row shows when any device ran the op). */
+function union(starts: number[], ends: number[]): [number, number][] {
+  const spans = starts.map((s, i) => [s, ends[i]] as [number, number]).sort((p, q) => p[0] - q[0]);
+  const out: [number, number][] = [];
+  for (const [s, e] of spans) {
+    const last = out[out.length - 1];
+    if (last && s <= last[1]) last[1] = Math.max(last[1], e);
+    else out.push([s, e]);
+  }
+  return out;
 }
 
 function share(v: number | null | undefined): string {
@@ -63,7 +91,17 @@ function draw(data: JobMarey, lay: Layout, view: [number, number]): string {
     `<text x="111" y="12" class="pv-sub" text-anchor="middle">${escapeHtml(t.parallel.marey.flopsShort)}</text>`,
     `<text x="145" y="12" class="pv-sub" text-anchor="middle">${escapeHtml(t.parallel.marey.memoryShort)}</text>`,
   ];
+  for (const [stage, group] of lay.stages) {
+    const label = group.row !== null ? t.parallel.marey.folded(stage, group.devices) : t.parallel.marey.unfolded(stage);
+    parts.push(`<text x="4" y="${group.header + 11}" class="pv-sub mv-stage" data-stage="${stage}" data-folded="${group.row !== null}">${escapeHtml(label)}</text>`);
+    if (group.row !== null) {
+      parts.push(
+        `<g class="mv-stage-row" data-stage="${stage}"><line x1="${LABEL}" x2="${WIDTH - 10}" y1="${group.row + LINE / 2}" y2="${group.row + LINE / 2}" stroke="#d5dbe3"/></g>`,
+      );
+    }
+  }
   for (const d of data.devices) {
+    if (!lay.y.has(d.rank)) continue;
     const y = lay.y.get(d.rank) as number;
     const memory = d.peak_share ?? d.peak_of_max;
     parts.push(
@@ -79,6 +117,14 @@ function draw(data: JobMarey, lay: Layout, view: [number, number]): string {
     if (Math.max(...op.ends_ns) < a || Math.min(...op.starts_ns) > b) return;
     const color = COLORS[op.category];
     const shapes: string[] = [];
+    const row = lay.stages.get(op.stage)?.row ?? null;
+    if (row !== null) {
+      for (const [s, e] of union(op.starts_ns, op.ends_ns)) {
+        shapes.push(`<rect x="${x(s)}" y="${row}" width="${Math.max(0.8, x(e) - x(s))}" height="${LINE}" fill="${color}"/>`);
+      }
+      parts.push(`<g class="mv-op" data-i="${i}" data-key="${escapeHtml(op.key)}" data-category="${op.category}">${shapes.join("")}</g>`);
+      return;
+    }
     const rows = op.ranks.map((r, k) => ({ y: lay.y.get(r) as number, s: op.starts_ns[k], e: op.ends_ns[k] }));
     for (let k = 0; k < rows.length; k++) {
       const r = rows[k];
@@ -111,7 +157,8 @@ function hoverCard(op: MareyOp): Node[] {
 export async function jobMareyPage(ctx: PageContext): Promise<void> {
   const s = t.parallel.marey;
   const data = await get<JobMarey>("job/marey", { run: ctx.run, step: ctx.params.get("step") });
-  const lay = layout(data);
+  const folded = new Set<number>();
+  let lay = layout(data, folded);
   const full: [number, number] = [0, Math.max(1, data.span_ns)];
   let view: [number, number] = full;
   const box = h("div", { class: "pv-chart", "data-testid": "marey-box" });
@@ -174,8 +221,17 @@ export async function jobMareyPage(ctx: PageContext): Promise<void> {
     box.querySelector(".mv-brush")?.setAttribute("visibility", "hidden");
   });
   box.addEventListener("click", (e) => {
-    // a device's label or colour blocks (left of the timelines) open its rank
     const target = e.target as Element;
+    const header = target.closest?.(".mv-stage") as SVGElement | null;
+    if (header) {
+      // the stage tree: fold the stage's devices into one row (the union of each op), or unfold
+      const stage = Number(header.dataset.stage);
+      if (!folded.delete(stage)) folded.add(stage);
+      lay = layout(data, folded);
+      render();
+      return;
+    }
+    // a device's label or colour blocks (left of the timelines) open its rank
     const device = target.closest?.(".mv-device") as SVGGElement | null;
     if (device && target.tagName !== "line") window.location.hash = href("timeline", { run: ctx.run, rank: device.dataset.rank });
   });
