@@ -85,7 +85,13 @@ def test_the_overloaded_stage_paces_the_pipeline_and_the_light_stage_idles(
             if r["Type"] == "stage" and r["Index"] == str(stage["stage"]) and r["Step"] == data["step"]
         )  # fmt: skip
         assert stage["bubble_ns"] == pytest.approx(float(row["Bubble(us)"]) * 1000, abs=1)
-    assert light["bubble_ns"] > heavy["bubble_ns"]
+    # the light stage waits for the heavy one: over the profiled steps, its bubble is the larger
+    # (one step alone can be close on a loaded machine)
+    total = {0: 0, 1: 0}
+    for step in data["steps"]:
+        for stage in _get(client, "job/pipeline", run=PP_JOB, step=step)["stages"]:
+            total[stage["stage"]] += stage["bubble_ns"]
+    assert total[light["stage"]] > total[heavy["stage"]]
 
 
 def test_each_arrow_joins_a_send_to_its_receive_on_the_next_stage(client: TestClient) -> None:
@@ -117,8 +123,15 @@ def test_every_matched_op_has_one_interval_per_device_of_its_stage(client: TestC
     assert all(op["ranks"] == devices for op in data["ops"])
     collectives = [op for op in data["ops"] if op["category"] == "communication"]
     assert collectives
-    for op in collectives:  # the same all-reduce on both ranks overlaps in (aligned) time
-        assert max(op["starts_ns"]) < min(op["ends_ns"]), op
+    # every all-reduce of the step is one row, keyed by its matched instance, holding all of each
+    # rank's communication time of the step
+    assert all(op["name"] == "all_reduce" and op["key"].startswith("comm#") for op in collectives)
+    assert data["devices"][0]["communication_ns"] == sum(
+        e - s
+        for op in collectives
+        for r, s, e in zip(op["ranks"], op["starts_ns"], op["ends_ns"], strict=True)
+        if r == 0
+    )
     assert {op["category"] for op in data["ops"]} == {"compute", "communication"}
 
 
