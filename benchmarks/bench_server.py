@@ -374,6 +374,9 @@ JOB_ENDPOINTS: list[tuple[str, str, dict[str, Any]]] = [
     ("communication matrix", "/api/job/communication/matrix", {}),
     ("heatmaps", "/api/job/heatmaps", {}),
     ("time overview", "/api/job/time-overview", {}),
+    ("pipeline chart", "/api/job/pipeline", {}),
+    ("Marey view", "/api/job/marey", {}),
+    ("parallel strategy", "/api/job/strategy", {}),
 ]
 
 JOB_PAGES: list[tuple[str, str]] = [
@@ -386,6 +389,9 @@ JOB_PAGES: list[tuple[str, str]] = [
     ("job-comm", "[data-testid=comm-ranks] tbody tr"),
     ("job-matrix", "[data-testid=matrix-legend]"),
     ("job-findings", "[data-testid=findings-page] [data-testid=findings-counts]"),
+    ("job-strategy", "[data-testid=strategy-tree] .ps-rank"),
+    ("job-pipeline", "[data-testid=pp-chart]"),
+    ("job-marey", "[data-testid=marey-chart]"),
 ]
 PAGE_TIMEOUT_S = 30.0
 

@@ -439,6 +439,57 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/job/pipeline": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Job Pipeline */
+        get: operations["job_pipeline_api_job_pipeline_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/job/strategy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Job Strategy */
+        get: operations["job_strategy_api_job_strategy_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/job/marey": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Job Marey */
+        get: operations["job_marey_api_job_marey_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/run/findings": {
         parameters: {
             query?: never;
@@ -1669,6 +1720,37 @@ export interface components {
              */
             cells: components["schemas"]["HeatmapCell"][];
         };
+        /** JobMarey */
+        JobMarey: {
+            /** Run */
+            run: string;
+            /** Step */
+            step: string;
+            /** Steps */
+            steps: string[];
+            /** Span Ns */
+            span_ns: number;
+            /** Min Ns */
+            min_ns: number;
+            /** Limit */
+            limit: number;
+            /**
+             * Matched Ops
+             * @description ops of the step (matched across each stage's devices)
+             */
+            matched_ops: number;
+            /** Shown Ops */
+            shown_ops: number;
+            /**
+             * Hidden Ops
+             * @description ops left out: shorter than min_ns or beyond the limit per stage
+             */
+            hidden_ops: number;
+            /** Devices */
+            devices: components["schemas"]["MareyDevice"][];
+            /** Ops */
+            ops: components["schemas"]["MareyOp"][];
+        };
         /** JobOverview */
         JobOverview: {
             /** Run */
@@ -1725,6 +1807,34 @@ export interface components {
              * @description missing or duplicate ranks and other problems of the job
              */
             problems: string[];
+        };
+        /** JobPipeline */
+        JobPipeline: {
+            /** Run */
+            run: string;
+            /** Step */
+            step: string;
+            /** Steps */
+            steps: string[];
+            /**
+             * Span Ns
+             * @description first op start to last op end of the step, over all ranks
+             */
+            span_ns: number;
+            /**
+             * Has Blocks
+             * @description some stage recorded Forward/Backward micro-batch ranges
+             */
+            has_blocks: boolean;
+            /**
+             * Pacing Stage
+             * @description the stage with the most compute in its blocks
+             */
+            pacing_stage: number | null;
+            /** Stages */
+            stages: components["schemas"]["PipelineStage"][];
+            /** Arrows */
+            arrows: components["schemas"]["PipelineArrow"][];
         };
         /**
          * JobRank
@@ -1814,6 +1924,26 @@ export interface components {
              * @description ranks of the step (and stage) shown, over every page
              */
             ranks_total: number;
+        };
+        /** JobStrategy */
+        JobStrategy: {
+            /** Run */
+            run: string;
+            /**
+             * Modes
+             * @description modes the cluster analysis found (data, tensor, pipeline...)
+             */
+            modes: string[];
+            /** Evidence */
+            evidence: {
+                [key: string]: string[];
+            };
+            /** Problems */
+            problems: string[];
+            /** Max Duration Ns */
+            max_duration_ns: number;
+            /** Stages */
+            stages: components["schemas"]["StrategyStage"][];
         };
         /** JobTimeOverview */
         JobTimeOverview: {
@@ -1953,6 +2083,57 @@ export interface components {
             id: number[];
             /** Count */
             count: number[];
+        };
+        /** MareyDevice */
+        MareyDevice: {
+            /** Rank */
+            rank: number;
+            /** Stage */
+            stage: number;
+            /** Ops */
+            ops: number;
+            /** Compute Ns */
+            compute_ns: number;
+            /** Communication Ns */
+            communication_ns: number;
+            /** End Ns */
+            end_ns: number;
+            /** Flops Of Max */
+            flops_of_max?: number | null;
+            /** Peak Share */
+            peak_share?: number | null;
+            /** Peak Of Max */
+            peak_of_max?: number | null;
+        };
+        /**
+         * MareyOp
+         * @description One op of a stage matched across its devices: one interval per device (ns from the step start).
+         */
+        MareyOp: {
+            /** Stage */
+            stage: number;
+            /**
+             * Key
+             * @description what matches it: "comm#<instance>", "<name>#<k-th of that name in step>"
+             */
+            key: string;
+            /** Name */
+            name: string;
+            /**
+             * Category
+             * @enum {string}
+             */
+            category: "compute" | "communication";
+            /** Order */
+            order: number;
+            /** Longest Ns */
+            longest_ns: number;
+            /** Ranks */
+            ranks: number[];
+            /** Starts Ns */
+            starts_ns: number[];
+            /** Ends Ns */
+            ends_ns: number[];
         };
         /**
          * MatrixCells
@@ -2188,6 +2369,26 @@ export interface components {
             warnings: string[];
         };
         /**
+         * PipelineArrow
+         * @description A send and the receive it was matched with, between two stages.
+         */
+        PipelineArrow: {
+            /** Instance */
+            instance: number;
+            /** Src Rank */
+            src_rank: number;
+            /** Src Stage */
+            src_stage: number;
+            /** Dst Rank */
+            dst_rank: number;
+            /** Dst Stage */
+            dst_stage: number;
+            /** Send Start Ns */
+            send_start_ns: number;
+            /** Recv End Ns */
+            recv_end_ns: number;
+        };
+        /**
          * PipelineBalance
          * @description The cluster analysis's verdict on how evenly the pipeline stages are loaded.
          */
@@ -2204,6 +2405,90 @@ export interface components {
              * @description the stage that computes the longest
              */
             slowest_stage: number | null;
+        };
+        /**
+         * PipelineBlock
+         * @description A Forward/Backward range of one micro-batch on a stage (ns from the step's first op).
+         */
+        PipelineBlock: {
+            /** Rank */
+            rank: number;
+            /** Stage */
+            stage: number;
+            /**
+             * Phase
+             * @enum {string}
+             */
+            phase: "forward" | "backward";
+            /** Micro Batch */
+            micro_batch: number;
+            /** Start Ns */
+            start_ns: number;
+            /** End Ns */
+            end_ns: number;
+            /**
+             * Compute Ns
+             * @description time of the compute ops inside the block (its waits excluded)
+             */
+            compute_ns: number;
+        };
+        /** PipelineP2P */
+        PipelineP2P: {
+            /** Rank */
+            rank: number;
+            /** Stage */
+            stage: number;
+            /** Name */
+            name: string;
+            /**
+             * Instance
+             * @description matched instance (one id on a send and its receive); -1 unmatched
+             */
+            instance: number;
+            /** Peer */
+            peer: number;
+            /** Start Ns */
+            start_ns: number;
+            /** End Ns */
+            end_ns: number;
+        };
+        /** PipelineStage */
+        PipelineStage: {
+            /** Stage */
+            stage: number;
+            /**
+             * Rank
+             * @description the stage's rank drawn (its lowest)
+             */
+            rank: number;
+            /** Ranks */
+            ranks: number[];
+            /** Blocks */
+            blocks: components["schemas"]["PipelineBlock"][];
+            /** P2P */
+            p2p: components["schemas"]["PipelineP2P"][];
+            /**
+             * Compute Ns
+             * @description sum of the blocks' compute_ns
+             */
+            compute_ns: number;
+            /**
+             * Idle Ns
+             * @description the step's span less compute_ns: the stage's bubble as drawn
+             */
+            idle_ns: number;
+            /** Idle Share */
+            idle_share: number | null;
+            /**
+             * Bubble Ns
+             * @description the cluster step trace's bubble of this stage and step
+             */
+            bubble_ns: number | null;
+            /**
+             * Step Ns
+             * @description the cluster step trace's step time of this stage
+             */
+            step_ns: number | null;
         };
         /** PointCandidate */
         PointCandidate: {
@@ -2603,6 +2888,54 @@ export interface components {
              * @description host ops in the steps, by median start
              */
             point_candidates: components["schemas"]["PointCandidate"][];
+        };
+        /** StrategyRank */
+        StrategyRank: {
+            /** Rank */
+            rank: number;
+            /** Stage */
+            stage: number | null;
+            /** Host */
+            host: string | null;
+            /**
+             * Duration Ns
+             * @description the rank's average step time (cluster step trace)
+             */
+            duration_ns: number | null;
+            /** Slow */
+            slow: boolean;
+            /**
+             * Data Group
+             * @description its data-parallel group (index in groups.data)
+             */
+            data_group: number | null;
+            /**
+             * Tensor Group
+             * @description its tensor-parallel group (index in groups.tensor)
+             */
+            tensor_group: number | null;
+        };
+        /** StrategyReplica */
+        StrategyReplica: {
+            /**
+             * Tensor Group
+             * @description the tensor-parallel group of this replica; null: one rank
+             */
+            tensor_group: number | null;
+            /** Ranks */
+            ranks: components["schemas"]["StrategyRank"][];
+        };
+        /** StrategyStage */
+        StrategyStage: {
+            /** Stage */
+            stage: number;
+            /**
+             * Duration Ns
+             * @description the longest average step time of its ranks
+             */
+            duration_ns: number;
+            /** Replicas */
+            replicas: components["schemas"]["StrategyReplica"][];
         };
         /** TimeOverviewSeries */
         TimeOverviewSeries: {
@@ -4280,6 +4613,191 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CommMatrix"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    job_pipeline_api_job_pipeline_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+                /** @description a step number; default the second profiled */
+                step?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobPipeline"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    job_strategy_api_job_strategy_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobStrategy"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    job_marey_api_job_marey_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+                /** @description a step number; default the second profiled */
+                step?: string | null;
+                /** @description ops shorter on every device are hidden */
+                min_ns?: number;
+                /** @description longest ops kept per stage */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobMarey"];
                 };
             };
             /** @description parameters that contradict each other */

@@ -16,6 +16,9 @@ import { findingsPage, jobFindingsPage } from "./pages/findings";
 import { jobStepsPage } from "./pages/job-steps";
 import { jobHeatmapsPage } from "./pages/job-heatmaps";
 import { jobTimePage } from "./pages/job-time";
+import { jobMareyPage } from "./pages/job-marey";
+import { jobPipelinePage } from "./pages/job-pipeline";
+import { jobStrategyPage } from "./pages/job-strategy";
 import { jobCommPage } from "./pages/job-comm";
 import { jobMatrixPage } from "./pages/job-matrix";
 import { memoryPage } from "./pages/memory";
@@ -34,6 +37,9 @@ const PAGES: Record<Exclude<PageName, "runs" | "compare">, (ctx: PageContext) =>
   "job-findings": jobFindingsPage,
   "job-time": jobTimePage,
   "job-heatmaps": jobHeatmapsPage,
+  "job-strategy": jobStrategyPage,
+  "job-pipeline": jobPipelinePage,
+  "job-marey": jobMareyPage,
   "job-comm": jobCommPage,
   "job-matrix": jobMatrixPage,
   overview: overviewPage,

@@ -14,6 +14,9 @@ export type PageName =
   | "job-heatmaps"
   | "job-comm"
   | "job-matrix"
+  | "job-strategy"
+  | "job-pipeline"
+  | "job-marey"
   | "overview"
   | "findings"
   | "steps"
@@ -26,7 +29,9 @@ export type PageName =
 export const RUN_PAGES: PageName[] = ["overview", "findings", "steps", "operators", "memory", "data", "timeline"];
 /** The pages of a job as a whole (runs of several ranks): a job opens on the first. */
 export const JOB_PAGES: PageName[] = [
-  "job", "job-steps", "job-time", "job-comm", "job-matrix", "job-heatmaps", "job-findings", "job-compare",
+  "job", "job-steps", "job-time", "job-comm", "job-matrix", "job-heatmaps", "job-strategy", "job-pipeline",
+  "job-marey",
+  "job-findings", "job-compare",
 ];
 
 export interface Route {

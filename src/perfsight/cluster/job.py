@@ -17,7 +17,17 @@ from typing import Any
 
 import pandas as pd
 
-from perfsight.cluster import alignment, discovery, matching, matrix, op_time, parallel, slow, step_trace
+from perfsight.cluster import (
+    alignment,
+    discovery,
+    execution,
+    matching,
+    matrix,
+    op_time,
+    parallel,
+    slow,
+    step_trace,
+)
 from perfsight.cluster.rank import RankTask, run_rank
 from perfsight.engine import Executor, make_executor
 from perfsight.pipeline import Options, OutputError
@@ -58,6 +68,7 @@ class ClusterResult:
     pipeline: dict[str, Any]
     resources: pd.DataFrame
     executor: str
+    step_ops: pd.DataFrame | None = None  # every rank's ops per step, matched (cluster.execution)
     output_root: Path | None = None
     per_rank_outputs: bool = False  # whether ``rank<N>/`` folders were written under output_root
 
@@ -179,6 +190,7 @@ def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "ser
         pipeline=slow.pipeline_balance(stage_avgs, flops_by_stage.to_dict()),
         resources=resources,
         executor=executor,
+        step_ops=execution.step_ops(digests, matched, aligned, stage_of),
     )
 
 
@@ -201,6 +213,8 @@ def write_cluster_outputs(result: ClusterResult, out: str | Path) -> Path:
         cluster_csv.write_table(folder / "slow_link.csv", result.slow_links)
         cluster_csv.write_table(folder / "cluster_resources.csv", result.resources)
         write_communication_matrix(folder / "communication_matrix.json", result.matrix)
+        if result.step_ops is not None:
+            result.step_ops.to_parquet(folder / execution.OUTPUT_FILE, index=False)
         doc = summary.cluster_summary(result)
         summary.write_json(folder / "cluster_summary.json", doc)
         advisor.write_advisor_json(folder / advisor.ADVISOR_JSON, doc["findings"], "job")

@@ -160,6 +160,7 @@ def run_rank(item: RankInput, task: RankTask) -> RankDigest | RankFailure:
     Runs in a worker process or on a Dask worker, so it returns plain data: a digest, or a failure
     that names the input and what is wrong with it.
     """
+    from perfsight.analysis.step_ops import step_ops
     from perfsight.ingest import TraceReadError, read_trace
     from perfsight.pipeline import ANALYSES, analyse_and_write
 
@@ -184,6 +185,7 @@ def run_rank(item: RankInput, task: RankTask) -> RankDigest | RankFailure:
         from perfsight.summary import rank_summary
 
         summary = rank_summary(result)
+    tables["step_ops"] = step_ops(trace)  # the parallel-execution views' ops (perfsight.cluster.execution)
     return RankDigest(
         source=item.trace,
         meta=trace.meta,

@@ -27,6 +27,7 @@ from perfsight.server import (
     job_comm,
     job_matrix,
     job_pages,
+    job_parallel,
     job_views,
     models,
     pages,
@@ -56,6 +57,9 @@ StepParam = Annotated[int | None, Query(ge=-1, le=2**31 - 1)]
 OpName = Annotated[str | None, Query(max_length=10_000, description="an op's exact name (FP/BP point)")]
 RanksParam = Annotated[str | None, Query(max_length=20_000, description="ranks shown: N,N,... (default all)")]
 CommStep = Annotated[str, Query(description='"all" or a step number', max_length=32)]
+ParallelStep = Annotated[
+    str | None, Query(description="a step number; default the second profiled", max_length=32)
+]
 CommRankFilter = Annotated[int | None, Query(ge=0, le=1_000_000)]
 CommText = Annotated[str | None, Query(max_length=1000)]
 RankOffset = Annotated[int, Query(ge=0, le=job_pages.ALL_RANKS, description="first rank row of the page")]
@@ -511,6 +515,29 @@ def create_app(
             run, root, saved, metric=metric, step=step, op=op, group=group, cells=cells,
             src_lo=src_lo, src_hi=src_hi, dst_lo=dst_lo, dst_hi=dst_hi,
         ))  # fmt: skip
+
+    # parallel execution views: pipeline chart and Marey view (logic in job_parallel)
+    MAREY_LIMIT = job_parallel.MAREY_LIMIT
+
+    @app.get("/api/job/pipeline", **documented(models.JobPipeline))
+    def job_pipeline(run: RunParam, step: ParallelStep = None) -> Response:
+        root, saved = job_source(run)
+        return fast_json(job_parallel.pipeline(run, root, saved, step))
+
+    @app.get("/api/job/strategy", response_model=models.JobStrategy, responses=ERRORS)
+    def job_strategy(run: RunParam) -> dict:
+        root, saved = job_source(run)
+        return job_parallel.strategy(run, root, saved)
+
+    @app.get("/api/job/marey", **documented(models.JobMarey))
+    def job_marey(
+        run: RunParam,
+        step: ParallelStep = None,
+        min_ns: Annotated[int, Query(ge=0, description="ops shorter on every device are hidden")] = 0,
+        limit: Annotated[int, Query(ge=1, le=5000, description="longest ops kept per stage")] = MAREY_LIMIT,
+    ) -> Response:
+        root, saved = job_source(run)
+        return fast_json(job_parallel.marey(run, root, saved, step, min_ns, limit))
 
     @app.get("/api/run/findings", response_model=models.Findings, responses=ERRORS)
     def run_findings(run: RunParam, rank: RankParam = None) -> dict:

@@ -1063,3 +1063,132 @@ class DataPrep(BaseModel):
     ranks: list[DataRankWait] = Field(
         description="every captured rank of a job, to compare (empty: one rank)"
     )
+
+
+# ------------------------------------------------------------- parallel execution views (seed 000)
+class PipelineBlock(BaseModel):
+    """A Forward/Backward range of one micro-batch on a stage (ns from the step's first op)."""
+
+    rank: int
+    stage: int
+    phase: Literal["forward", "backward"]
+    micro_batch: int
+    start_ns: int
+    end_ns: int
+    compute_ns: int = Field(description="time of the compute ops inside the block (its waits excluded)")
+
+
+class PipelineP2P(BaseModel):
+    rank: int
+    stage: int
+    name: str
+    instance: int = Field(description="matched instance (one id on a send and its receive); -1 unmatched")
+    peer: int
+    start_ns: int
+    end_ns: int
+
+
+class PipelineArrow(BaseModel):
+    """A send and the receive it was matched with, between two stages."""
+
+    instance: int
+    src_rank: int
+    src_stage: int
+    dst_rank: int
+    dst_stage: int
+    send_start_ns: int
+    recv_end_ns: int
+
+
+class PipelineStage(BaseModel):
+    stage: int
+    rank: int = Field(description="the stage's rank drawn (its lowest)")
+    ranks: list[int]
+    blocks: list[PipelineBlock]
+    p2p: list[PipelineP2P]
+    compute_ns: int = Field(description="sum of the blocks' compute_ns")
+    idle_ns: int = Field(description="the step's span less compute_ns: the stage's bubble as drawn")
+    idle_share: float | None
+    bubble_ns: int | None = Field(description="the cluster step trace's bubble of this stage and step")
+    step_ns: int | None = Field(description="the cluster step trace's step time of this stage")
+
+
+class JobPipeline(BaseModel):
+    run: str
+    step: str
+    steps: list[str]
+    span_ns: int = Field(description="first op start to last op end of the step, over all ranks")
+    has_blocks: bool = Field(description="some stage recorded Forward/Backward micro-batch ranges")
+    pacing_stage: int | None = Field(description="the stage with the most compute in its blocks")
+    stages: list[PipelineStage]
+    arrows: list[PipelineArrow]
+
+
+class MareyDevice(BaseModel):
+    rank: int
+    stage: int
+    ops: int
+    compute_ns: int
+    communication_ns: int
+    end_ns: int
+    flops_of_max: float | None = None
+    peak_share: float | None = None
+    peak_of_max: float | None = None
+
+
+class MareyOp(BaseModel):
+    """One op of a stage matched across its devices: one interval per device (ns from the step start)."""
+
+    stage: int
+    key: str = Field(description='what matches it: "comm#<instance>", "<name>#<k-th of that name in step>"')
+    name: str
+    category: Literal["compute", "communication"]
+    order: int
+    longest_ns: int
+    ranks: list[int]
+    starts_ns: list[int]
+    ends_ns: list[int]
+
+
+class JobMarey(BaseModel):
+    run: str
+    step: str
+    steps: list[str]
+    span_ns: int
+    min_ns: int
+    limit: int
+    matched_ops: int = Field(description="ops of the step (matched across each stage's devices)")
+    shown_ops: int
+    hidden_ops: int = Field(description="ops left out: shorter than min_ns or beyond the limit per stage")
+    devices: list[MareyDevice]
+    ops: list[MareyOp]
+
+
+class StrategyRank(BaseModel):
+    rank: int
+    stage: int | None
+    host: str | None
+    duration_ns: int | None = Field(description="the rank's average step time (cluster step trace)")
+    slow: bool
+    data_group: int | None = Field(description="its data-parallel group (index in groups.data)")
+    tensor_group: int | None = Field(description="its tensor-parallel group (index in groups.tensor)")
+
+
+class StrategyReplica(BaseModel):
+    tensor_group: int | None = Field(description="the tensor-parallel group of this replica; null: one rank")
+    ranks: list[StrategyRank]
+
+
+class StrategyStage(BaseModel):
+    stage: int
+    duration_ns: int = Field(description="the longest average step time of its ranks")
+    replicas: list[StrategyReplica]
+
+
+class JobStrategy(BaseModel):
+    run: str
+    modes: list[str] = Field(description="modes the cluster analysis found (data, tensor, pipeline...)")
+    evidence: dict[str, list[str]]
+    problems: list[str]
+    max_duration_ns: int
+    stages: list[StrategyStage]

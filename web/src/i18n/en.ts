@@ -5,6 +5,7 @@
 
 import { jobViewsEn } from "./job-views";
 import { commEn } from "./comm";
+import { parallelEn } from "./parallel";
 
 export const en = {
   appName: "perfsight",
@@ -55,6 +56,7 @@ export const en = {
     "job-findings": "Job findings",
     "job-compare": "Card comparison",
     ...jobViewsEn.nav,
+    ...parallelEn.nav,
     "job-comm": "Communication",
     "job-matrix": "Communication matrix",
     overview: "Overview",
@@ -418,6 +420,7 @@ export const en = {
       collate: "Collate (ms)",
     },
   },
+  parallel: parallelEn,
 
   table: {
     page: "Page",

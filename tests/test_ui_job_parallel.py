@@ -1,0 +1,181 @@
+"""The pipeline chart and the Marey view in a real Chromium, on `make demo`'s real jobs.
+
+What a user reads off the pages is asserted on the rendered DOM against the API the pages are
+built from (itself checked against the cluster analysis in tests/test_server_job_parallel.py):
+the overloaded stage named as the pacing stage with the longer blocks, a hover that names an op
+and its times on each device, a brush that zooms and a double-click that resets, a click on a
+device that opens its rank.  Screenshots at 1600x1000 go to ``PERFSIGHT_SHOTS`` when it is set.
+"""
+
+# ruff: noqa: F811 - the fixtures imported from _ui are redefined as test parameters, as pytest intends
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _jobs import DDP_JOB, OVERLOADED_STAGE, PP_JOB, SLOW_RANK, STRAGGLER_JOB, demo_base
+from _ui import Server, Watched, need_browser, own_server_browser, watched_page  # noqa: F401 - fixture
+
+
+@pytest.fixture(scope="module")
+def jobs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    need_browser()
+    folder = tmp_path_factory.mktemp("ui-parallel") / "demo_output"
+    server = Server(demo_base(tmp_path_factory, folder, straggler=True))
+    try:
+        for run in (DDP_JOB, PP_JOB, STRAGGLER_JOB):
+            server.wait_ready(run, timeout_s=300)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def page(own_server_browser: Any, jobs_server: Server) -> Iterator[Watched]:
+    with watched_page(own_server_browser) as watched:
+        yield watched
+
+
+def _shot(p: Any, name: str) -> None:
+    if folder := os.environ.get("PERFSIGHT_SHOTS"):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        p.screenshot(path=str(Path(folder) / f"{name}.png"))
+
+
+def test_the_pipeline_chart_names_the_overloaded_stage_and_draws_its_longer_blocks(
+    page: Watched, jobs_server: Server
+) -> None:
+    p = page.page
+    p.goto(jobs_server.page_url("job-pipeline", PP_JOB))
+    p.wait_for_selector('[data-testid="pp-chart"] .pp-block')
+    api = jobs_server.get("job/pipeline", run=PP_JOB)
+    assert p.locator('[data-testid="pp-pacing"]').get_attribute("data-stage") == str(OVERLOADED_STAGE)
+    assert p.locator('[data-testid="pp-pacing"]').inner_text().startswith(f"Stage {OVERLOADED_STAGE} paces")
+    assert p.locator('[data-testid="pp-idlest"]').get_attribute("data-stage") == str(1 - OVERLOADED_STAGE)
+    width: dict[int, float] = {}
+    for stage in api["stages"]:
+        blocks = p.locator(f'[data-testid="pp-stage-{stage["stage"]}"] .pp-block')
+        assert blocks.count() == len(stage["blocks"])
+        drawn = [float(b.locator("rect").get_attribute("width")) for b in blocks.all()]
+        width[stage["stage"]] = sum(drawn)
+    assert width[OVERLOADED_STAGE] > width[1 - OVERLOADED_STAGE]  # the busy stage's blocks are longer
+    assert p.locator('[data-testid="pp-chart"] .pp-arrow').count() == len(api["arrows"])
+    assert p.locator('[data-testid="pp-table"] tbody tr').count() == len(api["stages"])
+    _shot(p, "pipeline")
+    assert not page.errors
+
+
+def test_a_step_picked_on_the_pipeline_chart_travels_in_the_url(page: Watched, jobs_server: Server) -> None:
+    p = page.page
+    p.goto(jobs_server.page_url("job-pipeline", PP_JOB))
+    picker = p.locator('[data-testid="parallel-step"]')
+    picker.wait_for()
+    steps = jobs_server.get("job/pipeline", run=PP_JOB)["steps"]
+    picker.select_option(steps[-1])
+    p.wait_for_url(f"**step={steps[-1]}**")
+    p.wait_for_selector(f'[data-testid="card-pipeline"] h2:has-text("step {steps[-1]}")')
+    p.locator('.tabs a[href*="job-marey"]').first.click()  # the step goes along to the Marey view
+    p.wait_for_selector('[data-testid="marey-chart"]')
+    assert f"step {steps[-1]}" in p.locator('[data-testid="card-marey"]').inner_text()
+    assert not page.errors
+
+
+def test_the_marey_view_joins_each_op_across_devices_and_shows_its_times_on_hover(
+    page: Watched, jobs_server: Server
+) -> None:
+    p = page.page
+    p.goto(jobs_server.page_url("job-marey", STRAGGLER_JOB))
+    p.wait_for_selector('[data-testid="marey-chart"] .mv-op')
+    api = jobs_server.get("job/marey", run=STRAGGLER_JOB)
+    assert p.locator('[data-testid="marey-chart"] .mv-device').count() == len(api["devices"])
+    assert p.locator('[data-testid="marey-chart"] .mv-op').count() == len(api["ops"])
+    shared = [op for op in api["ops"] if len(op["ranks"]) == len(api["devices"])]
+    assert shared  # each drawn as one interval per device joined by a band between the rows
+    for op in shared[:5]:
+        g = p.locator(f'.mv-op[data-key="{op["key"]}"]')
+        assert (
+            g.locator("rect").count() == len(op["ranks"])
+            and g.locator("polygon").count() == len(op["ranks"]) - 1
+        )
+    assert str(api["shown_ops"]) in p.locator('[data-testid="marey-shown"]').inner_text()
+    # hover the longest all-reduce: its name and one line per device
+    comm = max(
+        (op for op in api["ops"] if op["category"] == "communication"), key=lambda op: op["longest_ns"]
+    )
+    p.locator(f'.mv-op[data-key="{comm["key"]}"] rect').first.hover(force=True)
+    card = p.locator('[data-testid="marey-card"]')
+    card.wait_for(state="visible")
+    assert card.inner_text().startswith(comm["name"])
+    assert card.locator("[data-rank]").count() == len(comm["ranks"])
+    _shot(p, "marey")
+    assert not page.errors
+
+
+def test_brush_zooms_the_marey_view_and_double_click_resets_it(page: Watched, jobs_server: Server) -> None:
+    p = page.page
+    p.goto(jobs_server.page_url("job-marey", DDP_JOB))
+    p.wait_for_selector('[data-testid="marey-chart"] .mv-op')
+    box = p.locator('[data-testid="marey-box"]')
+    full = (int(box.get_attribute("data-view-start")), int(box.get_attribute("data-view-end")))
+    area = p.locator('[data-testid="marey-chart"]').bounding_box()
+    y = area["y"] + area["height"] / 2
+    p.mouse.move(area["x"] + area["width"] * 0.4, y)
+    p.mouse.down()
+    p.mouse.move(area["x"] + area["width"] * 0.6, y, steps=5)
+    p.mouse.up()
+    zoomed = (int(box.get_attribute("data-view-start")), int(box.get_attribute("data-view-end")))
+    assert full[0] < zoomed[0] < zoomed[1] < full[1]
+    assert zoomed[1] - zoomed[0] < (full[1] - full[0]) / 3
+    box.dblclick(position={"x": area["width"] * 0.5, "y": 5})
+    assert (int(box.get_attribute("data-view-start")), int(box.get_attribute("data-view-end"))) == full
+    assert not page.errors
+
+
+def test_a_click_on_a_device_opens_its_rank(page: Watched, jobs_server: Server) -> None:
+    p = page.page
+    p.goto(jobs_server.page_url("job-marey", STRAGGLER_JOB))
+    p.wait_for_selector('[data-testid="marey-chart"] .mv-device')
+    p.locator(f'.mv-device[data-rank="{SLOW_RANK}"] text').click()
+    p.wait_for_url(f"**#/timeline?**rank={SLOW_RANK}**")
+    assert not page.errors
+
+
+def test_the_strategy_tree_lists_every_rank_and_opens_one(page: Watched, jobs_server: Server) -> None:
+    p = page.page
+    p.goto(jobs_server.page_url("job-strategy", PP_JOB))
+    p.wait_for_selector('[data-testid="strategy-tree"] .ps-rank')
+    api = jobs_server.get("job/strategy", run=PP_JOB)
+    assert p.locator(".ps-stage").count() == len(api["stages"])
+    assert p.locator(".ps-rank").count() == sum(
+        len(rep["ranks"]) for s in api["stages"] for rep in s["replicas"]
+    )
+    assert "pipeline" in p.locator('[data-testid="strategy-modes"]').inner_text()
+    _shot(p, "strategy")
+    p.locator('.ps-rank[data-rank="1"] a').click()
+    p.wait_for_url("**#/overview?**rank=1**")
+    assert not page.errors
+
+
+def test_a_stage_folds_into_one_row_of_each_ops_union_and_unfolds(page: Watched, jobs_server: Server) -> None:
+    p = page.page
+    p.goto(jobs_server.page_url("job-marey", STRAGGLER_JOB))
+    p.wait_for_selector('[data-testid="marey-chart"] .mv-device')
+    api = jobs_server.get("job/marey", run=STRAGGLER_JOB)
+    p.locator('.mv-stage[data-stage="0"]').click()
+    p.wait_for_selector('.mv-stage-row[data-stage="0"]', state="attached")
+    assert p.locator(".mv-device").count() == 0
+    assert f"{len(api['devices'])} devices" in p.locator('.mv-stage[data-stage="0"]').text_content()
+    # the all-reduce both ranks ran at once is one span on the folded row: first start to last end
+    first = min(
+        (op for op in api["ops"] if op["category"] == "communication"), key=lambda op: min(op["starts_ns"])
+    )
+    assert p.locator(f'.mv-op[data-key="{first["key"]}"] rect').count() == 1
+    assert p.locator(f'.mv-op[data-key="{first["key"]}"] polygon').count() == 0
+    p.locator('.mv-stage[data-stage="0"]').click()
+    p.wait_for_selector(".mv-device")
+    assert p.locator(".mv-device").count() == len(api["devices"])
+    assert not page.errors
