@@ -162,20 +162,27 @@ async function render(): Promise<void> {
     const jobPage = JOB_PAGES.includes(route.page);
     // a job of several ranks opens on its job pages; its rank pages follow, for the chosen rank
     const pages = (jobRun ? [...JOB_PAGES, ...RUN_PAGES] : RUN_PAGES).filter((p) => !report || report.pages.includes(p));
+    const tab = (page: PageName) =>
+      h(
+        "a",
+        {
+          // a step chosen on a job page (the time overview) carries to the other job pages
+          href: JOB_PAGES.includes(page) ? href(page, { run, step: route.params.get("step") }) : link(page),
+          class: page === route.page ? "active" : "",
+          "data-page": page,
+        },
+        t.nav[page as keyof typeof t.nav] as string,
+      );
+    // a job's tabs in two rows, each named: the job's pages, then the chosen rank's
+    const group = (name: string, label: string, list: PageName[]) =>
+      h("div", { class: "tab-group", "data-group": name }, h("span", { class: "tab-label" }, label), list.map(tab));
+    const jobTabs = pages.filter((p) => JOB_PAGES.includes(p));
+    const rankTabs = pages.filter((p) => !JOB_PAGES.includes(p));
     replace(
       tabs,
-      pages.map((page) =>
-        h(
-          "a",
-          {
-            // a step chosen on a job page (the time overview) carries to the other job pages
-            href: JOB_PAGES.includes(page) ? href(page, { run, step: route.params.get("step") }) : link(page),
-            class: `${page === route.page ? "active" : ""}${page === JOB_PAGES[JOB_PAGES.length - 1] && jobRun ? " tab-sep" : ""}`,
-            "data-page": page,
-          },
-          t.nav[page as keyof typeof t.nav] as string,
-        ),
-      ),
+      jobRun && jobTabs.length
+        ? [group("job", t.nav.jobGroup, jobTabs), group("rank", `${t.nav.rank} ${rank}`, rankTabs)]
+        : rankTabs.map(tab),
     );
     replace(rankSelect, ranks.map((r) => h("option", { value: r, selected: r === rank }, `${t.nav.rank} ${r}`)));
     rankSelect.hidden = ranks.length < 2 || jobPage;

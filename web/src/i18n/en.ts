@@ -51,6 +51,7 @@ export const en = {
   },
 
   nav: {
+    jobGroup: "Job",
     job: "Job overview",
     "job-steps": "Cluster step trace",
     "job-findings": "Job findings",
