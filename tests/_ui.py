@@ -307,3 +307,32 @@ def ui_page(ui_browser: Any) -> Iterator[Watched]:
         yield watched
     finally:
         context.close()
+
+
+@contextlib.contextmanager
+def served_demo(factory: Any, name: str, runs: tuple[str, ...], straggler: bool = False) -> Iterator[Server]:
+    """A real ``perfsight serve`` of `make demo`'s jobs (tests/_jobs.py: the DDP job, the pipeline
+    job, and with ``straggler`` the job with a slowed rank), each of ``runs`` analysed before the
+    tests start; stopped afterwards.  One place for the job-page test modules' server fixture."""
+    from _jobs import demo_base
+
+    need_browser()
+    server = Server(demo_base(factory, factory.mktemp(name) / "demo_output", straggler=straggler))
+    try:
+        for run in runs:
+            server.wait_ready(run, timeout_s=300)
+        yield server
+    finally:
+        server.stop()
+
+
+def column(page: Any, rows: str, index: int) -> list[str]:
+    """The text of column ``index`` in every row matched by ``rows``."""
+    return [row.locator("td").nth(index).inner_text() for row in page.locator(rows).all()]
+
+
+def sort_by(page: Any, testid: str, label: str, arrow: str) -> None:
+    """Click the column header ``label`` and wait until the table shows rows sorted ``arrow``."""
+    page.locator(f'[data-testid="{testid}"] th', has_text=label).first.click()
+    page.wait_for_selector(f'[data-testid="{testid}"] th:has-text("{label}"):has-text("{arrow}")')
+    page.wait_for_selector(f'[data-testid="{testid}"]:not([aria-busy])')

@@ -38,12 +38,14 @@ def client(base: Path, cache: Path) -> TestClient:
 
 
 def _cluster_file(base: Path, cache: Path, run: str, name: str) -> Path:
-    """The job's own analysis file: the CLI's (``analysis/``, the DDP job) or the server's (its cache)."""
-    if run == DDP_JOB:
-        return base / "analysis" / "cluster_analysis_output" / name
-    found = sorted(cache.rglob(f"cluster_analysis_output/{name}"))
-    assert len(found) == 1, found  # only the pipeline job was analysed by the server
-    return found[0]
+    """The job's own analysis file: the server's (in its cache, in a folder named after the run)
+    when it analysed the job itself, else the CLI's (``analysis/``, the DDP job)."""
+    found = sorted(cache.rglob(f"{run}-*/cluster_analysis_output/{name}"))
+    assert len(found) <= 1, found
+    if found:
+        return found[0]
+    assert run == DDP_JOB, f"the server did not analyse {run}"
+    return base / "analysis" / "cluster_analysis_output" / name
 
 
 def _csv(path: Path) -> list[dict[str, str]]:

@@ -11,23 +11,16 @@ from typing import Any
 
 import pytest
 
-from _jobs import DDP_JOB, SLOW_RANK, STRAGGLER_JOB, demo_base
-from _ui import Server, Watched, need_browser, own_server_browser, watched_page  # noqa: F401 - fixture
+from _jobs import DDP_JOB, SLOW_RANK, STRAGGLER_JOB
+from _ui import Server, Watched, own_server_browser, served_demo, watched_page  # noqa: F401 - fixture
 
 OPERATOR_ROWS = '[data-testid="compare-table-operators"] tbody tr'
 
 
 @pytest.fixture(scope="module")
 def jobs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    need_browser()
-    base = demo_base(tmp_path_factory, tmp_path_factory.mktemp("ui-compare") / "demo_output", straggler=True)
-    server = Server(base)
-    try:
-        for run in (DDP_JOB, STRAGGLER_JOB):
-            server.wait_ready(run, timeout_s=300)
+    with served_demo(tmp_path_factory, "ui-compare", (DDP_JOB, STRAGGLER_JOB), straggler=True) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -13,8 +13,17 @@ from typing import Any
 
 import pytest
 
-from _jobs import DDP_JOB, PP_JOB, demo_base
-from _ui import Server, Watched, fmt_ms, need_browser, own_server_browser, watched_page  # noqa: F401 - fixture
+from _jobs import DDP_JOB, PP_JOB
+from _ui import (  # noqa: F401 - fixture
+    Server,
+    Watched,
+    column,
+    fmt_ms,
+    own_server_browser,
+    served_demo,
+    sort_by,
+    watched_page,
+)
 
 RANK_ROWS = '[data-testid="comm-ranks"] tbody tr'
 LINK_ROWS = '[data-testid="comm-links"] tbody tr'
@@ -24,32 +33,14 @@ DIALOG_ROWS = '[data-testid="rank-links"] tbody tr'
 
 @pytest.fixture(scope="module")
 def jobs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    need_browser()
-    base = demo_base(tmp_path_factory, tmp_path_factory.mktemp("ui-comm") / "demo_output")
-    server = Server(base)
-    try:
-        for run in (DDP_JOB, PP_JOB):
-            server.wait_ready(run, timeout_s=300)
+    with served_demo(tmp_path_factory, "ui-comm", (DDP_JOB, PP_JOB)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
 def page(own_server_browser: Any, jobs_server: Server) -> Iterator[Watched]:
     with watched_page(own_server_browser) as watched:
         yield watched
-
-
-def _column(page: Any, rows: str, index: int) -> list[str]:
-    return [row.locator("td").nth(index).inner_text() for row in page.locator(rows).all()]
-
-
-def _sort_by(page: Any, testid: str, label: str, arrow: str) -> None:
-    """Click the column header ``label`` and wait until the table shows rows sorted ``arrow``."""
-    page.locator(f'[data-testid="{testid}"] th', has_text=label).first.click()
-    page.wait_for_selector(f'[data-testid="{testid}"] th:has-text("{label}"):has-text("{arrow}")')
-    page.wait_for_selector(f'[data-testid="{testid}"]:not([aria-busy])')
 
 
 def _wait_rows(page: Any, rows: str, n: int) -> None:
@@ -72,14 +63,14 @@ def test_each_ranks_communication_and_wait_time_show_and_sort(
     # by default the longest communication time first; each row shows the API's numbers
     elapse = {r["rank"]: r for r in api}
     order = sorted(elapse, key=lambda r: (-elapse[r]["elapse_ns"], r))
-    assert [int(x) for x in _column(p, RANK_ROWS, 0)] == order
-    assert _column(p, RANK_ROWS, 5) == [fmt_ms(elapse[r]["wait_ns"]) for r in order]
+    assert [int(x) for x in column(p, RANK_ROWS, 0)] == order
+    assert column(p, RANK_ROWS, 5) == [fmt_ms(elapse[r]["wait_ns"]) for r in order]
     # sorting by wait time, one way then the other
     waits = sorted(elapse, key=lambda r: (-elapse[r]["wait_ns"], r))
-    _sort_by(p, "comm-ranks", "Wait", "▼")
-    assert [int(x) for x in _column(p, RANK_ROWS, 0)] == waits
-    _sort_by(p, "comm-ranks", "Wait", "▲")
-    assert [int(x) for x in _column(p, RANK_ROWS, 0)] == sorted(
+    sort_by(p, "comm-ranks", "Wait", "▼")
+    assert [int(x) for x in column(p, RANK_ROWS, 0)] == waits
+    sort_by(p, "comm-ranks", "Wait", "▲")
+    assert [int(x) for x in column(p, RANK_ROWS, 0)] == sorted(
         elapse, key=lambda r: (elapse[r]["wait_ns"], r)
     )
     # choosing a step shows that step's times
@@ -99,7 +90,7 @@ def test_clicking_a_rank_opens_its_links_and_the_dialog_reaches_the_rank(
     p = page.page
     p.goto(jobs_server.page_url("job-comm", DDP_JOB))
     p.wait_for_selector(RANK_ROWS)
-    rank = int(_column(p, RANK_ROWS, 0)[0])
+    rank = int(column(p, RANK_ROWS, 0)[0])
     p.locator(RANK_ROWS).first.click()
     dialog = p.locator('[data-testid="rank-links-dialog"]')
     dialog.wait_for(state="visible")
@@ -108,14 +99,14 @@ def test_clicking_a_rank_opens_its_links_and_the_dialog_reaches_the_rank(
     _wait_rows(p, DIALOG_ROWS, len(links["rows"]))
     assert links["total"] > 0
     # each link is the rank's: its peer is another rank, the direction says which way
-    peers = [int(x) for x in _column(p, DIALOG_ROWS, 1)]
-    directions = _column(p, DIALOG_ROWS, 0)
+    peers = [int(x) for x in column(p, DIALOG_ROWS, 1)]
+    directions = column(p, DIALOG_ROWS, 0)
     want = sorted((("→", r["dst"]) if r["src"] == rank else ("←", r["src"])) for r in links["rows"])
     assert sorted(zip(directions, peers, strict=True)) == want and rank not in peers
     # sorted by bandwidth, slowest first by default; sorting by time reorders on the server
-    _sort_by(p, "rank-links", "Time", "▼")
+    sort_by(p, "rank-links", "Time", "▼")
     times = sorted((r["transit_ns"] for r in links["rows"]), reverse=True)
-    assert _column(p, DIALOG_ROWS, 6) == [fmt_ms(t) for t in times]
+    assert column(p, DIALOG_ROWS, 6) == [fmt_ms(t) for t in times]
     p.locator('[data-testid="dialog-close"]').click()
     dialog.wait_for(state="detached")
     # the dialog's link opens the rank's own pages
@@ -136,7 +127,7 @@ def test_all_links_filter_by_source_and_type_and_sort(page: Watched, jobs_server
     p.fill('[data-testid="links-src"]', str(src))
     p.dispatch_event('[data-testid="links-src"]', "change")
     _wait_rows(p, LINK_ROWS, sum(r["src"] == src for r in everything))
-    assert set(_column(p, LINK_ROWS, 3)) == {str(src)}
+    assert set(column(p, LINK_ROWS, 3)) == {str(src)}
     # a link type no link has: the table says so
     p.fill('[data-testid="links-src"]', "")
     p.dispatch_event('[data-testid="links-src"]', "change")
@@ -144,9 +135,9 @@ def test_all_links_filter_by_source_and_type_and_sort(page: Watched, jobs_server
     types = {r["link_type"] for r in everything}
     p.select_option('[data-testid="links-type"]', sorted(types)[0])
     _wait_rows(p, LINK_ROWS, sum(r["link_type"] == sorted(types)[0] for r in everything))
-    _sort_by(p, "comm-links", "Time", "▼")
+    sort_by(p, "comm-links", "Time", "▼")
     kept = [r["transit_ns"] for r in everything if r["link_type"] == sorted(types)[0]]
-    assert _column(p, LINK_ROWS, 6) == [fmt_ms(t) for t in sorted(kept, reverse=True)]
+    assert column(p, LINK_ROWS, 6) == [fmt_ms(t) for t in sorted(kept, reverse=True)]
     assert not page.errors
 
 
@@ -160,10 +151,10 @@ def test_the_ops_table_searches_and_sorts(page: Watched, jobs_server: Server) ->
     assert 0 < sends["total"] < total
     p.fill('[data-testid="comm-ops"] input[type="search"]', "send")
     p.wait_for_selector(f'[data-testid="comm-ops"][data-total="{sends["total"]}"]:not([aria-busy])')
-    assert all("send" in op for op in _column(p, OP_ROWS, 1))
-    _sort_by(p, "comm-ops", "Wait", "▼")
+    assert all("send" in op for op in column(p, OP_ROWS, 1))
+    sort_by(p, "comm-ops", "Wait", "▼")
     waits = sorted((r["wait_ns"] for r in sends["rows"]), reverse=True)[: p.locator(OP_ROWS).count()]
-    assert _column(p, OP_ROWS, 8) == [fmt_ms(w) for w in waits]
+    assert column(p, OP_ROWS, 8) == [fmt_ms(w) for w in waits]
     assert not page.errors
 
 

@@ -14,8 +14,17 @@ from typing import Any
 
 import pytest
 
-from _jobs import DDP_JOB, DDP_RANKS, OVERLOADED_STAGE, PP_JOB, SLOW_RANK, STRAGGLER_JOB, demo_base
-from _ui import Server, Watched, fmt_ms, need_browser, own_server_browser, watched_page  # noqa: F401 - fixture
+from _jobs import DDP_JOB, DDP_RANKS, OVERLOADED_STAGE, PP_JOB, SLOW_RANK, STRAGGLER_JOB
+from _ui import (  # noqa: F401 - fixture
+    Server,
+    Watched,
+    column,
+    fmt_ms,
+    own_server_browser,
+    served_demo,
+    sort_by,
+    watched_page,
+)
 
 RANK_ROWS = '[data-testid="job-ranks"] tbody tr'
 STEP_ROWS = '[data-testid="job-step-table"] tbody tr'
@@ -23,32 +32,14 @@ STEP_ROWS = '[data-testid="job-step-table"] tbody tr'
 
 @pytest.fixture(scope="module")
 def jobs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    need_browser()
-    base = demo_base(tmp_path_factory, tmp_path_factory.mktemp("ui-jobs") / "demo_output", straggler=True)
-    server = Server(base)
-    try:
-        for run in (DDP_JOB, PP_JOB, STRAGGLER_JOB):
-            server.wait_ready(run, timeout_s=300)
+    with served_demo(tmp_path_factory, "ui-jobs", (DDP_JOB, PP_JOB, STRAGGLER_JOB), straggler=True) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
 def page(own_server_browser: Any, jobs_server: Server) -> Iterator[Watched]:
     with watched_page(own_server_browser) as watched:
         yield watched
-
-
-def _column(page: Any, rows: str, index: int) -> list[str]:
-    return [row.locator("td").nth(index).inner_text() for row in page.locator(rows).all()]
-
-
-def _sort_by(page: Any, testid: str, label: str, arrow: str) -> None:
-    """Click the column header ``label`` and wait until the table shows rows sorted ``arrow``."""
-    page.locator(f'[data-testid="{testid}"] th', has_text=label).first.click()
-    page.wait_for_selector(f'[data-testid="{testid}"] th:has-text("{label}"):has-text("{arrow}")')
-    page.wait_for_selector(f'[data-testid="{testid}"]:not([aria-busy])')
 
 
 def test_the_run_list_shows_each_job_once_and_a_job_opens_on_its_overview(
@@ -90,10 +81,10 @@ def test_the_overloaded_stage_stands_out_and_the_ranks_sort(page: Watched, jobs_
     # sorting by computing puts the rank computing the longest first, then last
     computing = {r["rank"]: r["computing_ns"] for r in overview["ranks"]}
     order = sorted(computing, key=lambda r: (-computing[r], r))
-    _sort_by(p, "job-ranks", "Computing", "▼")
-    assert [int(x) for x in _column(p, RANK_ROWS, 0)] == order
-    _sort_by(p, "job-ranks", "Computing", "▲")
-    assert [int(x) for x in _column(p, RANK_ROWS, 0)] == list(reversed(order))
+    sort_by(p, "job-ranks", "Computing", "▼")
+    assert [int(x) for x in column(p, RANK_ROWS, 0)] == order
+    sort_by(p, "job-ranks", "Computing", "▲")
+    assert [int(x) for x in column(p, RANK_ROWS, 0)] == list(reversed(order))
     # the stacked bars are drawn, with every rank
     label = p.locator('[data-testid="chart-rank-time"]').get_attribute("aria-label") or ""
     assert all(f"Rank {r}" in label for r in computing)
@@ -110,7 +101,7 @@ def test_the_ddp_overview_names_the_slowest_rank_and_opens_a_rank(page: Watched,
     slowest = overview["step_spread"]["slowest_rank"]
     assert p.inner_text('[data-testid="stat-longest-step"]') == f"Rank {slowest}"
     # sorted by step time, longest first (the default): the slowest rank heads the table
-    assert int(_column(p, RANK_ROWS, 0)[0]) == slowest
+    assert int(column(p, RANK_ROWS, 0)[0]) == slowest
     assert p.locator('[data-testid="groups-table"] tr[data-mode="data"]').count() == 1
     assert p.locator('[data-testid="slow-ranks-table"] tbody tr').count() == DDP_RANKS
     p.locator(RANK_ROWS).first.click()
@@ -131,10 +122,10 @@ def test_the_cluster_step_trace_sorts_filters_by_stage_and_shows_one_step(
     assert any(h.startswith("Bubble") for h in headers) and any(h.startswith("Stage") for h in headers)
     # sorting: forward+backward time, then the other way round
     fp_bp = {r["rank"]: r["fp_bp_ns"] for r in average["ranks"]}
-    _sort_by(p, "job-step-table", "Fwd+bwd", "▼")
-    assert [int(x) for x in _column(p, STEP_ROWS, 0)] == sorted(fp_bp, key=lambda r: (-fp_bp[r], r))
-    _sort_by(p, "job-step-table", "Fwd+bwd", "▲")
-    assert [int(x) for x in _column(p, STEP_ROWS, 0)] == sorted(fp_bp, key=lambda r: (fp_bp[r], r))
+    sort_by(p, "job-step-table", "Fwd+bwd", "▼")
+    assert [int(x) for x in column(p, STEP_ROWS, 0)] == sorted(fp_bp, key=lambda r: (-fp_bp[r], r))
+    sort_by(p, "job-step-table", "Fwd+bwd", "▲")
+    assert [int(x) for x in column(p, STEP_ROWS, 0)] == sorted(fp_bp, key=lambda r: (fp_bp[r], r))
     # the stage filter keeps the overloaded stage's ranks only
     p.select_option('[data-testid="job-stage-select"]', str(OVERLOADED_STAGE))
     p.wait_for_url(f"**stage={OVERLOADED_STAGE}**")
@@ -142,7 +133,7 @@ def test_the_cluster_step_trace_sorts_filters_by_stage_and_shows_one_step(
         "([sel, n]) => document.querySelectorAll(sel).length === n",
         arg=[STEP_ROWS, sum(r["stage"] == OVERLOADED_STAGE for r in average["ranks"])],
     )
-    assert set(_column(p, STEP_ROWS, 1)) == {str(OVERLOADED_STAGE)}
+    assert set(column(p, STEP_ROWS, 1)) == {str(OVERLOADED_STAGE)}
     # one step: the numbers shown are that step's
     step = average["steps"][-1]
     p.select_option('[data-testid="job-step-select"]', step)
@@ -155,7 +146,7 @@ def test_the_cluster_step_trace_sorts_filters_by_stage_and_shows_one_step(
         arg=[STEP_ROWS, ",".join(expected)],
     )
     # click-through: a rank's row opens that rank's pages
-    rank = int(_column(p, STEP_ROWS, 0)[0])
+    rank = int(column(p, STEP_ROWS, 0)[0])
     p.locator(STEP_ROWS).first.click()
     p.wait_for_selector('[data-testid="stat-steps"]')
     assert f"rank={rank}" in p.url
@@ -173,7 +164,7 @@ def test_the_rank_made_slow_is_flagged_where_the_user_looks(page: Watched, jobs_
     assert flagged.count() == 1 and flagged.get_attribute("data-rank") == str(SLOW_RANK)
     assert flagged.locator(".badge.slow").count() == 1
     # in the per-rank table, sorted by lateness, it comes first and its verdict says slow
-    _sort_by(p, "job-ranks", "Lateness", "▼")
+    sort_by(p, "job-ranks", "Lateness", "▼")
     first = p.locator(RANK_ROWS).first.locator("td").all_inner_texts()
     assert first[0] == str(SLOW_RANK) and first[-1] == "slow"
     assert not page.errors

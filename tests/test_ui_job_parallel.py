@@ -17,21 +17,16 @@ from typing import Any
 
 import pytest
 
-from _jobs import DDP_JOB, OVERLOADED_STAGE, PP_JOB, SLOW_RANK, STRAGGLER_JOB, demo_base
-from _ui import Server, Watched, need_browser, own_server_browser, watched_page  # noqa: F401 - fixture
+from _jobs import DDP_JOB, OVERLOADED_STAGE, PP_JOB, SLOW_RANK, STRAGGLER_JOB
+from _ui import Server, Watched, own_server_browser, served_demo, watched_page  # noqa: F401 - fixture
 
 
 @pytest.fixture(scope="module")
 def jobs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    need_browser()
-    folder = tmp_path_factory.mktemp("ui-parallel") / "demo_output"
-    server = Server(demo_base(tmp_path_factory, folder, straggler=True))
-    try:
-        for run in (DDP_JOB, PP_JOB, STRAGGLER_JOB):
-            server.wait_ready(run, timeout_s=300)
+    with served_demo(
+        tmp_path_factory, "ui-parallel", (DDP_JOB, PP_JOB, STRAGGLER_JOB), straggler=True
+    ) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -15,21 +15,14 @@ from typing import Any
 
 import pytest
 
-from _jobs import DDP_JOB, OVERLOADED_STAGE, PP_JOB, demo_base
-from _ui import Server, Watched, fmt_ms, need_browser, own_server_browser, watched_page  # noqa: F401 - fixture
+from _jobs import DDP_JOB, OVERLOADED_STAGE, PP_JOB
+from _ui import Server, Watched, fmt_ms, own_server_browser, served_demo, watched_page  # noqa: F401 - fixture
 
 
 @pytest.fixture(scope="module")
 def jobs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    need_browser()
-    base = demo_base(tmp_path_factory, tmp_path_factory.mktemp("ui-views") / "demo_output")
-    server = Server(base)
-    try:
-        for run in (DDP_JOB, PP_JOB):
-            server.wait_ready(run, timeout_s=300)
+    with served_demo(tmp_path_factory, "ui-views", (DDP_JOB, PP_JOB)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
