@@ -59,18 +59,13 @@ def advise_job(result: JobResult, rank_findings: Iterable[dict[str, Any]] = ()) 
     return relate(explain_by_hosts(findings + from_ranks))
 
 
-CONTENDED = ("slow_link",)
-"""Rules besides those of category host whose finding, on ranks of an oversubscribed host only, is
-that host's contention: a link between two ranks that wait for a core moves data slowly too."""
-
-
 def explain_by_hosts(findings: list[Finding]) -> list[Finding]:
-    """Host findings (and :data:`CONTENDED` ones) on ranks of an oversubscribed host (more ranks
-    than cores) are that host's contention: marked explained by it and lowered to info."""
+    """Host findings on ranks of an oversubscribed host (more ranks than cores) are that host's
+    contention: marked explained by it and lowered to info.  (Not a slow link: a rate-limited link
+    between two such ranks is still a link, and far slower than contention makes one.)"""
     crowded = {r for f in findings if f.rule == "oversubscribed_host" for r in f.ranks}
     for f in findings:
-        contended = f.category == "host" or f.rule in CONTENDED
-        if contended and f.rule != "oversubscribed_host" and f.ranks and set(f.ranks) <= crowded:
+        if f.category == "host" and f.rule != "oversubscribed_host" and f.ranks and set(f.ranks) <= crowded:
             f.explained_by, f.severity = "oversubscribed_host", "info"
     return findings
 

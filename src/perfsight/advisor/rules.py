@@ -217,7 +217,7 @@ RULES: dict[str, Rule] = {
             ("profiler_info_{rank}.json of each rank's run folder (host, host_cpus)", "job overview"),
             "A host running more ranks than ranks_per_core times the CPU cores each rank may use "
             "(its affinity, recorded by the collector): the ranks take turns on the cores, so "
-            "findings of category host and slow links among that host's ranks are explained by it.",
+            "findings of category host on that host's ranks are explained by it.",
         ),
         Rule(
             "bound_job",
