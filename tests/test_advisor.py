@@ -169,3 +169,25 @@ def test_an_overloaded_stage_is_named_when_its_flops_agree_even_if_a_busy_window
     assert stage_imbalance(_pipeline_job({0: light, 1: busy}, {0: 3e7, 1: 3e7})) == []
     # and a stage with more FLOPs that is not the slower one is not blamed from FLOPs alone
     assert stage_imbalance(_pipeline_job({0: light, 1: even}, {0: 1.5e8, 1: 3e7})) == []
+
+
+def test_a_host_running_more_ranks_than_cores_is_named_and_explains_its_slow_cards(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """make demo's 4-rank DDP job, analysed by the CLI: on a machine with fewer usable cores than
+    ranks (CI has 2) the host is named, and no host finding of one of its ranks stays above info."""
+    import os
+
+    from _jobs import DDP_RANKS, demo_base
+
+    base = demo_base(tmp_path_factory, tmp_path_factory.mktemp("oversubscribed") / "demo_output")
+    doc = json.loads((base / "analysis" / "cluster_analysis_output" / "advisor.json").read_text())
+    crowded = [f for f in doc["findings"] if f["rule"] == "oversubscribed_host"]
+    if len(os.sched_getaffinity(0)) < DDP_RANKS:
+        (finding,) = crowded
+        assert finding["severity"] == "warning" and finding["culprit"]["kind"] == "host"
+        assert finding["ranks"] == list(range(DDP_RANKS))
+        others = [f for f in doc["findings"] if f["category"] == "host" and f is not finding]
+        assert all(f["severity"] == "info" and f["explained_by"] == "oversubscribed_host" for f in others)
+    else:
+        assert crowded == []

@@ -1476,7 +1476,7 @@ export interface components {
              * Kind
              * @enum {string}
              */
-            kind: "rank" | "op" | "link" | "stage" | "module" | "job";
+            kind: "rank" | "op" | "link" | "stage" | "module" | "host" | "job";
             /**
              * Name
              * @description what to look at: a rank number ("1"), an operator, a link, a stage...

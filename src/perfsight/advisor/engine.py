@@ -56,7 +56,18 @@ def advise_job(result: JobResult, rank_findings: Iterable[dict[str, Any]] = ()) 
     # a rank's data finding that the job's slow-rank rule already names adds nothing
     named = {(f.category, r) for f in findings if f.rule == "slow_rank" for r in f.ranks}
     from_ranks = [f for f in from_ranks if not all((f.category, r) in named for r in f.ranks)]
-    return relate(findings + from_ranks)
+    return relate(explain_by_hosts(findings + from_ranks))
+
+
+def explain_by_hosts(findings: list[Finding]) -> list[Finding]:
+    """Host findings on ranks of an oversubscribed host (more ranks than cores) are that host's
+    contention: marked explained by it and lowered to info.  (Not a slow link: a rate-limited link
+    between two such ranks is still a link, and far slower than contention makes one.)"""
+    crowded = {r for f in findings if f.rule == "oversubscribed_host" for r in f.ranks}
+    for f in findings:
+        if f.category == "host" and f.rule != "oversubscribed_host" and f.ranks and set(f.ranks) <= crowded:
+            f.explained_by, f.severity = "oversubscribed_host", "info"
+    return findings
 
 
 def merge_ranks(findings: list[Finding]) -> list[Finding]:

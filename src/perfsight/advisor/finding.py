@@ -27,7 +27,7 @@ SEVERITIES = ("critical", "warning", "info")
 """Most severe first.  "info" describes the run (what bounds it); warnings and criticals name a
 culprit with an anomaly a user can act on."""
 
-CULPRIT_KINDS = ("rank", "op", "link", "stage", "module", "job")
+CULPRIT_KINDS = ("rank", "op", "link", "stage", "module", "host", "job")
 
 
 @dataclasses.dataclass

@@ -65,6 +65,17 @@ MESSAGES: dict[str, dict[str, str]] = {
         "large temporaries every step.",
         "zh": "复用缓冲区(预分配、原地操作、out= 参数),避免每个迭代申请大的临时张量。",
     },
+    "host.oversubscribed": {
+        "en": "{ranks} ranks share {cpus} CPU cores on {culprit}: they take turns on the cores, so "
+        "their timing there measures the machine, not the program",
+        "zh": "{culprit} 上 {ranks} 个 rank 共用 {cpus} 个 CPU 核:它们轮流占用 CPU,"
+        "此时的耗时差异反映的是机器而不是程序",
+    },
+    "host.oversubscribed.fix": {
+        "en": "Run at most one rank per CPU core on this host (fewer ranks, or a machine with more "
+        "cores) before reading slow ranks or slow cards from this job.",
+        "zh": "先让每个 CPU 核最多运行一个 rank(减少 rank 数或换更多核的机器),再判断慢卡/慢 rank。",
+    },
     "memory.capacity": {
         "en": "memory near capacity on {culprit}: peak {peak_mb} MB of {capacity_mb} MB ({share_pct}%)",
         "zh": "{culprit} 内存接近上限:峰值 {peak_mb} MB / 容量 {capacity_mb} MB({share_pct}%)",

@@ -210,6 +210,16 @@ RULES: dict[str, Rule] = {
             "A rank whose peak allocated memory is above min_peak_share of its device's capacity.",
         ),
         Rule(
+            "oversubscribed_host",
+            "host",
+            "job",
+            {"ranks_per_core": 1.0},
+            ("profiler_info_{rank}.json of each rank's run folder (host, host_cpus)", "job overview"),
+            "A host running more ranks than ranks_per_core times the CPU cores each rank may use "
+            "(its affinity, recorded by the collector): the ranks take turns on the cores, so "
+            "findings of category host on that host's ranks are explained by it.",
+        ),
+        Rule(
             "bound_job",
             "compute",
             "job",

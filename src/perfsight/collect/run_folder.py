@@ -163,9 +163,21 @@ def identity() -> dict[str, Any]:
         "local_rank": local if local >= 0 else None,
         "rank_source": source,
         "host": socket.gethostname(),
+        "host_cpus": usable_cpus(),
         "pid": os.getpid(),
         **job_identity(),
     }
+
+
+def usable_cpus() -> int | None:
+    """CPU cores this process may run on (its affinity mask, else the machine's count).
+
+    Why recorded: ranks that share a host with fewer cores than ranks wait for a core, and their
+    timing then measures the machine, not the program (the advisor's ``oversubscribed_host``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on every platform
+        return os.cpu_count()
 
 
 JOB_ID_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "LSB_JOBID", "PBS_JOBID")

@@ -109,6 +109,9 @@ def apply(trace: Trace, info: RunInfo, rank_from_option: bool = False) -> Trace:
     meta.world_size = world if world and world > 0 else meta.world_size
     meta.local_rank = _typed(data, "local_rank", int, bad)
     meta.host = _typed(data, "host", str, bad) or meta.host
+    cpus = _typed(data, "host_cpus", int, bad)
+    if cpus and cpus > 0:  # cores this rank could run on (older run folders do not say)
+        meta.extra["host_cpus"] = cpus
     clock = _typed(data, "clock", dict, bad) or {}
     meta.clock_offset_ns = _typed(clock, "offset_ns", int, bad)
     meta.clock_uncertainty_ns = _typed(clock, "uncertainty_ns", int, bad)

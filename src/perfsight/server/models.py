@@ -630,7 +630,7 @@ Severity = Literal["critical", "warning", "info"]
 
 
 class FindingCulprit(BaseModel):
-    kind: Literal["rank", "op", "link", "stage", "module", "job"]
+    kind: Literal["rank", "op", "link", "stage", "module", "host", "job"]
     name: str = Field(description='what to look at: a rank number ("1"), an operator, a link, a stage...')
 
 

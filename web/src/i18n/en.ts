@@ -338,6 +338,7 @@ export const en = {
       op: "Operator",
       link: "Link",
       module: "Module",
+      host: "Host",
       job: "Job",
     } as Record<string, string>,
     seenOn: "Seen on",

@@ -27,7 +27,7 @@ from perfsight.advisor.job_rules.communication import (
 )
 from perfsight.advisor.job_rules.pipeline import stage_imbalance
 from perfsight.advisor.job_rules.ranks import slow_rank, waited_for
-from perfsight.advisor.job_rules.resources import bound_job, memory_capacity_job
+from perfsight.advisor.job_rules.resources import bound_job, memory_capacity_job, oversubscribed_host
 
 JOB_RULES: dict[str, Callable[..., list[Finding]]] = {
     "slow_rank": slow_rank,
@@ -38,6 +38,7 @@ JOB_RULES: dict[str, Callable[..., list[Finding]]] = {
     "slow_link": slow_link,
     "unaligned_collectives": unaligned_collectives,
     "memory_capacity_job": memory_capacity_job,
+    "oversubscribed_host": oversubscribed_host,
     "bound_job": bound_job,
 }
 """Every job rule, by its id in ``perfsight.advisor.rules.RULES``."""

@@ -1,5 +1,5 @@
-"""Resource rules of a job: a rank near its device's memory capacity, and seed 003's delimiting over
-the ranks (compute-, scheduling- or communication-bound).
+"""Resource rules of a job: a rank near its device's memory capacity, a host with more ranks than
+CPU cores, and seed 003's delimiting over the ranks (compute-, scheduling- or communication-bound).
 """
 
 from __future__ import annotations
@@ -65,3 +65,49 @@ def bound_job(result: JobResult) -> list[Finding]:
         "communication": float(avgs["communication_not_overlapped_ns"].sum()) / total,
     }
     return [bound_finding("bound_job", shares, "job", "job", "the job", RULES["bound_job"].sources[0])]
+
+
+def oversubscribed_host(result: JobResult) -> list[Finding]:
+    """Hosts running more ranks than the CPU cores each rank may use (recorded by the collector).
+
+    Why: such ranks take turns on the cores, so one of them is slower in every step for no reason
+    in the program; the slow-rank findings on that host are then the machine's (see
+    ``engine.advise_job``, which marks them explained by this one)."""
+    rule = "oversubscribed_host"
+    ranks = getattr(result.job, "ranks", {}) or {}
+    by_host: dict[str, list[int]] = {}
+    cpus: dict[str, int] = {}
+    for rank, digest in ranks.items():  # one entry per rank
+        meta = getattr(digest, "meta", None)
+        if meta is None or not meta.host:
+            continue
+        by_host.setdefault(meta.host, []).append(int(rank))
+        recorded = (meta.extra or {}).get("host_cpus")
+        if isinstance(recorded, int) and recorded > 0:
+            cpus[meta.host] = min(cpus.get(meta.host, recorded), recorded)
+    findings = []
+    for host, members in sorted(by_host.items()):
+        cores = cpus.get(host)
+        factor = threshold(rule, "ranks_per_core")
+        if cores is None or len(members) <= factor * cores:
+            continue
+        findings.append(
+            Finding(
+                rule=rule,
+                category="host",
+                severity="warning",
+                culprit_kind="host",
+                culprit=host,
+                key="host.oversubscribed",
+                params={"culprit": f"host {host}", "ranks": len(members), "cpus": cores},
+                evidence=[
+                    Evidence("ranks on the host", len(members), "count", None, RULES[rule].sources[0]),
+                    Evidence("CPU cores a rank may use", cores, "count", None, RULES[rule].sources[0]),
+                ],
+                effect_ns=0.0,
+                error_ns=0.0,
+                confidence=1.0,
+                ranks=sorted(members),
+            )
+        )
+    return findings
