@@ -46,9 +46,9 @@ def write_html(comparison: dict, base: str, new: str, out: Path) -> Path:
     """The compare page as one HTML file (the web UI in its static mode, docs/REPORT.md), written
     whole or not at all."""
     import datetime as dt
-    import os
 
     from perfsight import __version__
+    from perfsight.collect.run_folder import write_bytes_atomic
     from perfsight.server.report_bundle import compare_document
     from perfsight.server.report_html import page
 
@@ -56,9 +56,7 @@ def write_html(comparison: dict, base: str, new: str, out: Path) -> Path:
     title = f"perfsight compare: {Path(base).name} vs {Path(new).name}"
     html = page(compare_document(comparison, base, new, title, generated, __version__), title)
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.partial")
-    partial.write_bytes(html)
-    os.replace(partial, out)
+    write_bytes_atomic(out, html)
     return out
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import signal
 import sys
 from pathlib import Path
@@ -116,10 +115,10 @@ def run(args: argparse.Namespace) -> int:
     html = page(report.document(generated, __version__), f"perfsight report: {found.name}")
     if len(html) > limit:  # the budget keeps it under; this is the promise, checked
         return _error(f"the report came to {len(html) / 1e6:.2f} MB, over --max-size {args.max_size:g} MB")
+    from perfsight.collect.run_folder import write_bytes_atomic
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.partial")
-    partial.write_bytes(html)
-    os.replace(partial, out)  # a reader never sees half a report
+    write_bytes_atomic(out, html)  # a reader never sees half a report
     left = ", ".join(f"{o} ({n})" for o, n in report.omitted.items())
     ranks = report.ranks if len(report.ranks) <= 8 else f"{len(report.ranks)} of {len(report.all_ranks)}"
     say(f"wrote {out} ({len(html) / 1e6:.2f} MB; pages of rank(s) {ranks})")
