@@ -53,13 +53,18 @@ def test_the_pipeline_chart_names_the_overloaded_stage_and_draws_its_longer_bloc
     # the stage named as idling most is the API's (which one it is follows the machine's scheduling)
     idlest = max(api["stages"], key=lambda s: s["idle_ns"])["stage"]
     assert p.locator('[data-testid="pp-idlest"]').get_attribute("data-stage") == str(idlest)
-    width: dict[int, float] = {}
+    # each block is drawn as long as the API's block (one scale for every stage); which stage's
+    # blocks span longer follows the machine's scheduling, the compute inside them the overload
+    scale: list[float] = []
+    compute: dict[int, int] = {}
     for stage in api["stages"]:
         blocks = p.locator(f'[data-testid="pp-stage-{stage["stage"]}"] .pp-block')
         assert blocks.count() == len(stage["blocks"])
-        drawn = [float(b.locator("rect").get_attribute("width")) for b in blocks.all()]
-        width[stage["stage"]] = sum(drawn)
-    assert width[OVERLOADED_STAGE] > width[1 - OVERLOADED_STAGE]  # the busy stage's blocks are longer
+        drawn = sum(float(b.locator("rect").get_attribute("width")) for b in blocks.all())
+        scale.append(drawn / sum(b["end_ns"] - b["start_ns"] for b in stage["blocks"]))
+        compute[stage["stage"]] = sum(b["compute_ns"] for b in stage["blocks"])
+    assert max(scale) == pytest.approx(min(scale), rel=0.02)
+    assert compute[OVERLOADED_STAGE] > compute[1 - OVERLOADED_STAGE]
     assert p.locator('[data-testid="pp-chart"] .pp-arrow').count() == len(api["arrows"])
     assert p.locator('[data-testid="pp-table"] tbody tr').count() == len(api["stages"])
     _shot(p, "pipeline")
