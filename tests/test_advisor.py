@@ -191,3 +191,10 @@ def test_a_host_running_more_ranks_than_cores_is_named_and_explains_its_slow_car
         assert all(f["severity"] == "info" and f["explained_by"] == "oversubscribed_host" for f in others)
     else:
         assert crowded == []
+    # the CLI summary's slow-rank lines say the same as the finding instead of blaming the rank
+    from perfsight.cluster.summary import format_text
+
+    summary = json.loads((base / "analysis" / "cluster_analysis_output" / "cluster_summary.json").read_text())
+    slow_lines = [line for line in format_text(summary).splitlines() if line.startswith("slow rank ")]
+    caveat = "its host runs more ranks than cores"
+    assert all((caveat in line) == bool(crowded) for line in slow_lines)

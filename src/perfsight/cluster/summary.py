@@ -118,6 +118,12 @@ _LINK_COLUMNS = [
 ]
 
 
+def _crowded_ranks(findings: list[dict[str, Any]]) -> set[int]:
+    """Ranks on a host the advisor found oversubscribed: their timing measures the machine, so the
+    slow-rank lines say so instead of blaming the rank (the finding itself leads the summary)."""
+    return {r for f in findings if f.get("rule") == "oversubscribed_host" for r in f.get("ranks") or []}
+
+
 def _stage_members(result: ClusterResult) -> dict[int, list[int]]:
     members: dict[int, list[int]] = {}
     for rank, stage in sorted(result.stage_of.items()):
@@ -158,11 +164,17 @@ def format_text(summary: dict[str, Any]) -> str:
     lines.append(f"median step: {ms_text(summary['median_step_ns'])} ms")
     lines += _parallel_lines(summary.get("parallel") or {})
     if summary["slow_ranks"]:
+        crowded = _crowded_ranks(summary.get("findings", []))
         for row in summary["slow_ranks"][:TOP]:
             lines.append(
                 f"slow rank {row['rank']}: arrives {ms_text(row['lateness_ns'])} ms after the median rank "
                 f"({_pct(row['delay_pct'])} of a step), last at {row['last_votes']} of {row['instances']} "
                 f"collectives; compute {_pct(row['magnitude_pct'], signed=True)} vs the other ranks' median"
+                + (
+                    " -- its host runs more ranks than cores, so this may be the machine, not the rank"
+                    if row["rank"] in crowded
+                    else ""
+                )
             )
     else:
         lines.append("slow ranks: none (no rank arrives late beyond the threshold)")
