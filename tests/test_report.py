@@ -164,6 +164,13 @@ def test_the_report_opens_from_disk_with_no_request_and_every_tab_draws(made: Ma
             _settled(p)
             assert p.locator('[role="alert"]').count() == 0, (name, p.inner_text("main"))
             assert p.locator('[data-testid="not-in-report"]').count() == 0, name
+            if name == "job-comm":  # the communication page's other tabs open from the report too
+                for tab, rows in (("links", "comm-links"), ("ops", "comm-ops")):
+                    p.locator(f'[data-testid="comm-tabs"] button[data-value="{tab}"]').click()
+                    p.wait_for_selector(f'[data-testid="{rows}"] tbody tr td')
+                    _settled(p)
+                    assert p.locator('[data-testid="not-in-report"]').count() == 0, tab
+                    assert p.locator('[role="alert"]').count() == 0, (tab, p.inner_text("main"))
         assert o.refused == [], o.refused
         assert {u.split("#")[0] for u in o.requests} == {o.file_url}
         assert o.errors == []

@@ -338,13 +338,18 @@ OPTIONAL_JOB_PAGES: tuple[tuple[str, tuple[tuple[str, Params], ...]], ...] = (
         ("job/communication", {"step": "all"}),
         ("job/communication",
          {"step": "all", "sort": "elapse_ns", "order": "desc", "offset": 0, "limit": 50}),
+        ("job/communication/links",
+         {"step": "all", "sort": "bandwidth_bytes_per_s", "order": "asc", "offset": 0, "limit": 50}),
+        ("job/communication/ops",
+         {"step": "all", "sort": "elapse_ns", "order": "desc", "offset": 0, "limit": 50}),
     )),
     ("job-heatmaps", (("job/heatmaps", {}),)),
 )  # fmt: skip
 """Job pages carried while the budget lasts, each with the requests it makes on opening
-(web/src/pages/job-time.ts, job-comm.ts's per-rank tab, job-heatmaps.ts).  The communication
-page's other tabs and its link dialog, the matrix and the card comparison ask per tab, filter,
-zoom and pair of ranks as the user goes: they need the server (a note where they would be)."""
+(web/src/pages/job-time.ts, job-comm.ts's three tabs as they open, job-heatmaps.ts).  The
+communication page's filters, sorts and link dialog, the matrix (its cell count follows the
+window) and the card comparison ask per filter, zoom and pair of ranks as the user goes: they need
+the server (a note where they would be)."""
 
 
 def optional_job_pages(bundle: Bundle) -> list[str]:
