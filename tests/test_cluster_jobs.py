@@ -111,7 +111,10 @@ def test_a_pipeline_with_an_overloaded_stage_is_reported_imbalanced(
     pipeline = summary["pipeline"]
     assert pipeline["imbalanced"] is True and pipeline["slowest_stage"] == 1
     per_stage = {row["stage"]: row for row in pipeline["per_stage"]}
-    assert per_stage[1]["compute_ns"] > 1.5 * per_stage[0]["compute_ns"]  # 4x the layers
+    # 4x the layers: 4x the FLOPs, counted; the timed compute only has to point the same way
+    # (CI's busy cores blurred a timed 1.5x once)
+    assert per_stage[1]["flops"] > 3 * per_stage[0]["flops"]
+    assert per_stage[1]["compute_ns"] > per_stage[0]["compute_ns"]
     out = tmp_path / "cluster_analysis_output"
     step_trace = pd.read_csv(out / "cluster_step_trace_time.csv")
     assert set(step_trace["Type"]) == {"rank", "stage"}

@@ -20,7 +20,9 @@ drags the median and the MAD with it), so there a link is also slow when it runs
 
 Pipeline -- per stage: compute per step (mean over its ranks), bubble, receive waits and FLOPs;
 ``spread`` = (max - min) / max of stage compute; the pipeline is imbalanced when the spread is at
-least ``IMBALANCE``.  Memory -- peak allocated vs the device's capacity when the trace records it.
+least ``IMBALANCE``, or when the stage with the most compute also has the most FLOPs by that much
+(counted FLOPs corroborate a timing blurred by a busy host: the advisor's ``stage_imbalance`` rule).
+Memory -- peak allocated vs the device's capacity when the trace records it.
 FLOPs -- per rank over averaged steps, normalised by the largest.
 """
 
@@ -33,6 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from perfsight.analysis.stage_balance import flops_corroborate
 from perfsight.cluster.matching import Matched
 from perfsight.cluster.rank import RankDigest, concat
 
@@ -162,10 +165,14 @@ def pipeline_balance(stage_avgs: pd.DataFrame, flops_by_stage: Mapping[int, floa
     spread = float((compute.max() - compute.min()) / compute.max()) if compute.max() > 0 else 0.0
     stage_ns = stage_avgs.set_index("stage")["stage_ns"].astype("float64")
     bubble = stage_avgs.set_index("stage")["bubble_ns"].astype("float64")
+    flops = pd.DataFrame(
+        {"flops": [float(flops_by_stage.get(int(s), 0.0)) for s in compute.index]}, compute.index
+    )
+    partitioned_unequally = flops_corroborate(flops, int(compute.idxmax()), IMBALANCE)
     return {
         "stages": int(len(stage_avgs)),
         "spread": spread,
-        "imbalanced": spread >= IMBALANCE,
+        "imbalanced": spread >= IMBALANCE or partitioned_unequally,
         "slowest_stage": int(compute.idxmax()),
         "per_stage": [
             {

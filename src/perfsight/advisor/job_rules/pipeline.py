@@ -17,19 +17,7 @@ from perfsight.advisor.finding import (
 )
 from perfsight.advisor.job_input import JobResult
 from perfsight.advisor.rules import RULES, threshold
-
-
-def _flops_corroborate(per_stage: pd.DataFrame, heavy: int, spread: float) -> bool:
-    """Whether the stage with the most compute time also has the most FLOPs, by at least
-    ``spread`` (max - min) / max.
-
-    Why: on a busy host a stage's compute time is noisy (a few milliseconds against descheduling),
-    while the FLOPs of its partition are counted, not timed.  When both point at the same stage, the
-    imbalance is the partition's, whatever one window's timing spread says."""
-    flops = per_stage["flops"].astype("float64") if "flops" in per_stage else pd.Series(dtype="float64")
-    if flops.empty or not (flops.max() > 0):
-        return False
-    return int(flops.idxmax()) == heavy and (flops.max() - flops.min()) / flops.max() >= spread
+from perfsight.analysis.stage_balance import flops_corroborate
 
 
 def stage_imbalance(result: JobResult) -> list[Finding]:
@@ -40,7 +28,7 @@ def stage_imbalance(result: JobResult) -> list[Finding]:
         return []
     per_stage = pd.DataFrame(pipe["per_stage"]).set_index("stage")
     heavy = int(pipe["slowest_stage"])
-    partitioned_unequally = _flops_corroborate(per_stage, heavy, threshold(rule, "spread"))
+    partitioned_unequally = flops_corroborate(per_stage, heavy, threshold(rule, "spread"))
     if pipe.get("spread", 0.0) < threshold(rule, "spread") and not partitioned_unequally:
         return []
     stage_steps = result.stage_steps
