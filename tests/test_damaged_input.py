@@ -286,6 +286,28 @@ def test_ctrl_c_while_writing_leaves_no_output_folder(tmp_path: Path) -> None:
     assert not out.exists() or not any(out.rglob("*")), sorted(out.rglob("*"))
 
 
+def test_ctrl_c_while_waiting_for_the_writer_thread_waits_until_it_has_written(tmp_path: Path) -> None:
+    """The analysis's second writer thread is waited for even when Ctrl-C lands during the wait;
+    only then may the staging folder be deleted (else the writer re-creates it: a hidden folder
+    with ``cache/dataloader.parquet`` was left once in CI)."""
+    import os
+    import threading
+
+    from perfsight.export.staging import background_writer
+
+    written = tmp_path / "written"
+
+    def slow_write() -> None:
+        time.sleep(0.8)
+        written.write_text("done")
+
+    ctrl_c = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))  # lands inside the wait
+    with pytest.raises(KeyboardInterrupt), background_writer("test-writer") as pool:
+        pool.submit(slow_write)
+        ctrl_c.start()
+    assert written.read_text() == "done"
+
+
 def test_ctrl_c_during_a_reanalysis_leaves_the_earlier_outputs_as_they_were(tmp_path: Path) -> None:
     trace = kineto_file(NCCL)
     out = tmp_path / "out"

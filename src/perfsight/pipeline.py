@@ -14,7 +14,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from perfsight.analysis import (
     step_trace,
 )
 from perfsight.analysis.op_statistic import op_statistic
+from perfsight.export.staging import BackgroundWriter
 from perfsight.model import Trace
 
 EXPORT_TYPES = ("text", "db")
@@ -192,7 +193,7 @@ OUTPUT_DIR, CACHE_DIR = "PROFILER_OUTPUT", "cache"
 
 
 def _write_tables(
-    result: RankResult, rank_dir: Path, options: Options, background: ThreadPoolExecutor, trace_cached: Future
+    result: RankResult, rank_dir: Path, options: Options, background: BackgroundWriter, trace_cached: Future
 ) -> Path:
     """Every other output, once ``trace_cached`` (the cached trace) is under way on ``background``.
 

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import shutil
+import threading
 import uuid
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 STAGING_PREFIX = ".perfsight-partial-"
 
@@ -74,28 +77,83 @@ def _remove(path: Path) -> None:
         raise interrupted
 
 
-@contextlib.contextmanager
-def background_writer(name: str) -> Iterator[ThreadPoolExecutor]:
-    """A one-thread executor for writers into a staging folder, stopped before the block is left.
+class BackgroundWriter:
+    """One writer thread beside the analysis: ``submit`` queues a write and returns its future.
 
-    Why: a Ctrl-C that lands while the main thread waits for the writer used to leave the
-    writer running, so it went on writing into a staging folder already deleted (re-creating
-    it).  Here the thread is always waited for, a Ctrl-C during the wait included (it is raised
-    once the writer has stopped); writes not yet started are cancelled.
+    Why not a ``ThreadPoolExecutor``: with Ctrl-C landing at the wrong moment its thread escapes
+    being waited for -- a ``KeyboardInterrupt`` inside ``submit`` (which starts the thread lazily,
+    waiting for it to start) leaves a running thread the pool never joins, and one inside
+    ``Thread.join`` on Python 3.11 marks the still-running thread as stopped.  Either way the
+    writer went on writing into a staging folder already deleted (a hidden folder holding
+    ``cache/dataloader.parquet`` was left once in CI).  Here the thread is started before any
+    write is queued, ``submit`` only puts on a queue, and the end is awaited on an event that
+    the thread sets as its very last act.
     """
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
-    interrupted: BaseException | None = None
-    try:
-        yield pool
-    finally:
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._finished = threading.Event()
+        self._cancelled = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._queue.put((future, fn, args))
+        return future
+
+    def _run(self) -> None:
+        try:
+            while (item := self._queue.get()) is not None:
+                future, fn, args = item
+                if self._cancelled or not future.set_running_or_notify_cancel():
+                    continue
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as exc:  # handed to whoever waits on the future
+                    future.set_exception(exc)
+        finally:
+            self._finished.set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, cancel: bool) -> None:
+        """Let the thread finish the write under way (and, unless ``cancel``, those queued), then
+        return; a Ctrl-C during the wait is raised once the thread has ended."""
+        self._cancelled = cancel
+        self._queue.put(None)
+        if not self._thread.ident:  # never started: nothing ran
+            return
+        interrupted: BaseException | None = None
         while True:
             try:
-                pool.shutdown(wait=True, cancel_futures=True)
+                self._finished.wait()
                 break
             except KeyboardInterrupt as exc:
                 interrupted = exc
         if interrupted is not None:
             raise interrupted
+
+
+@contextlib.contextmanager
+def background_writer(name: str) -> Iterator[BackgroundWriter]:
+    """A :class:`BackgroundWriter` for writers into a staging folder, stopped before the block is
+    left: every write is waited for, a Ctrl-C during the wait included (it is raised once the
+    writer has stopped); on failure, writes not yet started are cancelled."""
+    writer = BackgroundWriter(name)
+    try:
+        writer.start()
+    except BaseException:  # a Ctrl-C while the thread starts: it may run; nothing is queued
+        writer.stop(cancel=True)
+        raise
+    failed = True
+    try:
+        yield writer
+        failed = False
+    finally:
+        writer.stop(cancel=failed)
 
 
 def _missing_ancestors(folder: Path) -> list[Path]:
