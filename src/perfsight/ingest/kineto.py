@@ -299,6 +299,7 @@ def _concat(tables: list[pa.Table]) -> pa.Table | None:
         del merged
         for i, table in enumerate(tables):
             tables[i] = table.drop_columns([name])
+        return_freed_memory()  # the parts' small buffers sit in the heap: give this column's back
     tables.clear()
     return pa.table(dict(zip(names, columns, strict=True)))
 
