@@ -7,7 +7,9 @@ stage.  The trace is read once (not timed); then, ``--repeats`` times, every ana
 (the same tables in a new object, so nothing derived from an earlier round is reused), and every
 writer of ``pipeline.analyse_and_write`` writes into a temporary folder.  The table shows the median
 and the minimum of each stage, the share of the total, and how much each stage raised the peak
-resident memory (first round; the high-water mark only grows, so later stages often show 0).
+resident memory (first round; the high-water mark only grows, so later stages often show 0), and
+``own MB``: how far the stage rose above the resident memory it started with (sampled every 5 ms),
+whatever ran before it -- the figure a bounded-memory design has to keep flat.
 
 Last, the same work as the CLI does it (``pipeline.analyse_and_write``: the cached trace is written
 beside the analyses, the other writers on two threads) is timed end to end: that wall time is
@@ -29,6 +31,7 @@ import resource
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +42,41 @@ DEFAULT_TRACE = ROOT.parent / "shared" / "data" / "kineto" / "df_index_resolver"
 
 def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _rss_mb() -> float:
+    """Resident memory now (Linux ``/proc/self/statm``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * resource.getpagesize() / 2**20
+    except OSError:
+        return 0.0
+
+
+class _StagePeak:
+    """The highest resident memory seen since :meth:`reset`, sampled every 5 ms on a thread.
+
+    Why: ``ru_maxrss`` only grows, so a stage that runs after a bigger one shows +0 MB however
+    much it allocates; this says how far each stage itself rises above the memory it started
+    with (what a streaming or spilling design must bound), whatever ran before it."""
+
+    def __init__(self) -> None:
+        self.start = self.peak = _rss_mb()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while True:
+            self.peak = max(self.peak, _rss_mb())
+            time.sleep(0.005)
+
+    def reset(self) -> None:
+        self.start = self.peak = _rss_mb()
+
+    def own_mb(self) -> float:
+        return max(self.peak, _rss_mb()) - self.start
+
+
+_SAMPLER: list[_StagePeak] = []
 
 
 def _stages(trace, options, folder: Path, db: bool) -> list[tuple[str, str, Callable[[], object]]]:
@@ -65,7 +103,7 @@ def _stages(trace, options, folder: Path, db: bool) -> list[tuple[str, str, Call
         (
             "write",
             "op_statistic.csv",
-            lambda: mindspore_csv.write_op_statistic(out, tables["kernel_details"], tables["operator_stats"]),
+            lambda: mindspore_csv.write_op_statistic(out, tables["op_statistic"]),
         ),
         (
             "write",
@@ -93,7 +131,7 @@ def _stages(trace, options, folder: Path, db: bool) -> list[tuple[str, str, Call
             (
                 "write",
                 "communication.json",
-                lambda: write_communication_json(out / "communication.json", trace),
+                lambda: write_communication_json(out / "communication.json", tables),
             )
         )
     if db:
@@ -116,19 +154,30 @@ def _stages(trace, options, folder: Path, db: bool) -> list[tuple[str, str, Call
     return stages
 
 
-def _round(trace, options, db: bool) -> list[tuple[str, str, float, float, float]]:
-    """One pass over every stage: (group, name, seconds, peak-RSS increase in MB, CPU seconds).
-    CPU time (all threads) is what to compare on a loaded machine, where wall time mostly
-    measures the neighbours."""
+def _round(trace, options, db: bool) -> list[tuple[str, str, float, float, float, float]]:
+    """One pass over every stage: (group, name, seconds, peak-RSS increase in MB, CPU seconds,
+    the stage's own peak above its starting RSS in MB).  CPU time (all threads) is what to
+    compare on a loaded machine, where wall time mostly measures the neighbours."""
+    if not _SAMPLER:
+        _SAMPLER.append(_StagePeak())
+    sampler = _SAMPLER[0]
     fresh = dataclasses.replace(trace)  # same tables, new object: no derived data carried over
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for group, name, thunk in _stages(fresh, options, Path(tmp), db):
             before = _peak_mb()
+            sampler.reset()
             t0, c0 = time.perf_counter(), time.process_time()
             thunk()
             results.append(
-                (group, name, time.perf_counter() - t0, _peak_mb() - before, time.process_time() - c0)
+                (
+                    group,
+                    name,
+                    time.perf_counter() - t0,
+                    _peak_mb() - before,
+                    time.process_time() - c0,
+                    sampler.own_mb(),
+                )
             )
     return results
 
@@ -187,19 +236,21 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         f"{'group':<9} {'stage':<22} {'median s':>9} {'min s':>8} {'CPU s':>8} {'share':>6} {'+peak MB':>9}"
+        f" {'own MB':>7}"
     )
     total_median = 0.0
     sums: dict[str, float] = {}
     medians = []
-    for i, (group, name, _, grow, _) in enumerate(first):
+    for i, (group, name, _, grow, _, _) in enumerate(first):
         times = [r[i][2] for r in rounds]
         med = statistics.median(times)
-        medians.append((group, name, med, min(times), statistics.median(r[i][4] for r in rounds), grow))
+        cpu = statistics.median(r[i][4] for r in rounds)
+        medians.append((group, name, med, min(times), cpu, grow, first[i][5]))
         total_median += med
         sums[group] = sums.get(group, 0.0) + med
-    for group, name, med, low, cpu, grow in medians:
+    for group, name, med, low, cpu, grow, own in medians:
         share = med / total_median if total_median else 0.0
-        print(f"{group:<9} {name:<22} {med:9.4f} {low:8.4f} {cpu:8.4f} {share:6.1%} {grow:9.1f}")
+        print(f"{group:<9} {name:<22} {med:9.4f} {low:8.4f} {cpu:8.4f} {share:6.1%} {grow:9.1f} {own:7.1f}")
     for group, total in sums.items():
         print(f"{group:<9} {'(total)':<22} {total:9.4f}")
     print(f"{'all':<9} {'(total)':<22} {total_median:9.4f}")

@@ -11,8 +11,11 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
+
 from perfsight.analysis.overlap import overlap_breakdown
 from perfsight.ingest import read_trace
+from perfsight.ingest.kineto_devices import _distinct_pairs
 
 
 def _renamed(source: Path, target: Path, label: str, *, keep_devices: bool = True) -> Path:
@@ -67,3 +70,17 @@ def test_a_process_whose_pid_is_a_listed_device_is_that_device(nccl_trace_path: 
     renamed = read_trace(renamed)
     [warning] = [w for w in renamed.meta.warnings if "mtia_ccp_events" in w]
     assert "'device 0 (NVIDIA A100-PG509-200)'" in warning and "device kernels" in warning
+
+
+def test_process_category_pairs_are_grouped_as_numpy_groups_them() -> None:
+    """The dense-grid grouping of (pid, category) pairs gives numpy's sorted unique pairs, row
+    numbers and counts, on a few processes (the grid) and on very many (the sorted fallback)."""
+    rng = np.random.default_rng(7)
+    for rows, processes, categories in ((5000, 4, 6), (20000, 15000, 30), (1, 1, 1)):
+        pid = rng.choice(np.append(rng.integers(0, 1 << 40, processes - 1), -1), rows)
+        code = rng.integers(0, categories, rows)
+        pairs, inverse = np.unique(np.stack([pid, code]), axis=1, return_inverse=True)
+        got_pairs, got_inverse, got_counts = _distinct_pairs(pid, code, categories)
+        assert np.array_equal(got_pairs, pairs)
+        assert np.array_equal(got_inverse, inverse.reshape(-1))
+        assert np.array_equal(got_counts, np.bincount(inverse.reshape(-1)))

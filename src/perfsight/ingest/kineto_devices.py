@@ -95,9 +95,7 @@ def unknown_device_work(
     is_known = np.append(np.asarray(known, bool), True)
     is_host_cat = np.isin(values, HOST_CATEGORIES)
     is_not_work = np.isin(values, NOT_WORK_CATEGORIES)
-    pairs, inverse = np.unique(np.stack([pid, code]), axis=1, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    counts = np.bincount(inverse, minlength=pairs.shape[1])
+    pairs, inverse, counts = _distinct_pairs(pid, code, len(values))
     host_pids = {int(p) for p, c in pairs.T.tolist() if is_host_cat[c]}
     unknown: dict[int, dict[str, int]] = {}
     pair_is_device = np.zeros(pairs.shape[1], bool)
@@ -124,6 +122,25 @@ def unknown_device_work(
                 f"({listed}); they are counted neither as device work nor as host operators"
             )
     return extra, warnings
+
+
+def _distinct_pairs(
+    pid: np.ndarray, code: np.ndarray, codes: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (pid, code) pairs in (pid, code) order as a 2 x k array, each row's pair
+    number and each pair's row count.  Why not ``np.unique(axis=1)``: it sorts the rows as
+    structured records, 4 of the 9 s of reading a 1 GB trace; here one sort of the pids (few
+    distinct) and a count over the dense (pid, code) grid do the same work."""
+    pids, pid_number = np.unique(pid, return_inverse=True)
+    key = pid_number.reshape(-1) * codes + code
+    if len(pids) * codes > 4 * len(key) + 1024:  # a sparse grid (a hostile trace): sort the keys
+        present, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+        return np.stack([pids[present // codes], present % codes]), inverse.reshape(-1), counts
+    grid_counts = np.bincount(key, minlength=len(pids) * codes)
+    present = np.flatnonzero(grid_counts)
+    pair_of_key = np.zeros(len(grid_counts), np.int64)
+    pair_of_key[present] = np.arange(len(present))
+    return np.stack([pids[present // codes], present % codes]), pair_of_key[key], grid_counts[present]
 
 
 def category_codes(cat: pa.ChunkedArray | pa.Array) -> np.ndarray:
