@@ -43,8 +43,8 @@ def _peak_mb() -> float:
 
 def _stages(trace, options, folder: Path, db: bool) -> list[tuple[str, str, Callable[[], object]]]:
     """(group, name, thunk) in pipeline order; analysis thunks store their tables for the writers."""
-    from perfsight import pipeline
-    from perfsight.export import mindspore_csv, sqlite_db, trace_view
+    from perfsight import advisor, pipeline
+    from perfsight.export import data_pipeline_files, mindspore_csv, sqlite_db, trace_view
     from perfsight.export.communication_json import write_communication_json
     from perfsight.store import cache, timeline_index
 
@@ -65,7 +65,7 @@ def _stages(trace, options, folder: Path, db: bool) -> list[tuple[str, str, Call
         (
             "write",
             "op_statistic.csv",
-            lambda: mindspore_csv.write_op_statistic(out, tables["kernel_details"], tables["operator_stats"]),
+            lambda: mindspore_csv.write_op_statistic(out, tables["op_statistic"]),
         ),
         (
             "write",
@@ -93,9 +93,19 @@ def _stages(trace, options, folder: Path, db: bool) -> list[tuple[str, str, Call
             (
                 "write",
                 "communication.json",
-                lambda: write_communication_json(out / "communication.json", trace),
+                lambda: write_communication_json(out / "communication.json", tables),
             )
         )
+    stages.append(("write", "data pipeline files", lambda: data_pipeline_files.write_all(out, tables)))
+    stages.append(
+        (
+            "write",
+            "advisor.json",
+            lambda: advisor.write_advisor_json(
+                out / advisor.ADVISOR_JSON, advisor.rank_findings(tables, trace), "rank"
+            ),
+        )
+    )
     if db:
         stages.append(
             (
