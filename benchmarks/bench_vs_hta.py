@@ -26,6 +26,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import gzip
 import json
@@ -101,12 +102,17 @@ def run_child(tool: str, trace: Path, out_dir: Path) -> int:
             # its analyses and writers lazily, and pyarrow loads numpy.ma on its first conversion,
             # so load them here (not pandas: perfsight never needs it, see
             # perfsight.ingest.lazy_pandas)
+            # (every module the run imports: where bytecode is not cached, PYTHONDONTWRITEBYTECODE
+            # as on the benchmark machine, a module first imported inside the timed run is
+            # compiled there, 10-70 ms that an installed package never pays)
             for module in ("numpy.ma", "perfsight.api", "perfsight.pipeline",
                            "perfsight.export.mindspore_csv", "perfsight.export.trace_view",
-                           "perfsight.export.communication_json",
+                           "perfsight.export.communication_json", "perfsight.export.data_pipeline_files",
+                           "perfsight.export.staging", "perfsight.advisor.rank_rules",
                            "perfsight.export.sqlite_db", "perfsight.store.cache",
                            "perfsight.store.timeline_index"):  # fmt: skip
-                importlib.import_module(module)
+                with contextlib.suppress(ModuleNotFoundError):  # an older tree (bench_before_after)
+                    importlib.import_module(module)
             analyse = getattr(perfsight, "analyse", None)
             if analyse is None:
                 raise RuntimeError("perfsight.analyse does not exist yet")
