@@ -60,6 +60,12 @@ def _rss_mb() -> float:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process, all threads (the steadier figure on a shared machine)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _child(approach: str, trace: Path) -> dict[str, float]:
     import numpy  # noqa: F401
     import pandas  # noqa: F401
@@ -69,7 +75,7 @@ def _child(approach: str, trace: Path) -> dict[str, float]:
     from perfsight.ingest.jsonstream import open_events
 
     after_imports = _rss_mb()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), _cpu_s()
     if approach in ("native", "portable"):
         read_trace(trace)
     elif approach == "scan-only":
@@ -86,9 +92,9 @@ def _child(approach: str, trace: Path) -> dict[str, float]:
         _polars(trace)
     elif approach in GENERAL:
         _general(approach, trace)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, _cpu_s() - cpu_start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"wall_s": wall, "peak_mb": peak, "imports_mb": after_imports}
+    return {"wall_s": wall, "cpu_s": cpu, "peak_mb": peak, "imports_mb": after_imports}
 
 
 def _duckdb(trace: Path) -> None:
@@ -256,19 +262,24 @@ def main() -> None:
     chosen = args.only.split(",") if args.only else list(APPROACHES)
     size_mb = args.trace.stat().st_size / 2**20
     print(f"trace: {args.trace} ({size_mb:.1f} MB on disk), {args.repeats} runs each")
-    print(f"| {'approach':<10} | wall s | ratio | peak RSS MB | RSS after imports MB |")
-    print(f"| {'-' * 10} | -----: | ----: | ----------: | -------------------: |")
+    print(f"| {'approach':<10} | wall s | ratio | CPU s | CPU ratio | peak RSS MB | RSS after imports MB |")
+    print(f"| {'-' * 10} | -----: | ----: | ----: | --------: | ----------: | -------------------: |")
     first: float | None = None
+    first_cpu: float | None = None
     for approach in chosen:
         runs = [_run(approach, args.trace) for _ in range(args.repeats)]
         if any(r is None for r in runs):
-            print(f"| {approach:<10} | (not installed) | | | |")
+            print(f"| {approach:<10} | (not installed) | | | | | |")
             continue
         wall = statistics.median(r["wall_s"] for r in runs if r)
         peak = max(r["peak_mb"] for r in runs if r)
         imports = statistics.median(r["imports_mb"] for r in runs if r)
-        first = first or wall
-        print(f"| {approach:<10} | {wall:6.3f} | {wall / first:5.2f} | {peak:11.0f} | {imports:20.0f} |")
+        cpu = statistics.median(r["cpu_s"] for r in runs if r)
+        first, first_cpu = first or wall, first_cpu or cpu
+        print(
+            f"| {approach:<10} | {wall:6.3f} | {wall / first:5.2f} | {cpu:5.3f} | {cpu / first_cpu:9.2f} "
+            f"| {peak:11.0f} | {imports:20.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -241,14 +241,26 @@ def machine_description() -> str:
     return f"{cpus} CPUs (nproc), {model}, {ram_gib:.1f} GiB RAM, Linux {platform.release()}"
 
 
-def versions() -> str:
+def versions(hta_python: str | None = None) -> str:
+    """Library versions on perfsight's side, and HTA's (and its pandas) in ``hta_python``'s
+    environment when that is another interpreter."""
     found = []
     for dist in ("HolisticTraceAnalysis", "perfsight", "pandas", "numpy", "pyarrow"):
         try:
             found.append(f"{dist} {metadata.version(dist)}")
         except metadata.PackageNotFoundError:
             found.append(f"{dist} not installed")
-    return f"Python {platform.python_version()}; " + ", ".join(found)
+    text = f"Python {platform.python_version()}; " + ", ".join(found)
+    if hta_python and hta_python != sys.executable:
+        probe = (
+            "from importlib.metadata import version, PackageNotFoundError\n"
+            "for d in ('HolisticTraceAnalysis', 'pandas', 'numpy', 'pyarrow'):\n"
+            "    try: print(d, version(d))\n"
+            "    except PackageNotFoundError: print(d, 'not installed')"
+        )
+        done = subprocess.run([hta_python, "-c", probe], capture_output=True, text=True, check=False)
+        text += f"; HTA's interpreter ({hta_python}): " + ", ".join(done.stdout.split("\n")[:-1])
+    return text
 
 
 def _cell(runs: Runs, what: str) -> str:
@@ -391,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "",
         f"Command: `{shlex.join(sys.orig_argv)}` (from the repository root)",
         "",
-        f"Machine: {machine_description()}; {versions()}; load average at the start "
+        f"Machine: {machine_description()}; {versions(args.hta_python)}; load average at the start "
         f"{load_at_start[0]:.1f}, at the end {os.getloadavg()[0]:.1f}.",
         "",
         f"Median of {args.repeats} alternating runs per tool, each in a fresh process, import excluded; "
