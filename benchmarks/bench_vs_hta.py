@@ -104,7 +104,7 @@ def run_child(tool: str, trace: Path, out_dir: Path) -> int:
             # perfsight.ingest.lazy_pandas)
             # (every module the run imports: where bytecode is not cached, PYTHONDONTWRITEBYTECODE
             # as on the benchmark machine, a module first imported inside the timed run is
-            # compiled there, 10-70 ms that an installed package never pays)
+            # compiled there, about 9 ms that an installed package pays once)
             for module in ("numpy.ma", "perfsight.api", "perfsight.pipeline",
                            "perfsight.export.mindspore_csv", "perfsight.export.trace_view",
                            "perfsight.export.communication_json", "perfsight.export.data_pipeline_files",
