@@ -53,7 +53,7 @@ def _row(trace: Path, runs: dict[str, Runs]) -> str:
     before, after = runs["before"], runs["after"]
     if not (before.ok and after.ok):
         errors = "; ".join(before.errors + after.errors)
-        return f"| `{trace.name}` | failed: {errors} | | | |"
+        return f"| `{trace.name}` | failed: {errors} | | | | |"
     cells = [f"| `{trace.name}`"]
     for median in (Runs.median_wall_s, Runs.median_cpu_s):
         b, a = median(before), median(after)
@@ -61,6 +61,8 @@ def _row(trace: Path, runs: dict[str, Runs]) -> str:
     b, a = before.median_rss_mb(), after.median_rss_mb()
     cells.append(f"{b:.0f} → {a:.0f} ({a - b:+.0f} MB)")
     cells.append(f"{min(after.peak_rss_mb):.0f}–{max(after.peak_rss_mb):.0f}")
+    b, a = before.median_above_imports_mb(), after.median_above_imports_mb()
+    cells.append(f"{b:.0f} → {a:.0f} ({a - b:+.0f} MB)")
     return " | ".join(cells) + " |"
 
 
@@ -98,8 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Median of {args.repeats} alternating fresh-process runs per side; "
         f"before = {args.before}, after = this work tree.\n"
     )
-    print("| trace | wall s | CPU s | peak RSS MB | after: RSS range |")
-    print("|---|---|---|---|---|")
+    print("| trace | wall s | CPU s | peak RSS MB | after: RSS range | peak above imports MB |")
+    print("|---|---|---|---|---|---|")
     print("\n".join(rows))
     return 0
 

@@ -81,8 +81,8 @@ _SAMPLER: list[_StagePeak] = []
 
 def _stages(trace, options, folder: Path, db: bool) -> list[tuple[str, str, Callable[[], object]]]:
     """(group, name, thunk) in pipeline order; analysis thunks store their tables for the writers."""
-    from perfsight import pipeline
-    from perfsight.export import mindspore_csv, sqlite_db, trace_view
+    from perfsight import advisor, pipeline
+    from perfsight.export import data_pipeline_files, mindspore_csv, sqlite_db, trace_view
     from perfsight.export.communication_json import write_communication_json
     from perfsight.store import cache, timeline_index
 
@@ -134,6 +134,16 @@ def _stages(trace, options, folder: Path, db: bool) -> list[tuple[str, str, Call
                 lambda: write_communication_json(out / "communication.json", tables),
             )
         )
+    stages.append(("write", "data pipeline files", lambda: data_pipeline_files.write_all(out, tables)))
+    stages.append(
+        (
+            "write",
+            "advisor.json",
+            lambda: advisor.write_advisor_json(
+                out / advisor.ADVISOR_JSON, advisor.rank_findings(tables, trace), "rank"
+            ),
+        )
+    )
     if db:
         stages.append(
             (

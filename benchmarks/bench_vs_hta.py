@@ -19,12 +19,14 @@ a failure into ``--write-md``.
 
 Usage::
 
-    python benchmarks/bench_vs_hta.py [--big] [--repeats 3] [--write-md docs/BENCHMARKS.md]
+    python benchmarks/bench_vs_hta.py [--big] [--repeats 3] [--hta-python /tmp/hta-venv/bin/python]
+        [--write-md docs/BENCHMARKS.md]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import gzip
 import json
@@ -65,6 +67,13 @@ def _peak_rss_mb() -> float:
     return max(own, children) / 1024
 
 
+def _rss_now_mb() -> float:
+    """Resident set size right now, in MiB: taken after a tool's imports, before it reads the
+    trace, so the peak can be counted above what merely loading each tool's libraries costs."""
+    with open(f"/proc/{os.getpid()}/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / MIB
+
+
 def _cpu_s() -> float:
     """CPU seconds of this process (all its threads) and of the children it waited for: on a
     loaded machine wall time mostly measures the neighbours, CPU time the work done."""
@@ -81,6 +90,7 @@ def run_child(tool: str, trace: Path, out_dir: Path) -> int:
             from hta.trace_analysis import TraceAnalysis
 
             logging.disable(logging.CRITICAL)  # HTA logs every parse step; we only want numbers
+            imports_mb = _rss_now_mb()
             started, cpu_started = time.perf_counter(), _cpu_s()
             TraceAnalysis(trace_dir=str(trace.parent))
         else:
@@ -92,15 +102,21 @@ def run_child(tool: str, trace: Path, out_dir: Path) -> int:
             # its analyses and writers lazily, and pyarrow loads numpy.ma on its first conversion,
             # so load them here (not pandas: perfsight never needs it, see
             # perfsight.ingest.lazy_pandas)
+            # (every module the run imports: where bytecode is not cached, PYTHONDONTWRITEBYTECODE
+            # as on the benchmark machine, a module first imported inside the timed run is
+            # compiled there, about 9 ms that an installed package pays once)
             for module in ("numpy.ma", "perfsight.api", "perfsight.pipeline",
                            "perfsight.export.mindspore_csv", "perfsight.export.trace_view",
-                           "perfsight.export.communication_json",
+                           "perfsight.export.communication_json", "perfsight.export.data_pipeline_files",
+                           "perfsight.export.staging", "perfsight.advisor.rank_rules",
                            "perfsight.export.sqlite_db", "perfsight.store.cache",
                            "perfsight.store.timeline_index"):  # fmt: skip
-                importlib.import_module(module)
+                with contextlib.suppress(ModuleNotFoundError):  # an older tree (bench_before_after)
+                    importlib.import_module(module)
             analyse = getattr(perfsight, "analyse", None)
             if analyse is None:
                 raise RuntimeError("perfsight.analyse does not exist yet")
+            imports_mb = _rss_now_mb()
             started, cpu_started = time.perf_counter(), _cpu_s()
             analyse(trace, out=out_dir)
         wall_s = time.perf_counter() - started
@@ -108,7 +124,7 @@ def run_child(tool: str, trace: Path, out_dir: Path) -> int:
     except Exception as error:  # report any failure of the tool, never a traceback-only crash
         print(RESULT_PREFIX + json.dumps({"error": f"{type(error).__name__}: {error}"}), flush=True)
         return 1
-    result = {"wall_s": wall_s, "cpu_s": cpu_s, "peak_rss_mb": _peak_rss_mb()}
+    result = {"wall_s": wall_s, "cpu_s": cpu_s, "peak_rss_mb": _peak_rss_mb(), "imports_rss_mb": imports_mb}
     print(RESULT_PREFIX + json.dumps(result), flush=True)
     return 0
 
@@ -123,6 +139,8 @@ class Runs:
     wall_s: list[float] = field(default_factory=list)
     cpu_s: list[float] = field(default_factory=list)
     peak_rss_mb: list[float] = field(default_factory=list)
+    imports_rss_mb: list[float] = field(default_factory=list)
+    """RSS after the tool's imports, before the trace is read (the baseline of issue 21's target 3)."""
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -138,6 +156,14 @@ class Runs:
     def median_rss_mb(self) -> float:
         return statistics.median(self.peak_rss_mb)
 
+    def median_imports_mb(self) -> float:
+        return statistics.median(self.imports_rss_mb) if self.imports_rss_mb else 0.0
+
+    def median_above_imports_mb(self) -> float:
+        """Median over runs of (peak - that run's RSS after imports)."""
+        above = [p - i for p, i in zip(self.peak_rss_mb, self.imports_rss_mb, strict=False)]
+        return statistics.median(above) if above else self.median_rss_mb()
+
 
 def measure_once(
     tool: str,
@@ -146,6 +172,7 @@ def measure_once(
     timeout_s: float,
     runs: Runs,
     env: dict[str, str] | None = None,
+    python: str | None = None,
 ) -> None:
     """Copy ``trace`` into a fresh directory and measure ``tool`` on it in a fresh process
     (with ``env`` as its environment when given: ``bench_before_after.py`` points PYTHONPATH at
@@ -156,7 +183,7 @@ def measure_once(
         copy = input_dir / trace.name
         shutil.copyfile(trace, copy)
         command = [
-            sys.executable,
+            python or sys.executable,
             str(Path(__file__).resolve()),
             "--child",
             tool,
@@ -182,6 +209,8 @@ def measure_once(
         runs.wall_s.append(result["wall_s"])
         runs.cpu_s.append(result["cpu_s"])
         runs.peak_rss_mb.append(result["peak_rss_mb"])
+        if "imports_rss_mb" in result:  # a child of an older tree (bench_before_after) lacks it
+            runs.imports_rss_mb.append(result["imports_rss_mb"])
 
 
 def uncompressed_mb(trace: Path) -> float:
@@ -212,14 +241,26 @@ def machine_description() -> str:
     return f"{cpus} CPUs (nproc), {model}, {ram_gib:.1f} GiB RAM, Linux {platform.release()}"
 
 
-def versions() -> str:
+def versions(hta_python: str | None = None) -> str:
+    """Library versions on perfsight's side, and HTA's (and its pandas) in ``hta_python``'s
+    environment when that is another interpreter."""
     found = []
     for dist in ("HolisticTraceAnalysis", "perfsight", "pandas", "numpy", "pyarrow"):
         try:
             found.append(f"{dist} {metadata.version(dist)}")
         except metadata.PackageNotFoundError:
             found.append(f"{dist} not installed")
-    return f"Python {platform.python_version()}; " + ", ".join(found)
+    text = f"Python {platform.python_version()}; " + ", ".join(found)
+    if hta_python and hta_python != sys.executable:
+        probe = (
+            "from importlib.metadata import version, PackageNotFoundError\n"
+            "for d in ('HolisticTraceAnalysis', 'pandas', 'numpy', 'pyarrow'):\n"
+            "    try: print(d, version(d))\n"
+            "    except PackageNotFoundError: print(d, 'not installed')"
+        )
+        done = subprocess.run([hta_python, "-c", probe], capture_output=True, text=True, check=False)
+        text += f"; HTA's interpreter ({hta_python}): " + ", ".join(done.stdout.split("\n")[:-1])
+    return text
 
 
 def _cell(runs: Runs, what: str) -> str:
@@ -234,8 +275,8 @@ def comparison_table(results: dict[Path, dict[str, Runs]]) -> str:
     rows = [
         "| trace | size MB (file / JSON) | HTA parse s (CPU s) | HTA peak RSS MB "
         "| perfsight analyse s (CPU s) | perfsight peak RSS MB | HTA s / perfsight s (CPU) "
-        "| perfsight RSS / HTA RSS |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| perfsight RSS / HTA RSS | RSS above imports MB: HTA / perfsight (ratio) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for trace, by_tool in results.items():
         hta, ps = by_tool["hta"], by_tool["perfsight"]
@@ -246,10 +287,15 @@ def comparison_table(results: dict[Path, dict[str, Runs]]) -> str:
             else "n/a"
         )
         rss_ratio = f"{ps.median_rss_mb() / hta.median_rss_mb():.2f}" if both else "n/a"
+        above = "n/a"
+        if both:
+            h, p = hta.median_above_imports_mb(), ps.median_above_imports_mb()
+            above = f"{h:.0f} / {p:.0f} ({p / h:.2f})"
         size = f"{trace.stat().st_size / MIB:.1f} / {uncompressed_mb(trace):.1f}"
         rows.append(
             f"| `{trace.name}` | {size} | {_cell(hta, 'wall')} ({_cell(hta, 'cpu')}) | {_cell(hta, 'rss')} "
-            f"| {_cell(ps, 'wall')} ({_cell(ps, 'cpu')}) | {_cell(ps, 'rss')} | {time_ratio} | {rss_ratio} |"
+            f"| {_cell(ps, 'wall')} ({_cell(ps, 'cpu')}) | {_cell(ps, 'rss')} | {time_ratio} | {rss_ratio} "
+            f"| {above} |"
         )
     return "\n".join(rows)
 
@@ -302,6 +348,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, help="where temporary copies go (default: system temp)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per run")
     parser.add_argument("--write-md", type=Path, help="append the results to this Markdown file")
+    parser.add_argument(
+        "--hta-python",
+        default=os.environ.get("HTA_PYTHON", sys.executable),
+        help="interpreter with HTA 0.5.0 installed, for HTA's runs (default: $HTA_PYTHON, else this one; "
+        "HTA pins its own pandas, so it is often kept in a virtual environment of its own)",
+    )
     parser.add_argument("--child", nargs=3, metavar=("TOOL", "TRACE", "OUT"), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -327,7 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for repeat in range(args.repeats):
             for tool in TOOLS:
                 print(f"[{trace.name}] {tool} run {repeat + 1}/{args.repeats}", file=sys.stderr, flush=True)
-                measure_once(tool, trace, args.work_dir, args.timeout, results[trace][tool])
+                python = args.hta_python if tool == "hta" else sys.executable
+                measure_once(tool, trace, args.work_dir, args.timeout, results[trace][tool], python=python)
 
     sections = [comparison_table(results)]
     all_results = dict(results)
@@ -350,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "",
         f"Command: `{shlex.join(sys.orig_argv)}` (from the repository root)",
         "",
-        f"Machine: {machine_description()}; {versions()}; load average at the start "
+        f"Machine: {machine_description()}; {versions(args.hta_python)}; load average at the start "
         f"{load_at_start[0]:.1f}, at the end {os.getloadavg()[0]:.1f}.",
         "",
         f"Median of {args.repeats} alternating runs per tool, each in a fresh process, import excluded; "

@@ -14,6 +14,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from perfsight import arrow_pool  # noqa: F401 - before pyarrow: Arrow's allocator (see there)
+
+# isort: split
 import pyarrow as pa
 
 from perfsight import layout

@@ -62,8 +62,11 @@ from perfsight.units import (
     us_text,
 )
 
-CHUNK_ROWS = 16_384
-"""Events built and written per chunk: bounds the writer's memory whatever the trace size."""
+CHUNK_ROWS = 8_192
+"""Events built and written per chunk: bounds the writer's memory whatever the trace size.  8K
+rows rather than 16K: the trace view runs beside the CSV writers and the timeline index, where
+the run's peak is reached; 3 MB lower peak on both shared Kineto traces at the same CPU
+(docs/BENCHMARKS.md)."""
 
 OVERLAP_PROCESS = "Overlap Analysis"
 OVERLAP_LANES = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")

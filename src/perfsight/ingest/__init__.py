@@ -90,12 +90,13 @@ def _ascend_db_only(path: Path) -> bool:
 def _legacy_step_file(path: Path) -> bool:
     """MindInsight's ``step_trace_raw_{n}_detail_time.csv`` (or, without one, the device's
     ``ascend_timeline_display_{n}.json``): it stands for device ``n`` of a legacy run."""
-    from perfsight.ingest.mindinsight_legacy import device_file
-
     if path.name.startswith("ascend_timeline_display_") and path.parent.name == ASCEND_OUTPUT_DIR:
         return False  # a MindSpore 2.x rank folder's file: read with its trace_view.json
-    named = path.name.startswith(("step_trace_raw_", "ascend_timeline_display_"))
-    return named and device_file(path) is not None
+    if not path.name.startswith(("step_trace_raw_", "ascend_timeline_display_")):
+        return False  # any other file (a Kineto trace): the legacy reader is not even imported
+    from perfsight.ingest.mindinsight_legacy import device_file
+
+    return device_file(path) is not None
 
 
 def _legacy_side_file(path: Path, legacy_folders: set[Path]) -> bool:
