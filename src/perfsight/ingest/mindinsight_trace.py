@@ -38,6 +38,7 @@ from perfsight import columns
 from perfsight.ingest import ascend_files as files
 from perfsight.ingest import assemble
 from perfsight.ingest import mindinsight_minddata as minddata
+from perfsight.ingest import mindinsight_pipeline as pipeline_files
 from perfsight.ingest.ascend_timeline import TS_PATTERN, collective_of
 from perfsight.ingest.chrome_events import micros_to_ns
 from perfsight.ingest.kineto import TraceReadError
@@ -194,8 +195,9 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
 def _minddata(
     legacy: LegacyRank, folder: Path, rank: int, vendor: VendorResults, problems: files.FileProblems
 ) -> dict[str, Any]:
-    """The MindData queues (vendor tables ``mindinsight_device_queue`` / ``mindinsight_get_next``) and
-    MindInsight's summary of them, also as a labelled note."""
+    """The MindData queues (vendor tables ``mindinsight_device_queue`` / ``mindinsight_get_next``), the
+    pipeline's ops and the host's CPU use (``mindinsight_pipeline_ops`` / ``mindinsight_cpu_utilization``)
+    and MindInsight's summary of the queues, also as a labelled note."""
     index = legacy.device_id
     device_queue = minddata.read_device_queue(folder, index, rank, problems)
     get_next = minddata.read_get_next(folder, index, rank, problems)
@@ -203,6 +205,18 @@ def _minddata(
         if table.num_rows:
             vendor.tables[name] = table
     pipeline = legacy.tables.get(f"minddata_pipeline_raw_{index}.csv")
+    for name, table in (
+        (
+            pipeline_files.PIPELINE_OPS_TABLE,
+            pipeline_files.read_pipeline_ops(folder, index, rank, pipeline, problems),
+        ),
+        (
+            pipeline_files.CPU_UTILIZATION_TABLE,
+            pipeline_files.read_cpu_utilization(folder, index, rank, problems),
+        ),
+    ):
+        if table.num_rows:
+            vendor.tables[name] = table
     summary = minddata.queue_summary(device_queue, get_next, pipeline)
     if summary:
         problems.add(folder / f"minddata_pipeline_raw_{index}.csv", minddata.summary_text(summary))
