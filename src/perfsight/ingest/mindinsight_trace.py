@@ -44,7 +44,13 @@ from perfsight.ingest.chrome_events import micros_to_ns
 from perfsight.ingest.kineto import TraceReadError
 from perfsight.ingest.mindinsight_flops import summary_text
 from perfsight.ingest.mindinsight_legacy import LegacyRank, read_rank_of
-from perfsight.ingest.mindinsight_ops import read_framework_raw, timeline_offset_ns, with_op_facts
+from perfsight.ingest.mindinsight_ops import (
+    AI_CPU_OPS_TABLE,
+    read_aicpu_ops,
+    read_framework_raw,
+    timeline_offset_ns,
+    with_op_facts,
+)
 from perfsight.model import (
     COMM_SCHEMA,
     NO_ID,
@@ -102,6 +108,11 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
             f"MindInsight's FLOPs summary: {summary_text(legacy.flops)}",
         )
     minddata = _minddata(legacy, step_file.parent, the_rank, vendor, problems)
+    aicpu_file = step_file.parent / f"aicpu_intermediate_{legacy.device_id}.csv"
+    if aicpu_file.is_file():
+        aicpu = read_aicpu_ops(aicpu_file, the_rank, problems)
+        if aicpu.num_rows:
+            vendor.tables[AI_CPU_OPS_TABLE] = aicpu
     if legacy.step_trace_average:
         problems.add(step_file, summary_note(legacy.step_trace_average, legacy.step_trace.num_rows))
     timeline_file = step_file.parent / f"ascend_timeline_display_{legacy.device_id}.json"

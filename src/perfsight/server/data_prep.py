@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from perfsight.analysis.data_pipeline import STAGE_QUEUE_COLUMNS
 from perfsight.server import queries
 from perfsight.server.registry import OpenedRun, RankData
 
@@ -94,7 +95,8 @@ def data_prep(opened: OpenedRun, data: RankData) -> dict[str, Any]:
         data.table_path("data_stages"),
         'ORDER BY "order"',
         'stage, "order", op_type, runs_in, parallelism, batches, total_ns, per_batch_ns, '
-        "throughput_per_s, share, bottleneck",
+        "throughput_per_s, share, bottleneck"
+        + (", " + ", ".join(STAGE_QUEUE_COLUMNS) if _has_columns(data.table_path("data_stages")) else ""),
     )
     workers = queries.rows(
         data.table_path("data_workers"),
@@ -122,4 +124,16 @@ def data_prep(opened: OpenedRun, data: RankData) -> dict[str, Any]:
         "wait_per_step": waits,
         "stage_batches": _stage_curves(opened, data),
         "ranks": per_rank(opened),
+        "cpu": queries.rows(
+            data.table_path("data_cpu_utilization"),
+            "",
+            "scope, op_id, stage, metric, samples, mean, max",
+        ),
     }
+
+
+def _has_columns(path: Path) -> bool:
+    """Whether a cached ``data_stages`` has the per-stage queue columns (caches older than them lack them)."""
+    import pyarrow.parquet as pq
+
+    return path.is_file() and set(STAGE_QUEUE_COLUMNS) <= set(pq.read_schema(path).names)
