@@ -81,3 +81,28 @@ def op_type_page(
         [*all_params, int(limit), int(offset)],
     )
     return {"total": int(total), "offset": offset, "limit": limit, "rows": queries.records(table)}
+
+
+def op_type_kernels_page(
+    data: RankData,
+    origin_ns: int,
+    q: str | None,
+    op_type: str,
+    step: int | None,
+    sort: str,
+    order: str,
+    offset: int,
+    limit: int,
+) -> dict[str, Any] | None:
+    """The kernels of one op type (the drill-down from a row of :func:`op_type_page`), or ``None``
+    when the rank's kernels have no op type (then a type row is a kernel name)."""
+    details = data.table_path("kernel_details")
+    if not _has_op_types(details):
+        return None
+    view = queries.KERNELS
+    where = queries.instance_filters(q, view.fuzzy, None, step) + [("op_type = ?", [op_type])]
+    return queries.page(
+        details, view.select(origin_ns), sortable=[*view.sortable, *view.sort_columns.values()],
+        sort=view.sort_columns.get(sort, sort), order=order, offset=offset, limit=limit, where=where,
+        tiebreak=view.tiebreak,
+    )  # fmt: skip
