@@ -106,3 +106,23 @@ def op_type_kernels_page(
         sort=view.sort_columns.get(sort, sort), order=order, offset=offset, limit=limit, where=where,
         tiebreak=view.tiebreak,
     )  # fmt: skip
+
+
+def top_op_types(data: RankData, limit: int) -> list[dict[str, Any]]:
+    """The overview's operator-type shares for a rank with device ops and no host operator (a
+    MindSpore graph run): the largest op types by device time (the rows of :func:`op_type_page`
+    summed over core types), each with its share of all of them; [] for any other rank."""
+    page = op_type_page(data, None, "total_ns", "desc", 0, 100_000)
+    if page is None or not page["rows"]:
+        return []
+    totals: dict[str, list[int]] = {}
+    for row in page["rows"]:  # one per op type and core: dozens
+        entry = totals.setdefault(row["name"], [0, 0])
+        entry[0] += int(row["count"])
+        entry[1] += int(row["total_ns"])
+    grand = sum(total for _, total in totals.values()) or 1
+    ranked = sorted(totals.items(), key=lambda item: (-item[1][1], item[0]))[:limit]
+    return [
+        {"name": name, "count": count, "host_self_ns": 0, "device_total_ns": total, "share": total / grand}
+        for name, (count, total) in ranked
+    ]

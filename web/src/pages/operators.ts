@@ -41,7 +41,7 @@ export async function operatorsPage(ctx: PageContext): Promise<void> {
   // the ranking (what operators are ranked by, and their order) is the server's operator_ranking table
   const overview = await get<Overview>("run/overview", { run: ctx.run, rank: ctx.rank });
   const kernelTypes = await get<PageOf<Row>>("run/kernel-types", { run: ctx.run, rank: ctx.rank, limit: 20, sort: "total_ns", order: "desc" });
-  if (!overview.operator_types.length && kernelTypes.total > 0) {
+  if (kernelTypes.total > 0 && overview.operator_types.every((op) => op.host_self_ns === 0)) {
     deviceOpsPage(ctx, kernelTypes.rows); // device ops only (a MindSpore graph run): no host operator to rank
     return;
   }
