@@ -25,15 +25,24 @@ from perfsight.server.registry import RankData
 AI_CPU_OPS = "mindinsight_aicpu_ops"
 
 
+DERIVED_CORES = ("GPU", "MEMCPY", "MEMSET", "COMMUNICATION")
+"""The core types ``analysis.kernels.core_of_kind`` gives device work whose trace names none (Kineto:
+there ``op_type`` is the launching CPU op, not the kernel's type, and a kernel's name is its type)."""
+
+
 def _has_op_types(details: Path) -> bool:
-    """Whether the rank's kernels carry an op type (Ascend / MindSpore inputs)."""
+    """Whether the rank's kernels are typed by their trace (Ascend / MindSpore: a named core type and
+    an op type on every such kernel)."""
     if not details.is_file():
         return False
+    cores = ", ".join(f"'{c}'" for c in DERIVED_CORES)
     table = queries.arrow(
-        "SELECT count(op_type) AS n FROM read_parquet(?)",
+        f"SELECT count(*) AS n, count(op_type) AS typed FROM read_parquet(?) "
+        f"WHERE core_type IS NOT NULL AND core_type NOT IN ({cores})",
         [str(details)],
     )
-    return bool(table.column("n")[0].as_py())
+    n, typed = table.column("n")[0].as_py(), table.column("typed")[0].as_py()
+    return bool(n) and n == typed
 
 
 def op_type_page(
