@@ -272,3 +272,36 @@ def test_operators_page_shows_scope_names_shapes_and_op_types_of_run_2(server: S
         if SHOTS:
             page.screenshot(path=str(Path(SHOTS) / "mindinsight-run2-operators.png"), full_page=True)
         assert not watched.errors and not watched.dialogs
+
+
+#   curl "$API/flops-summary?$Q&device_id=1"  -> {}     curl "$API/flops-scope?$Q&device_id=1"  -> {}
+#   curl "$API/memory-summary?$Q&device_id=1" -> error 50546080 "The file dir does not exist."
+# (for each of run_2, run_3, run_4: none of them holds flops_*, flops_scope_* or memory files)
+@pytest.mark.parametrize("run", ["run_2", "run_3", "run_4"])
+def test_no_flops_or_memory_is_invented_where_mindinsight_shows_none(run: str) -> None:
+    folder = require(MINDINSIGHT / run / "normal_run/profiler")
+    names = [p.name for p in folder.iterdir()]
+    assert not [n for n in names if n.startswith(("flops", "memory", "hbm"))]  # as MindInsight found
+    trace = read_trace(folder / "step_trace_raw_1_detail_time.csv")
+    assert trace.meta.extra["mindinsight"]["flops"] == {}
+    assert "mindinsight_flops" not in trace.vendor.tables
+    tables = analyse_trace(trace, Options()).tables
+    assert tables["memory_curve"].num_rows == tables["operator_memory"].num_rows == 0
+
+
+def test_damaged_pipeline_and_cpu_files_are_named_and_the_csv_still_gives_the_graph(tmp_path: Path) -> None:
+    import shutil
+
+    profiler = Path(shutil.copytree(require(MINDINSIGHT / RUN_2), tmp_path / "run" / "profiler"))
+    (profiler / "pipeline_profiling_1.json").write_text('{"op_info": [')  # cut short
+    (profiler / "minddata_cpu_utilization_1.json").write_text("[]")
+    trace = read_trace(profiler / "step_trace_raw_1_detail_time.csv")
+    warnings = "\n".join(trace.meta.warnings)
+    assert f"{profiler / 'pipeline_profiling_1.json'}: cannot be read as JSON" in warnings
+    assert f"{profiler / 'minddata_cpu_utilization_1.json'}: is not a JSON object" in warnings
+    stages = analyse_trace(trace, Options()).tables["data_stages"].to_pylist()
+    # the CSV MindInsight reads still gives every op and its queue usage
+    assert {s["stage"]: s["queue_usage"] for s in stages} == {
+        f"{op_type}_{op_id}": usage for op_id, (op_type, *_, usage) in MINDINSIGHT_PIPELINE_OPS.items()
+    }
+    assert trace.steps.num_rows == 1

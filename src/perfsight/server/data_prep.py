@@ -29,6 +29,14 @@ HOW_TO_ENABLE = (
 )
 
 
+HOW_TO_ENABLE_MINDSPORE = (
+    "MindSpore wrote no MindData profiling files for this device (minddata_pipeline_raw_<device>.csv, "
+    "pipeline_profiling_<device>.json, device_queue_profiling_<device>.txt, minddata_aicpu_<device>.txt): "
+    "profile with the data process enabled (MindSpore Profiler's data_process=True) to record the "
+    "pipeline's queues."
+)
+
+
 def _thinned(rows: list[dict[str, Any]], points: int) -> list[dict[str, Any]]:
     """At most ``points`` rows: every row that found the host queue empty, then evenly spaced
     others (so the empty-queue marks a user counts on the chart are all there)."""
@@ -115,7 +123,9 @@ def data_prep(opened: OpenedRun, data: RankData) -> dict[str, Any]:
         "run": opened.run.id,
         "rank": data.rank,
         "captured": captured,
-        "how_to_enable": None if captured else HOW_TO_ENABLE,
+        "how_to_enable": None
+        if captured
+        else (HOW_TO_ENABLE_MINDSPORE if data.meta.framework == "mindspore" else HOW_TO_ENABLE),
         "summary": summary[0] if captured else None,
         "stages": stages,
         "workers": workers,
