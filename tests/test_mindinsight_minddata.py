@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from _ui import Server, need_browser, watched_page
+from _ui import Server, need_browser, own_server_browser, watched_page  # noqa: F401
 from perfsight.ingest import read_trace
 from perfsight.pipeline import Options, analyse_trace
 from shared_data import MINDINSIGHT, require
@@ -209,13 +209,13 @@ def test_kernel_types_group_by_op_type_with_mindinsights_ai_cpu_totals(server: S
     assert all(r["name"].split("/")[0] in ("Default", "Gradients") for r in matmuls["rows"])
 
 
-def test_data_page_draws_the_pipeline_queues_and_cpu_of_run_2(server: Server) -> None:
+def test_data_page_draws_the_pipeline_queues_and_cpu_of_run_2(
+    server: Server, own_server_browser: Any
+) -> None:
     need_browser()
-    from _ui import browser_session
-
     server.wait_ready(RUN_2)
     api = server.get("run/data-prep", run=RUN_2)
-    with browser_session() as browser, watched_page(browser) as watched:
+    with watched_page(own_server_browser) as watched:
         page = watched.page
         page.goto(server.page_url("data", RUN_2, tab="processing"))
         graph = page.get_by_test_id("data-graph")
@@ -232,8 +232,15 @@ def test_data_page_draws_the_pipeline_queues_and_cpu_of_run_2(server: Server) ->
         assert page.get_by_test_id("data-host-empty").inner_text().endswith("1 / 1")
         assert "ImageFolderOp_3" in page.get_by_test_id("data-bottleneck").inner_text()
         assert "performance bottlenecks" in page.get_by_test_id("data-reason").inner_text()
+        for op_id, (op_type, *_rest) in MINDINSIGHT_PIPELINE_OPS.items():  # MindInsight's queue curves
+            sizes = MINDINSIGHT_PIPELINE_OPS[op_id][3]
+            if sizes is not None:
+                assert api["stage_queues"][f"{op_type}_{op_id}"]["size"] == sizes
         page.get_by_test_id("data-queue-op-3").click()
         assert page.get_by_test_id("data-detail-queue-usage").inner_text().endswith("1.56%")
+        queue_chart = page.get_by_test_id("chart-data-stage-queue")
+        queue_chart.locator("canvas").first.wait_for()
+        assert "Size" in (queue_chart.get_attribute("aria-label") or "")
         cpu = page.get_by_test_id("data-cpu-table").locator("tbody tr")
         assert cpu.count() == len(api["cpu"]) == len(MINDINSIGHT_CPU)
         if SHOTS:
@@ -245,12 +252,12 @@ def test_data_page_draws_the_pipeline_queues_and_cpu_of_run_2(server: Server) ->
         assert not watched.errors and not watched.dialogs
 
 
-def test_operators_page_shows_scope_names_shapes_and_op_types_of_run_2(server: Server) -> None:
+def test_operators_page_shows_scope_names_shapes_and_op_types_of_run_2(
+    server: Server, own_server_browser: Any
+) -> None:
     need_browser()
-    from _ui import browser_session
-
     server.wait_ready(RUN_2)
-    with browser_session() as browser, watched_page(browser) as watched:
+    with watched_page(own_server_browser) as watched:
         page = watched.page
         page.goto(server.page_url("operators", RUN_2))
         types = page.get_by_test_id("kernel-type-table")

@@ -114,6 +114,7 @@ ANALYSES: dict[str, AnalysisFunction] = {
     "data_workers": lambda t, o, done: data_pipeline.data_workers(t),
     "data_stage_batches": lambda t, o, done: data_pipeline.data_stage_batches(t),
     "data_cpu_utilization": lambda t, o, done: minddata.data_cpu_utilization(t),
+    "data_stage_queues": lambda t, o, done: minddata.data_stage_queues(t),
     "data_pipeline_summary": lambda t, o, done: (
         minddata.data_pipeline_summary(t, done["data_stages"], done["data_cpu_utilization"])
         if minddata.has_minddata(t)

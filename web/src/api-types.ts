@@ -1201,6 +1201,13 @@ export interface components {
              */
             ranks: components["schemas"]["DataRankWait"][];
             /**
+             * Stage Queues
+             * @description per stage with its own output queue (MindData ops), its sampled sizes
+             */
+            stage_queues: {
+                [key: string]: components["schemas"]["DataStageQueue"];
+            };
+            /**
              * Cpu
              * @description the host's CPU use (MindData's sampler; empty without it)
              */
@@ -1354,6 +1361,18 @@ export interface components {
             dur_ns: number[];
             /** Worker */
             worker: number[];
+        };
+        /** DataStageQueue */
+        DataStageQueue: {
+            /**
+             * Time Ms
+             * @description sample index x the pipeline's sampling interval
+             */
+            time_ms: (number | null)[];
+            /** Size */
+            size: number[];
+            /** Capacity */
+            capacity: (number | null)[];
         };
         /** DataStepWait */
         DataStepWait: {

@@ -67,6 +67,20 @@ DATA_CPU_UTILIZATION_SCHEMA = pa.schema(
 """Columns of :func:`data_cpu_utilization`: one row per scope and metric (MindInsight's CPU card)."""
 
 
+DATA_STAGE_QUEUES_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("stage", pa.string(), nullable=False),  # as in data_stages
+        pa.field("sample", pa.int32(), nullable=False),  # sample index (one per sample interval)
+        pa.field("time_ms", pa.float64()),  # sample x the pipeline's sampling interval
+        pa.field("size", pa.int64(), nullable=False),
+        pa.field("capacity", pa.int64()),
+    ]
+)
+"""Columns of :func:`data_stage_queues`: one row per sample of each op's output queue (the curve
+MindInsight draws for a queue of its pipeline graph)."""
+
+
 def has_minddata(trace: Trace) -> bool:
     """Whether the trace's data preparation is a MindData pipeline read from its files (and no
     DataLoader capture, which would come first)."""
@@ -156,6 +170,24 @@ def data_stages(trace: Trace) -> pa.Table:
         },
         schema=DATA_STAGES_SCHEMA,
     )
+
+
+def data_stage_queues(trace: Trace) -> pa.Table:
+    """Each pipeline op's sampled output-queue sizes, in sample order."""
+    table = _table(trace, PIPELINE_OPS)
+    if table is None:
+        return DATA_STAGE_QUEUES_SCHEMA.empty_table()
+    rows = []
+    for op in table.to_pylist():  # a handful of ops, each a few samples per interval
+        sizes = op["queue_sizes"] or []
+        interval = op["sample_interval_ms"]
+        name = stage_name(op["op_type"], op["op_id"])
+        rows += [
+            {"rank": trace.rank, "stage": name, "sample": i, "size": size, "capacity": op["queue_capacity"],
+             "time_ms": None if interval is None else i * interval}
+            for i, size in enumerate(sizes)
+        ]  # fmt: skip
+    return pa.Table.from_pylist(rows, schema=DATA_STAGE_QUEUES_SCHEMA)
 
 
 def _step_of(start_ns: np.ndarray, steps: pa.Table) -> np.ndarray:

@@ -134,12 +134,26 @@ def data_prep(opened: OpenedRun, data: RankData) -> dict[str, Any]:
         "wait_per_step": waits,
         "stage_batches": _stage_curves(opened, data),
         "ranks": per_rank(opened),
+        "stage_queues": _stage_queues(data),
         "cpu": queries.rows(
             data.table_path("data_cpu_utilization"),
             "",
             "scope, op_id, stage, metric, samples, mean, max",
         ),
     }
+
+
+def _stage_queues(data: RankData) -> dict[str, dict[str, list[Any]]]:
+    """Per stage with its own output queue (MindData ops): ``{stage: {time_ms, size, capacity}}``."""
+    rows = queries.rows(
+        data.table_path("data_stage_queues"), "ORDER BY stage, sample", "stage, time_ms, size, capacity"
+    )
+    curves: dict[str, dict[str, list[Any]]] = {}
+    for row in rows:  # a handful of ops x their samples
+        curve = curves.setdefault(row["stage"], {"time_ms": [], "size": [], "capacity": []})
+        for key in ("time_ms", "size", "capacity"):
+            curve[key].append(row[key])
+    return curves
 
 
 def _has_columns(path: Path) -> bool:

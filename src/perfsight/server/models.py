@@ -1010,6 +1010,12 @@ class DataStage(BaseModel):
     queue_samples: int | None = None
 
 
+class DataStageQueue(BaseModel):
+    time_ms: list[float | None] = Field(description="sample index x the pipeline's sampling interval")
+    size: list[int]
+    capacity: list[int | None]
+
+
 class DataCpuUtilization(BaseModel):
     """A ``data_cpu_utilization`` row (analysis/minddata.py): MindInsight's mean of one CPU metric."""
 
@@ -1082,6 +1088,9 @@ class DataPrep(BaseModel):
     )
     ranks: list[DataRankWait] = Field(
         description="every captured rank of a job, to compare (empty: one rank)"
+    )
+    stage_queues: dict[str, DataStageQueue] = Field(
+        description="per stage with its own output queue (MindData ops), its sampled sizes"
     )
     cpu: list[DataCpuUtilization] = Field(
         description="the host's CPU use (MindData's sampler; empty without it)"

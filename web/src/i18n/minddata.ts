@@ -5,6 +5,7 @@ export const minddataEn = {
   opQueueShort: "Output queue",
   queueUsage: "Queue usage",
   queueMean: "Mean size",
+  queueSize: "Size",
   queueCapacity: "Capacity",
   queueEmpty: "Samples found empty",
   queueSamples: "Samples",

@@ -258,6 +258,12 @@ function processingTab(body: HTMLElement, data: DataPrep): void {
       ),
       stageQueueStats(stage),
     );
+    const queueCurve = data.stage_queues[stage.stage];
+    if (queueCurve) {
+      const el = chartBox("chart-data-stage-queue");
+      detail.append(h("h4", {}, md.opQueue(stage.stage)), el);
+      stageQueueChart(el, queueCurve);
+    }
     const curve = data.stage_batches[stage.stage];
     if (curve) {
       const el = chartBox(`chart-data-stage`);
@@ -376,4 +382,20 @@ function cpuCard(data: DataPrep): HTMLElement {
     ),
   );
   return card({ title: md.cpuTitle, hint: md.cpuHint, full: true, testId: "card-data-cpu" }, table);
+}
+
+/** A MindData op's output-queue size at each sample, with its capacity (MindInsight's queue curve). */
+function stageQueueChart(el: HTMLElement, curve: DataPrep["stage_queues"][string]): void {
+  const x = curve.time_ms.map((v, i) => v ?? i);
+  chart(el, {
+    legend: { top: 0 },
+    grid: { left: 56, right: 24, top: 36, bottom: 40 },
+    tooltip: tooltip("axis", (params: any[]) => [`${params[0]?.value?.[0] ?? ""} ${fmt.MS}`, params.map((p) => [p.seriesName, p.value?.[1]])]),
+    xAxis: { type: "value", name: fmt.MS, min: "dataMin", max: "dataMax" },
+    yAxis: { type: "value", name: t.data.batches, minInterval: 1 },
+    series: [
+      { name: md.queueSize, type: "line", step: "end", symbol: "circle", symbolSize: 6, data: x.map((v, i) => [v, curve.size[i]]) },
+      { name: t.data.capacity, type: "line", showSymbol: false, lineStyle: { type: "dashed", width: 1 }, data: x.map((v, i) => [v, curve.capacity[i]]) },
+    ],
+  });
 }
