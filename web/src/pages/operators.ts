@@ -133,7 +133,7 @@ export async function operatorsPage(ctx: PageContext): Promise<void> {
   const grid = h(
     "div",
     { class: "grid" },
-    device ? null : noDeviceLine(),
+    device ? null : noDeviceLine(overview.device),
     card({ title: opsT.topTypes, tools: toggles, full: true, testId: "card-top-types" }, topEl),
     drill ? instancesCard : card({ title: opsT.typeTable, full: true }, typeTable.el),
     drill ? card({ title: opsT.typeTable, full: true }, typeTable.el) : instancesCard,
