@@ -29,6 +29,7 @@ from perfsight.analysis import (
     index,
     kernels,
     memory,
+    minddata,
     operators,
     overlap,
     step_trace,
@@ -105,11 +106,21 @@ ANALYSES: dict[str, AnalysisFunction] = {
     "overlap_intervals": lambda t, o, done: overlap.overlap_intervals(t),
     "time_shares": lambda t, o, done: overlap.time_shares(done["overlap_breakdown"]),
     "data_wait": lambda t, o, done: data_wait.data_wait(t),
-    "data_queue": lambda t, o, done: data_pipeline.data_queue(t),
-    "data_stages": lambda t, o, done: data_pipeline.data_stages(t),
+    "data_queue": lambda t, o, done: (
+        minddata.data_queue(t) if minddata.has_minddata(t) else data_pipeline.data_queue(t)
+    ),
+    "data_stages": lambda t, o, done: (
+        minddata.data_stages(t) if minddata.has_minddata(t) else data_pipeline.data_stages(t)
+    ),
     "data_workers": lambda t, o, done: data_pipeline.data_workers(t),
     "data_stage_batches": lambda t, o, done: data_pipeline.data_stage_batches(t),
-    "data_pipeline_summary": lambda t, o, done: data_pipeline.data_pipeline_summary(t, done["data_stages"]),
+    "data_cpu_utilization": lambda t, o, done: minddata.data_cpu_utilization(t),
+    "data_stage_queues": lambda t, o, done: minddata.data_stage_queues(t),
+    "data_pipeline_summary": lambda t, o, done: (
+        minddata.data_pipeline_summary(t, done["data_stages"], done["data_cpu_utilization"])
+        if minddata.has_minddata(t)
+        else data_pipeline.data_pipeline_summary(t, done["data_stages"])
+    ),
     "operator_instances": lambda t, o, done: operators.operator_instances(t),
     "operator_stats": lambda t, o, done: operators.operator_stats(t, done.get("operator_instances")),
     "operator_ranking": lambda t, o, done: operators.operator_ranking(done["operator_stats"]),

@@ -1129,6 +1129,29 @@ export interface components {
             /** Communication Rows */
             communication_rows: number;
         };
+        /**
+         * DataCpuUtilization
+         * @description A ``data_cpu_utilization`` row (analysis/minddata.py): MindInsight's mean of one CPU metric.
+         */
+        DataCpuUtilization: {
+            /**
+             * Scope
+             * @enum {string}
+             */
+            scope: "machine" | "process" | "op";
+            /** Op Id */
+            op_id: number | null;
+            /** Stage */
+            stage: string | null;
+            /** Metric */
+            metric: string;
+            /** Samples */
+            samples: number;
+            /** Mean */
+            mean: number;
+            /** Max */
+            max: number;
+        };
         /** DataPrep */
         DataPrep: {
             /** Run */
@@ -1177,6 +1200,18 @@ export interface components {
              * @description every captured rank of a job, to compare (empty: one rank)
              */
             ranks: components["schemas"]["DataRankWait"][];
+            /**
+             * Stage Queues
+             * @description per stage with its own output queue (MindData ops), its sampled sizes
+             */
+            stage_queues: {
+                [key: string]: components["schemas"]["DataStageQueue"];
+            };
+            /**
+             * Cpu
+             * @description the host's CPU use (MindData's sampler; empty without it)
+             */
+            cpu: components["schemas"]["DataCpuUtilization"][];
         };
         /**
          * DataPrepSummary
@@ -1230,6 +1265,11 @@ export interface components {
             bottleneck_stage: string | null;
             /** Reason */
             reason: string;
+            /**
+             * Host Queue Samples
+             * @description host-queue samples when not one per request (MindData: one per step)
+             */
+            host_queue_samples?: number | null;
         };
         /** DataQueuePoint */
         DataQueuePoint: {
@@ -1281,18 +1321,34 @@ export interface components {
             runs_in: string;
             /** Parallelism */
             parallelism: number;
-            /** Batches */
-            batches: number;
+            /**
+             * Batches
+             * @description null: not measured (MindData read from its files)
+             */
+            batches: number | null;
             /** Total Ns */
-            total_ns: number;
+            total_ns: number | null;
             /** Per Batch Ns */
-            per_batch_ns: number;
+            per_batch_ns: number | null;
             /** Throughput Per S */
             throughput_per_s: number | null;
             /** Share */
-            share: number;
+            share: number | null;
             /** Bottleneck */
             bottleneck: boolean;
+            /**
+             * Queue Capacity
+             * @description the stage's own output queue (MindData ops)
+             */
+            queue_capacity?: number | null;
+            /** Queue Mean */
+            queue_mean?: number | null;
+            /** Queue Usage */
+            queue_usage?: number | null;
+            /** Queue Empty Ratio */
+            queue_empty_ratio?: number | null;
+            /** Queue Samples */
+            queue_samples?: number | null;
         };
         /** DataStageCurve */
         DataStageCurve: {
@@ -1305,6 +1361,18 @@ export interface components {
             dur_ns: number[];
             /** Worker */
             worker: number[];
+        };
+        /** DataStageQueue */
+        DataStageQueue: {
+            /**
+             * Time Ms
+             * @description sample index x the pipeline's sampling interval
+             */
+            time_ms: (number | null)[];
+            /** Size */
+            size: number[];
+            /** Capacity */
+            capacity: (number | null)[];
         };
         /** DataStepWait */
         DataStepWait: {

@@ -54,15 +54,26 @@ DATA_STAGES_SCHEMA = pa.schema(
         pa.field("op_type", pa.string(), nullable=False),  # Sampler | Dataset | Map | Batch | PinMemory
         pa.field("runs_in", pa.string(), nullable=False),  # "workers" | "training process"
         pa.field("parallelism", pa.int32(), nullable=False),  # workers running it side by side
-        pa.field("batches", pa.int64(), nullable=False),
-        pa.field("total_ns", pa.int64(), nullable=False),
-        pa.field("per_batch_ns", pa.int64(), nullable=False),  # mean time of one batch in this stage
+        pa.field("batches", pa.int64()),  # null: not measured (a MindData pipeline read from its files)
+        pa.field("total_ns", pa.int64()),  # likewise
+        pa.field("per_batch_ns", pa.int64()),  # mean time of one batch in this stage; likewise
         pa.field("throughput_per_s", pa.float64()),  # batches/s this stage can deliver (parallelism / time)
-        pa.field("share", pa.float64(), nullable=False),  # of all stages' time per batch
+        pa.field("share", pa.float64()),  # of all stages' time per batch; likewise
         pa.field("bottleneck", pa.bool_(), nullable=False),
+        # the stage's own output queue, where the pipeline samples one (MindData: each op's); else null
+        pa.field("queue_capacity", pa.int64()),
+        pa.field("queue_mean", pa.float64()),  # mean sampled size
+        pa.field("queue_usage", pa.float64()),  # mean size / capacity
+        pa.field("queue_empty_ratio", pa.float64()),  # share of samples that found it empty
+        pa.field("queue_samples", pa.int64()),
     ]
 )
-"""Columns of :func:`data_stages`: one row per pipeline stage, in pipeline order."""
+"""Columns of :func:`data_stages`: one row per pipeline stage, in pipeline order (source first).
+``analysis.minddata`` fills the same columns for a MindData pipeline read from MindSpore's files."""
+
+STAGE_QUEUE_COLUMNS = ("queue_capacity", "queue_mean", "queue_usage", "queue_empty_ratio", "queue_samples")
+"""The per-stage output-queue columns: a DataLoader's stages have none (its one queue is the host
+queue after collate, in :data:`DATA_PIPELINE_SUMMARY_SCHEMA`)."""
 
 DATA_WORKERS_SCHEMA = pa.schema(
     [
@@ -103,6 +114,8 @@ DATA_PIPELINE_SUMMARY_SCHEMA = pa.schema(
         pa.field("verdict", pa.string(), nullable=False),  # "data processing" | "host to device" | "none"
         pa.field("bottleneck_stage", pa.string()),
         pa.field("reason", pa.string(), nullable=False),
+        # host-queue samples when they are not one per request (MindData samples it once per step)
+        pa.field("host_queue_samples", pa.int64()),
     ]
 )
 """Columns of :func:`data_pipeline_summary`: one row, the seed's judgement (no row without capture)."""
@@ -223,6 +236,10 @@ def data_stages(trace: Trace) -> pa.Table:
             "throughput_per_s": pa.array(throughput, mask=np.isnan(throughput)),
             "share": pa.array(share.astype(np.float64)),
             "bottleneck": pa.array(bottleneck),
+            **{
+                name: pa.nulls(len(names), DATA_STAGES_SCHEMA.field(name).type)
+                for name in STAGE_QUEUE_COLUMNS
+            },
         },
         schema=DATA_STAGES_SCHEMA,
     )

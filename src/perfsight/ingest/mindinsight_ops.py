@@ -145,3 +145,54 @@ def with_op_facts(slices: pa.Table, ai_core: np.ndarray, ai_cpu: np.ndarray, fra
     fill("input_dims", framework.column("input_dims").combine_chunks().take(take))
     fill("input_types", framework.column("input_types").combine_chunks().take(take))
     return slices
+
+
+AI_CPU_OPS_TABLE = "mindinsight_aicpu_ops"
+AI_CPU_OPS_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("serial_number", pa.int64()),
+        pa.field("kernel_type", pa.string(), nullable=False),
+        pa.field("total_ns", pa.int64()),  # the file's total_time: MindInsight's AI CPU time
+        pa.field("dispatch_ns", pa.int64()),
+        pa.field("execution_ns", pa.int64()),
+    ]
+)
+"""One row per AI CPU op run of ``aicpu_intermediate_{n}.csv``, times in ns (the file writes ms).
+MindInsight's AI CPU table sums ``total_time`` per kernel type; the timeline's span of the same op
+is shorter (it leaves out the dispatch), so the server's per-type table uses this figure."""
+
+
+def read_aicpu_ops(path: Path, rank: int, problems: files.FileProblems) -> pa.Table:
+    """``aicpu_intermediate_{n}.csv`` as :data:`AI_CPU_OPS_SCHEMA`; empty (and a warning) without
+    ``kernel_type`` and ``total_time``."""
+    table = files.read_csv(path, problems)
+    if table.num_rows == 0 or not {"kernel_type", "total_time"} <= set(table.column_names):
+        if table.num_rows:
+            problems.add(path, "lacks columns kernel_type/total_time; AI CPU totals follow the timeline")
+        return AI_CPU_OPS_SCHEMA.empty_table()
+
+    def ns(column: str) -> pa.Array:
+        if column not in table.column_names:
+            return pa.nulls(table.num_rows, pa.int64())
+        ms = columns.numpy(pc.cast(table.column(column), pa.float64()), null=np.nan)
+        return pa.array(np.round(np.nan_to_num(ms) * 1e6).astype(np.int64), mask=np.isnan(ms))
+
+    kinds = pc.cast(table.column("kernel_type"), pa.string())
+    keep = pc.is_valid(kinds)
+    serial = (
+        pc.cast(table.column("serial_number"), pa.float64())
+        if "serial_number" in table.column_names
+        else pa.nulls(table.num_rows, pa.float64())
+    )
+    out = pa.table(
+        {
+            "rank": pa.array(np.full(table.num_rows, rank, np.int32)),
+            "serial_number": pc.cast(serial, pa.int64()),
+            "kernel_type": kinds,
+            "total_ns": ns("total_time"),
+            "dispatch_ns": ns("dispatch_time"),
+            "execution_ns": ns("execution_time"),
+        }
+    ).filter(keep)
+    return out.cast(AI_CPU_OPS_SCHEMA)

@@ -38,12 +38,19 @@ from perfsight import columns
 from perfsight.ingest import ascend_files as files
 from perfsight.ingest import assemble
 from perfsight.ingest import mindinsight_minddata as minddata
+from perfsight.ingest import mindinsight_pipeline as pipeline_files
 from perfsight.ingest.ascend_timeline import TS_PATTERN, collective_of
 from perfsight.ingest.chrome_events import micros_to_ns
 from perfsight.ingest.kineto import TraceReadError
 from perfsight.ingest.mindinsight_flops import summary_text
 from perfsight.ingest.mindinsight_legacy import LegacyRank, read_rank_of
-from perfsight.ingest.mindinsight_ops import read_framework_raw, timeline_offset_ns, with_op_facts
+from perfsight.ingest.mindinsight_ops import (
+    AI_CPU_OPS_TABLE,
+    read_aicpu_ops,
+    read_framework_raw,
+    timeline_offset_ns,
+    with_op_facts,
+)
 from perfsight.model import (
     COMM_SCHEMA,
     NO_ID,
@@ -101,6 +108,11 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
             f"MindInsight's FLOPs summary: {summary_text(legacy.flops)}",
         )
     minddata = _minddata(legacy, step_file.parent, the_rank, vendor, problems)
+    aicpu_file = step_file.parent / f"aicpu_intermediate_{legacy.device_id}.csv"
+    if aicpu_file.is_file():
+        aicpu = read_aicpu_ops(aicpu_file, the_rank, problems)
+        if aicpu.num_rows:
+            vendor.tables[AI_CPU_OPS_TABLE] = aicpu
     if legacy.step_trace_average:
         problems.add(step_file, summary_note(legacy.step_trace_average, legacy.step_trace.num_rows))
     timeline_file = step_file.parent / f"ascend_timeline_display_{legacy.device_id}.json"
@@ -194,8 +206,9 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
 def _minddata(
     legacy: LegacyRank, folder: Path, rank: int, vendor: VendorResults, problems: files.FileProblems
 ) -> dict[str, Any]:
-    """The MindData queues (vendor tables ``mindinsight_device_queue`` / ``mindinsight_get_next``) and
-    MindInsight's summary of them, also as a labelled note."""
+    """The MindData queues (vendor tables ``mindinsight_device_queue`` / ``mindinsight_get_next``), the
+    pipeline's ops and the host's CPU use (``mindinsight_pipeline_ops`` / ``mindinsight_cpu_utilization``)
+    and MindInsight's summary of the queues, also as a labelled note."""
     index = legacy.device_id
     device_queue = minddata.read_device_queue(folder, index, rank, problems)
     get_next = minddata.read_get_next(folder, index, rank, problems)
@@ -203,6 +216,18 @@ def _minddata(
         if table.num_rows:
             vendor.tables[name] = table
     pipeline = legacy.tables.get(f"minddata_pipeline_raw_{index}.csv")
+    for name, table in (
+        (
+            pipeline_files.PIPELINE_OPS_TABLE,
+            pipeline_files.read_pipeline_ops(folder, index, rank, pipeline, problems),
+        ),
+        (
+            pipeline_files.CPU_UTILIZATION_TABLE,
+            pipeline_files.read_cpu_utilization(folder, index, rank, problems),
+        ),
+    ):
+        if table.num_rows:
+            vendor.tables[name] = table
     summary = minddata.queue_summary(device_queue, get_next, pipeline)
     if summary:
         problems.add(folder / f"minddata_pipeline_raw_{index}.csv", minddata.summary_text(summary))

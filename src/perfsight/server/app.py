@@ -34,6 +34,7 @@ from perfsight.server import (
     queries,
     timeline,
 )
+from perfsight.server.kernel_types import op_type_kernels_page, op_type_page
 from perfsight.server.registry import (
     READ_ERRORS,
     SAVED_FOLDER,
@@ -275,6 +276,9 @@ def create_app(
         offset: Offset = 0,
         limit: Limit = 50,
     ) -> dict:
+        by_type = op_type_page(opened(run).rank(rank), q, sort, order, offset, limit)
+        if by_type is not None:  # Ascend / MindSpore ops: per op type and core, not per graph node
+            return by_type
         return table_page(queries.KERNEL_TYPES, run, rank, q, None, None, sort, order, offset, limit)
 
     @app.get("/api/run/kernels", response_model=models.KernelPage, responses=ERRORS)
@@ -289,6 +293,12 @@ def create_app(
         offset: Offset = 0,
         limit: Limit = 50,
     ) -> dict:
+        if name is not None:  # a row of the per-op-type table (Ascend / MindSpore ops): its kernels
+            data = opened(run)
+            args = (data.rank(rank), data.origin_ns, q, name, step, sort, order, offset, limit)
+            by_type = op_type_kernels_page(*args)
+            if by_type is not None:
+                return by_type
         return table_page(queries.KERNELS, run, rank, q, name, step, sort, order, offset, limit)
 
     @app.get("/api/run/memory", **documented(models.Memory))

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from perfsight.analysis.data_pipeline import STAGE_QUEUE_COLUMNS
 from perfsight.server import queries
 from perfsight.server.registry import OpenedRun, RankData
 
@@ -25,6 +26,14 @@ HOW_TO_ENABLE = (
     "the time of each stage: perfsight.profile(..., experimental_config=perfsight.ExperimentalConfig("
     'profiler_level="Level2")), or without code changes PERFSIGHT_PROFILER_OPTIONS=\'{"start": true, '
     '"profiler_level": "Level2"}\' (docs/COLLECTION.md).'
+)
+
+
+HOW_TO_ENABLE_MINDSPORE = (
+    "MindSpore wrote no MindData profiling files for this device (minddata_pipeline_raw_<device>.csv, "
+    "pipeline_profiling_<device>.json, device_queue_profiling_<device>.txt, minddata_aicpu_<device>.txt): "
+    "profile with the data process enabled (MindSpore Profiler's data_process=True) to record the "
+    "pipeline's queues."
 )
 
 
@@ -94,7 +103,8 @@ def data_prep(opened: OpenedRun, data: RankData) -> dict[str, Any]:
         data.table_path("data_stages"),
         'ORDER BY "order"',
         'stage, "order", op_type, runs_in, parallelism, batches, total_ns, per_batch_ns, '
-        "throughput_per_s, share, bottleneck",
+        "throughput_per_s, share, bottleneck"
+        + (", " + ", ".join(STAGE_QUEUE_COLUMNS) if _has_columns(data.table_path("data_stages")) else ""),
     )
     workers = queries.rows(
         data.table_path("data_workers"),
@@ -113,7 +123,9 @@ def data_prep(opened: OpenedRun, data: RankData) -> dict[str, Any]:
         "run": opened.run.id,
         "rank": data.rank,
         "captured": captured,
-        "how_to_enable": None if captured else HOW_TO_ENABLE,
+        "how_to_enable": None
+        if captured
+        else (HOW_TO_ENABLE_MINDSPORE if data.meta.framework == "mindspore" else HOW_TO_ENABLE),
         "summary": summary[0] if captured else None,
         "stages": stages,
         "workers": workers,
@@ -122,4 +134,30 @@ def data_prep(opened: OpenedRun, data: RankData) -> dict[str, Any]:
         "wait_per_step": waits,
         "stage_batches": _stage_curves(opened, data),
         "ranks": per_rank(opened),
+        "stage_queues": _stage_queues(data),
+        "cpu": queries.rows(
+            data.table_path("data_cpu_utilization"),
+            "",
+            "scope, op_id, stage, metric, samples, mean, max",
+        ),
     }
+
+
+def _stage_queues(data: RankData) -> dict[str, dict[str, list[Any]]]:
+    """Per stage with its own output queue (MindData ops): ``{stage: {time_ms, size, capacity}}``."""
+    rows = queries.rows(
+        data.table_path("data_stage_queues"), "ORDER BY stage, sample", "stage, time_ms, size, capacity"
+    )
+    curves: dict[str, dict[str, list[Any]]] = {}
+    for row in rows:  # a handful of ops x their samples
+        curve = curves.setdefault(row["stage"], {"time_ms": [], "size": [], "capacity": []})
+        for key in ("time_ms", "size", "capacity"):
+            curve[key].append(row[key])
+    return curves
+
+
+def _has_columns(path: Path) -> bool:
+    """Whether a cached ``data_stages`` has the per-stage queue columns (caches older than them lack them)."""
+    import pyarrow.parquet as pq
+
+    return path.is_file() and set(STAGE_QUEUE_COLUMNS) <= set(pq.read_schema(path).names)

@@ -986,6 +986,9 @@ class DataPrepSummary(BaseModel):
     verdict: Literal["data processing", "host to device", "none"]
     bottleneck_stage: str | None
     reason: str
+    host_queue_samples: int | None = Field(
+        None, description="host-queue samples when not one per request (MindData: one per step)"
+    )
 
 
 class DataStage(BaseModel):
@@ -994,12 +997,35 @@ class DataStage(BaseModel):
     op_type: str
     runs_in: str = Field(description='"workers" or "training process"')
     parallelism: int
-    batches: int
-    total_ns: int
-    per_batch_ns: int
+    batches: int | None = Field(description="null: not measured (MindData read from its files)")
+    total_ns: int | None
+    per_batch_ns: int | None
     throughput_per_s: float | None
-    share: float
+    share: float | None
     bottleneck: bool
+    queue_capacity: int | None = Field(None, description="the stage's own output queue (MindData ops)")
+    queue_mean: float | None = None
+    queue_usage: float | None = None
+    queue_empty_ratio: float | None = None
+    queue_samples: int | None = None
+
+
+class DataStageQueue(BaseModel):
+    time_ms: list[float | None] = Field(description="sample index x the pipeline's sampling interval")
+    size: list[int]
+    capacity: list[int | None]
+
+
+class DataCpuUtilization(BaseModel):
+    """A ``data_cpu_utilization`` row (analysis/minddata.py): MindInsight's mean of one CPU metric."""
+
+    scope: Literal["machine", "process", "op"]
+    op_id: int | None
+    stage: str | None
+    metric: str
+    samples: int
+    mean: float
+    max: float
 
 
 class DataWorker(BaseModel):
@@ -1062,6 +1088,12 @@ class DataPrep(BaseModel):
     )
     ranks: list[DataRankWait] = Field(
         description="every captured rank of a job, to compare (empty: one rank)"
+    )
+    stage_queues: dict[str, DataStageQueue] = Field(
+        description="per stage with its own output queue (MindData ops), its sampled sizes"
+    )
+    cpu: list[DataCpuUtilization] = Field(
+        description="the host's CPU use (MindData's sampler; empty without it)"
     )
 
 

@@ -22,6 +22,7 @@ from perfsight import __version__, columns
 from perfsight.analysis.operators import RANKING_MEASURES
 from perfsight.analysis.overlap import SHARES
 from perfsight.server import models, queries, step_points
+from perfsight.server.kernel_types import top_op_types
 from perfsight.server.registry import OpenedRun, RankData
 
 TOP_OPERATOR_TYPES = 20
@@ -100,6 +101,10 @@ def _top_operators(data: RankData) -> tuple[str, list[dict[str, Any]]]:
         f"ORDER BY position LIMIT {TOP_OPERATOR_TYPES}",
         "name, count, host_self_ns, device_total_ns, share, ranked_by",
     )
+    if not rows:  # device ops only (a MindSpore graph run): its op types by device time
+        device_types = top_op_types(data, TOP_OPERATOR_TYPES)
+        if device_types:
+            return "device_total_ns", device_types
     top_by = rows[0]["ranked_by"] if rows else RANKING_MEASURES[-1]
     return top_by, [{k: v for k, v in row.items() if k != "ranked_by"} for row in rows]
 

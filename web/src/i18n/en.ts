@@ -138,7 +138,7 @@ export const en = {
     instances: "Instances of",
     allInstances: "All operator instances",
     search: "Search name or type…",
-    kernels: "GPU kernels",
+    kernels: "Device kernels",
     kernelInstances: "All kernel launches",
     clearType: "Show all types",
     columns: {

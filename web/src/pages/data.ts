@@ -12,6 +12,7 @@ import type { PageContext } from "../context";
 import { h, replace } from "../dom";
 import * as fmt from "../format";
 import { t } from "../i18n";
+import { minddataEn as md } from "../i18n/minddata";
 
 type Tab = "gap" | "processing";
 type Stage = DataPrep["stages"][number];
@@ -90,7 +91,11 @@ function verdictCard(data: DataPrep, tabs: HTMLElement): HTMLElement {
       stat(d.waitShare, fmt.percent(s.wait_share), "data-wait-share"),
       stat(d.waitTotal, fmt.duration(s.wait_ns)),
       stat(d.workers, String(s.num_workers), "data-workers"),
-      stat(d.hostEmpty, `${fmt.count(s.host_queue_empty)} / ${fmt.count(s.requests)}`, "data-host-empty"),
+      stat(
+        s.host_queue_samples === null || s.host_queue_samples === undefined ? d.hostEmpty : md.hostSamples,
+        `${fmt.count(s.host_queue_empty)} / ${fmt.count(s.host_queue_samples ?? s.requests)}`,
+        "data-host-empty",
+      ),
       stat(d.hostUsage, fmt.percent(s.host_queue_usage)),
       stat(d.deviceEmpty, s.device_queue_empty === null ? "–" : `${fmt.count(s.device_queue_empty)} / ${fmt.count(s.requests)}`),
     ),
@@ -192,8 +197,8 @@ function stageBox(stage: Stage, onPick: () => void): HTMLElement {
     },
     h("div", { class: "data-stage-type" }, `${stage.op_type} · ${stage.runs_in === "workers" ? `${stage.parallelism} ${d.workersShort}` : d.mainProcess}`),
     h("div", { class: "data-stage-name" }, stage.stage),
-    h("div", { class: "data-stage-time" }, `${fmt.duration(stage.per_batch_ns)} / ${d.batch}`),
-    h("div", { class: "data-stage-share" }, h("span", { style: `width:${Math.round(stage.share * 100)}%` })),
+    h("div", { class: "data-stage-time" }, stage.per_batch_ns === null ? md.notMeasured : `${fmt.duration(stage.per_batch_ns)} / ${d.batch}`),
+    h("div", { class: "data-stage-share" }, h("span", { style: `width:${Math.round((stage.share ?? 0) * 100)}%` })),
     stage.bottleneck ? h("div", { class: "data-stage-flag" }, d.bottleneck) : null,
   );
   box.addEventListener("click", onPick);
@@ -251,7 +256,14 @@ function processingTab(body: HTMLElement, data: DataPrep): void {
         stat(d.throughput, stage.throughput_per_s === null ? "–" : `${stage.throughput_per_s.toFixed(1)} ${d.perSecond}`),
         stat(d.share, fmt.percent(stage.share)),
       ),
+      stageQueueStats(stage),
     );
+    const queueCurve = data.stage_queues[stage.stage];
+    if (queueCurve) {
+      const el = chartBox("chart-data-stage-queue");
+      detail.append(h("h4", {}, md.opQueue(stage.stage)), el);
+      stageQueueChart(el, queueCurve);
+    }
     const curve = data.stage_batches[stage.stage];
     if (curve) {
       const el = chartBox(`chart-data-stage`);
@@ -273,10 +285,15 @@ function processingTab(body: HTMLElement, data: DataPrep): void {
   inWorkers.forEach((stage, i) => {
     if (i) parts.push(arrow());
     parts.push(stageBox(stage, () => pickStage(stage)));
+    if (stage.queue_capacity !== null && stage.queue_capacity !== undefined) {
+      // a MindData op's own output queue, between it and the next op
+      const empty = stage.queue_empty_ratio === null || stage.queue_empty_ratio === undefined ? null : Math.round(stage.queue_empty_ratio * (stage.queue_samples ?? 0));
+      parts.push(arrow(), queueBox(md.opQueueShort, stage.queue_usage ?? null, empty, `data-queue-op-${stage.order}`, () => pickStage(stage)));
+    }
   });
   parts.push(arrow(), queueBox(d.hostQueue, s.host_queue_usage, s.host_queue_empty, "data-queue-host", () => pickQueue("host")));
-  if (pin) {
-    parts.push(arrow(), stageBox(pin, () => pickStage(pin)));
+  if (pin) parts.push(arrow(), stageBox(pin, () => pickStage(pin)));
+  if (pin || (s.device_queue_mean !== null && s.host_queue_samples !== null && s.host_queue_samples !== undefined)) {
     parts.push(arrow(), queueBox(d.deviceQueue, null, s.device_queue_empty, "data-queue-device", () => pickQueue("device")));
   }
   parts.push(arrow(), h("div", { class: "data-sink" }, d.training));
@@ -319,8 +336,66 @@ function processingTab(body: HTMLElement, data: DataPrep): void {
   replace(
     body,
     card({ title: d.pipeline, hint: d.pipelineHint, full: true, testId: "card-data-pipeline" }, graph, detail),
-    card({ title: d.workersTitle, hint: d.workersHint, full: true, testId: "card-data-workers" }, workers),
+    data.workers.length ? card({ title: d.workersTitle, hint: d.workersHint, full: true, testId: "card-data-workers" }, workers) : null,
+    data.cpu.length ? cpuCard(data) : null,
   );
-  const slowest = stages.find((x) => x.bottleneck) ?? [...stages].sort((a, b) => b.per_batch_ns - a.per_batch_ns)[0];
+  const slowest = stages.find((x) => x.bottleneck) ?? [...stages].sort((a, b) => (b.per_batch_ns ?? 0) - (a.per_batch_ns ?? 0))[0];
   if (slowest) pickStage(slowest);
+}
+
+/** The output-queue numbers of a stage that has its own queue (a MindData op); nothing otherwise. */
+function stageQueueStats(stage: Stage): HTMLElement | null {
+  if (stage.queue_capacity === null || stage.queue_capacity === undefined) return null;
+  return h(
+    "div",
+    { class: "stats", "data-testid": "data-detail-queue" },
+    stat(md.queueUsage, fmt.percent(stage.queue_usage ?? null, 2), "data-detail-queue-usage"),
+    stat(md.queueMean, stage.queue_mean === null || stage.queue_mean === undefined ? "–" : stage.queue_mean.toFixed(2)),
+    stat(md.queueCapacity, fmt.count(stage.queue_capacity)),
+    stat(md.queueEmpty, fmt.percent(stage.queue_empty_ratio ?? null)),
+    stat(md.queueSamples, fmt.count(stage.queue_samples ?? null)),
+  );
+}
+
+/** The host's CPU use (MindData's sampler): one row per scope and metric. */
+function cpuCard(data: DataPrep): HTMLElement {
+  const c = md.cpuColumns;
+  const table = h(
+    "table",
+    { class: "data", "data-testid": "data-cpu-table" },
+    h("thead", {}, h("tr", {}, [c.scope, c.stage, c.metric, c.mean, c.max, c.samples].map((name, i) => h("th", { class: i > 2 ? "num" : "" }, name)))),
+    h(
+      "tbody",
+      {},
+      data.cpu.map((r) =>
+        h(
+          "tr",
+          {},
+          h("td", {}, md.cpuScopes[r.scope] ?? r.scope),
+          h("td", {}, r.stage ?? (r.op_id === null ? "" : String(r.op_id))),
+          h("td", {}, r.metric),
+          h("td", { class: "num" }, r.mean.toFixed(1)),
+          h("td", { class: "num" }, r.max.toFixed(1)),
+          h("td", { class: "num" }, fmt.count(r.samples)),
+        ),
+      ),
+    ),
+  );
+  return card({ title: md.cpuTitle, hint: md.cpuHint, full: true, testId: "card-data-cpu" }, table);
+}
+
+/** A MindData op's output-queue size at each sample, with its capacity (MindInsight's queue curve). */
+function stageQueueChart(el: HTMLElement, curve: DataPrep["stage_queues"][string]): void {
+  const x = curve.time_ms.map((v, i) => v ?? i);
+  chart(el, {
+    legend: { top: 0 },
+    grid: { left: 56, right: 24, top: 36, bottom: 40 },
+    tooltip: tooltip("axis", (params: any[]) => [`${params[0]?.value?.[0] ?? ""} ${fmt.MS}`, params.map((p) => [p.seriesName, p.value?.[1]])]),
+    xAxis: { type: "value", name: fmt.MS, min: "dataMin", max: "dataMax" },
+    yAxis: { type: "value", name: t.data.batches, minInterval: 1 },
+    series: [
+      { name: md.queueSize, type: "line", step: "end", symbol: "circle", symbolSize: 6, data: x.map((v, i) => [v, curve.size[i]]) },
+      { name: t.data.capacity, type: "line", showSymbol: false, lineStyle: { type: "dashed", width: 1 }, data: x.map((v, i) => [v, curve.capacity[i]]) },
+    ],
+  });
 }

@@ -17,7 +17,7 @@ export async function memoryPage(ctx: PageContext): Promise<void> {
     get<Overview>("run/overview", { run: ctx.run, rank: ctx.rank }),
   ]);
   const m = t.memory;
-  const notice = hasDevice(overview) ? null : noDeviceLine();
+  const notice = hasDevice(overview) ? null : noDeviceLine(overview.device);
   if (!data.devices.length) {
     replace(ctx.root, h("div", { class: "grid" }, notice, card({ title: m.curve, full: true, testId: "memory-none" }, h("p", { class: "muted" }, m.none))));
     return;

@@ -40,6 +40,11 @@ export async function operatorsPage(ctx: PageContext): Promise<void> {
 
   // the ranking (what operators are ranked by, and their order) is the server's operator_ranking table
   const overview = await get<Overview>("run/overview", { run: ctx.run, rank: ctx.rank });
+  const kernelTypes = await get<PageOf<Row>>("run/kernel-types", { run: ctx.run, rank: ctx.rank, limit: 20, sort: "total_ns", order: "desc" });
+  if (kernelTypes.total > 0 && overview.operator_types.every((op) => op.host_self_ns === 0)) {
+    deviceOpsPage(ctx, kernelTypes.rows); // device ops only (a MindSpore graph run): no host operator to rank
+    return;
+  }
   let measure: Measure = overview.top_by;
   const device = hasDevice(overview);
   const deviceOnly = (col: Column): Column[] => (device ? [col] : []); // a CPU-only run has no device time
@@ -128,7 +133,7 @@ export async function operatorsPage(ctx: PageContext): Promise<void> {
   const grid = h(
     "div",
     { class: "grid" },
-    device ? null : noDeviceLine(),
+    device ? null : noDeviceLine(overview.device),
     card({ title: opsT.topTypes, tools: toggles, full: true, testId: "card-top-types" }, topEl),
     drill ? instancesCard : card({ title: opsT.typeTable, full: true }, typeTable.el),
     drill ? card({ title: opsT.typeTable, full: true }, typeTable.el) : instancesCard,
@@ -171,9 +176,40 @@ export async function operatorsPage(ctx: PageContext): Promise<void> {
     topChart.on("click", onClick);
   }
 
-  const kernelTypes = await get<PageOf<Row>>("run/kernel-types", { run: ctx.run, rank: ctx.rank, limit: 1 });
   if (kernelTypes.total > 0) grid.append(kernelCards(ctx));
   await Promise.all([drawTop(), typeTable.reload(), instanceTable.reload()]);
+}
+
+/** A run whose trace has device ops but no host operator (a MindSpore graph run): the top device
+ * op types by device time, then the kernel tables (types, then every launch with scope and shapes). */
+function deviceOpsPage(ctx: PageContext, top: Row[]): void {
+  const opsT = t.operators;
+  const topEl = chartBox("chart-top-types", true);
+  replace(
+    ctx.root,
+    h(
+      "div",
+      { class: "grid" },
+      card({ title: opsT.topTypes, full: true, testId: "card-top-types" }, topEl),
+      kernelCards(ctx),
+    ),
+  );
+  const rows = top.filter((r) => Number(r.total_ns) > 0);
+  const instance = chart(topEl, {
+    tooltip: tooltip("item", (p: any) => [p.name, [[opsT.byDevice, fmt.duration(p.value)], [t.operators.columns.ratio, `${p.percent}%`]]]),
+    series: [
+      {
+        type: "pie",
+        radius: ["30%", "66%"],
+        minShowLabelAngle: 5,
+        label: { formatter: (p: any) => truncate(p.name, 30) },
+        data: rows.map((r) => ({ name: String(r.name), value: Number(r.total_ns) })),
+      },
+    ],
+  });
+  instance.on("click", (p: any) => {
+    if (p?.name) window.location.hash = ctx.link("operators", { kernel: p.name });
+  });
 }
 
 function kernelCards(ctx: PageContext): DocumentFragment {
@@ -210,6 +246,7 @@ function kernelCards(ctx: PageContext): DocumentFragment {
       { key: "wait_ns", label: c.wait, numeric: true, sortable: true, format: (v) => fmt.ms(v as number) },
       { key: "grid", label: c.grid, format: (v) => fmt.list(v) },
       { key: "block", label: c.block, format: (v) => fmt.list(v) },
+      { key: "input_dims", label: c.shapes, format: (v) => fmt.shapes(v) },
     ],
     sort: "dur_ns",
     fetch: pager(ctx, "run/kernels", { name: kernel }),

@@ -11,6 +11,7 @@ import type { PageContext } from "../context";
 import { h, replace } from "../dom";
 import * as fmt from "../format";
 import { t } from "../i18n";
+import { minddataEn } from "../i18n/minddata";
 import { DATA_WAIT_COLOR, OVERLAP_COLORS, STAGE_COLORS } from "../palette";
 
 /** Whether the run recorded any device activity (a device stream): else the device widgets are hidden. */
@@ -19,8 +20,9 @@ export function hasDevice(data: Overview): boolean {
 }
 
 /** The one line a CPU-only run shows in place of its device widgets. */
-export function noDeviceLine(): HTMLElement {
-  return h("p", { class: "no-device", "data-testid": "no-device", role: "note" }, t.polish.noDevice);
+export function noDeviceLine(device: string | null = null): HTMLElement {
+  // a device the run names but whose files hold no op timeline (a MindInsight step trace alone) is not "CPU only"
+  return h("p", { class: "no-device", "data-testid": "no-device", role: "note" }, device ? minddataEn.noDeviceTimeline(device) : t.polish.noDevice);
 }
 
 export async function overviewPage(ctx: PageContext): Promise<void> {
@@ -51,7 +53,7 @@ export async function overviewPage(ctx: PageContext): Promise<void> {
   const grid = h(
     "div",
     { class: "grid" },
-    device ? null : noDeviceLine(),
+    device ? null : noDeviceLine(data.device),
     findingsCard(findings, ctx.run, ctx.link("findings")),
     card({ title: o.timelineSummary, link: ctx.link("timeline"), full: true, testId: "timeline-summary" }, stats),
     card({ title: o.stepBreakdown, hint: o.stepBreakdownHint, link: ctx.link("steps"), testId: "card-step-breakdown" }, breakdownEl),
