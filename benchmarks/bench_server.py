@@ -522,7 +522,8 @@ RANK_PAGES = (("overview", "/api/run/overview"), ("timeline tracks", "/api/run/t
 
 def rank_open(http: Http, run: str, ranks: list[int]) -> list[dict[str, Any]]:
     """Opening single ranks of the job, as a click on a rank of a job page does: the first request
-    of a rank's pages on a fresh server (the first rank opened), on another rank, then again."""
+    of a rank's pages on a fresh server (the first rank opened), on another rank, then again; and
+    every rank's timeline tracks, which the timeline page of a job's rank asks for."""
     chosen = [ranks[len(ranks) // 2], ranks[-1]]
     rows = []
     for which, rank in (("first rank opened", chosen[0]), ("another rank", chosen[1])):
@@ -533,6 +534,12 @@ def rank_open(http: Http, run: str, ranks: list[int]) -> list[dict[str, Any]]:
                     raise SystemExit(f"{path} rank {rank}: HTTP {code}")
                 what = f"{which} ({rank}), {label}, {when}"
                 rows.append({"what": what, "path": path, "ms": 1000 * elapsed})
+    for when in ("cold", "again"):  # what the timeline page of a rank of a job asks first
+        code, elapsed, _, _ = http.get("/api/run/timeline/tracks", {"run": run})
+        if code != 200:
+            raise SystemExit(f"/api/run/timeline/tracks: HTTP {code}")
+        what = f"every rank's timeline tracks (the timeline page), {when}"
+        rows.append({"what": what, "path": "/api/run/timeline/tracks", "ms": 1000 * elapsed})
     return rows
 
 

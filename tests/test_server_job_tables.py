@@ -42,11 +42,26 @@ def test_opening_one_rank_of_a_job_opens_that_rank_only(client: TestClient) -> N
     tracks = client.get("/api/run/timeline/tracks", params={"run": DDP_JOB, "rank": rank}).json()
     assert {t["rank"] for t in tracks["tracks"]} == {rank}
     assert registry.opened(DDP_JOB).ranks.opened == [rank]
-    # the job's timeline (every rank's tracks) opens them all, on one origin
+    # the job's timeline page asks for every rank's tracks and steps: listed without opening them
     every = client.get("/api/run/timeline/tracks", params={"run": DDP_JOB}).json()
     assert {t["rank"] for t in every["tracks"]} == set(range(DDP_RANKS))
-    assert registry.opened(DDP_JOB).ranks.opened == list(range(DDP_RANKS))
+    assert {m["rank"] for m in every["steps"]} == set(range(DDP_RANKS))
+    assert registry.opened(DDP_JOB).ranks.opened == [rank]
     assert every["origin_ns"] == tracks["origin_ns"]
+
+
+def test_a_jobs_track_list_is_each_ranks_own_track_list(client: TestClient) -> None:
+    """The job-wide list (one query over the ranks' track tables, lanes from each index's meta)
+    must say what each rank's own list says once the rank is opened."""
+    every = client.get("/api/run/timeline/tracks", params={"run": DDP_JOB}).json()
+    assert client.app.state.registry.opened(DDP_JOB).ranks.opened == []
+    one_by_one = [
+        client.get("/api/run/timeline/tracks", params={"run": DDP_JOB, "rank": r}).json()
+        for r in range(DDP_RANKS)
+    ]
+    assert every["tracks"] == [t for answer in one_by_one for t in answer["tracks"]]
+    assert every["steps"] == [m for answer in one_by_one for m in answer["steps"]]
+    assert all(t["events"] > 0 for t in every["tracks"] if t["max_depth"] > 0)
 
 
 def test_the_jobs_origin_is_its_earliest_event_whichever_rank_opens_first(
