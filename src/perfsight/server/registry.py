@@ -159,6 +159,7 @@ class LazyRanks(Mapping[int, RankData]):
         self._clean = clean
         self._damaged = damaged
         self._open: dict[int, RankData] = {}
+        self._once: dict[str, Any] = {}
         self._lock = threading.Lock()
 
     def __getitem__(self, rank: int) -> RankData:
@@ -193,6 +194,14 @@ class LazyRanks(Mapping[int, RankData]):
     def cache_folder(self, rank: int) -> Path:
         """Where ``rank``'s cache is, without opening it (its analysis tables are under it)."""
         return self._dirs[rank] / "cache"
+
+    def once(self, key: str, make: Callable[[], Any]) -> Any:
+        """``make()``, computed once for these ranks (they are replaced when their analysis
+        changes): what every rank's tables give, asked again by each page of the job."""
+        with self._lock:
+            if key not in self._once:
+                self._once[key] = make()
+            return self._once[key]
 
     def lanes(self, rank: int) -> tuple[tuple[int, int, int], ...] | None:
         """``rank``'s timeline lanes as (track, depth, events), read before any rank was opened;

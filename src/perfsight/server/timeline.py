@@ -56,9 +56,10 @@ def track_list(opened: OpenedRun, rank: int | None) -> list[dict[str, Any]]:
     one rank of a thousand-rank job asks for the job's tracks, and opening each rank's index for
     them took seconds."""
     if rank is None and isinstance(opened.ranks, LazyRanks):
-        listed = job_tracks(opened, opened.ranks)
+        ranks = opened.ranks
+        listed = ranks.once("job_tracks", lambda: job_tracks(opened, ranks))
         if listed is not None:
-            return listed
+            return [dict(t) for t in listed]  # copies: a caller may change its rows
     out = []
     stages = rank_stages(opened.root)
     for data in _ranks(opened, rank):
@@ -153,7 +154,15 @@ def rank_stages(root: Path | None) -> dict[int, int]:
 def step_marks(opened: OpenedRun, ranks: set[int] | None) -> list[dict[str, Any]]:
     """Every profiled step of the chosen ranks (all when None), from the ``step_trace`` analysis table:
     its window on the step trace's own clock, relative to the run's origin.  One query over every
-    rank's table, so a job of a thousand ranks costs one scan, not a thousand."""
+    rank's table, so a job of a thousand ranks costs one scan, not a thousand (and that scan once
+    per opened analysis: the timeline page of each of its ranks asks for all)."""
+    if ranks is None and isinstance(opened.ranks, LazyRanks):
+        every = opened.ranks.once("step_marks", lambda: _step_marks(opened, None))
+        return [dict(m) for m in every]
+    return _step_marks(opened, ranks)
+
+
+def _step_marks(opened: OpenedRun, ranks: set[int] | None) -> list[dict[str, Any]]:
     chosen = [r for r in sorted(opened.ranks) if ranks is None or r in ranks]
     paths = {r: opened.table_path(r, "step_trace") for r in chosen}  # no rank is opened for this
     files = {str(path): r for r, path in paths.items() if path.is_file()}
