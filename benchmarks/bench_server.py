@@ -516,6 +516,33 @@ def job_api(http: Http, run: str, requests: int) -> list[dict[str, Any]]:
     return rows
 
 
+RANK_PAGES = (("overview", "/api/run/overview"), ("timeline tracks", "/api/run/timeline/tracks"))
+"""What a rank's single-device pages ask for first: timed on ranks not opened before."""
+
+
+def rank_open(http: Http, run: str, ranks: list[int]) -> list[dict[str, Any]]:
+    """Opening single ranks of the job, as a click on a rank of a job page does: the first request
+    of a rank's pages on a fresh server (the first rank opened), on another rank, then again; and
+    every rank's timeline tracks, which the timeline page of a job's rank asks for."""
+    chosen = [ranks[len(ranks) // 2], ranks[-1]]
+    rows = []
+    for which, rank in (("first rank opened", chosen[0]), ("another rank", chosen[1])):
+        for label, path in RANK_PAGES:
+            for when in ("cold", "again"):
+                code, elapsed, _, _ = http.get(path, {"run": run, "rank": rank})
+                if code != 200:
+                    raise SystemExit(f"{path} rank {rank}: HTTP {code}")
+                what = f"{which} ({rank}), {label}, {when}"
+                rows.append({"what": what, "path": path, "ms": 1000 * elapsed})
+    for when in ("cold", "again"):  # what the timeline page of a rank of a job asks first
+        code, elapsed, _, _ = http.get("/api/run/timeline/tracks", {"run": run})
+        if code != 200:
+            raise SystemExit(f"/api/run/timeline/tracks: HTTP {code}")
+        what = f"every rank's timeline tracks (the timeline page), {when}"
+        rows.append({"what": what, "path": "/api/run/timeline/tracks", "ms": 1000 * elapsed})
+    return rows
+
+
 def _painted(page: Any, timeout_s: float = PAGE_TIMEOUT_S) -> float | None:
     """The page's own record of when its content appeared, None if it did not within ``timeout_s``
     (polled: the UI's Content Security Policy forbids the string evaluation Playwright's
@@ -611,6 +638,9 @@ def job_bench(args: argparse.Namespace) -> int:
         analyse_s = _wait_analysed(http, run, args.analysis_timeout)
         ranks = len(http.get("/api/run/status", {"run": run})[3]["ranks"])
         print(f"{run}: {ranks} ranks, ready after {analyse_s:.1f} s", flush=True)
+        opening = rank_open(http, run, http.get("/api/run/status", {"run": run})[3]["ranks"])
+        for row in opening:
+            print(row, flush=True)
         api = job_api(http, run, args.requests)
         for row in api:
             print(row, flush=True)
@@ -627,9 +657,11 @@ def job_bench(args: argparse.Namespace) -> int:
             f"Command: `python benchmarks/bench_server.py {' '.join(sys.argv[1:])}`; the job was ready "
             f"{analyse_s:.0f} s after it was opened (the server's own analysis, or reading --cache's).",
             "",
-            "| endpoint | first ms | p50 ms | p95 ms | max ms | n | KiB | p95 <= 200 ms |",
-            "|---|---:|---:|---:|---:|---:|---:|---|",
         ]
+        lines += ["| opening one rank (fresh server) | ms |", "|---|---:|"]
+        lines += [f"| {r['what']}: `{r['path']}` | {r['ms']:.0f} |" for r in opening]
+        lines += ["", "| endpoint | first ms | p50 ms | p95 ms | max ms | n | KiB | p95 <= 200 ms |"]
+        lines += ["|---|---:|---:|---:|---:|---:|---:|---|"]
         for r in api:
             if r.get("absent"):
                 lines.append(f"| `{r['endpoint']}` | absent (404) | | | | | | |")

@@ -339,6 +339,8 @@ def test_the_op_time_columns_read_are_those_the_cluster_analysis_writes() -> Non
 
 
 def test_a_job_without_links_or_with_an_old_ops_file_is_answered_plainly(tmp_path: Path) -> None:
+    from perfsight.cluster.totals import communication_by_rank
+    from perfsight.layout import CLUSTER_COMMUNICATION_RANKS_FILE
     from perfsight.server import job_comm
     from perfsight.server.job_pages import NoClusterAnalysis
 
@@ -348,7 +350,12 @@ def test_a_job_without_links_or_with_an_old_ops_file_is_answered_plainly(tmp_pat
     (out / "cluster_communication_ops.csv").write_text(
         "rank,collective,elapse_ns,transit_ns,wait_ns,synchronization_ns,idle_ns\n"
     )
+    # an analysis older than the per-rank totals: the page says to analyse again, naming the file
+    with pytest.raises(NoClusterAnalysis, match=r"cluster_communication_ranks\.parquet is missing.*analyse"):
+        job_comm.ranks("job", tmp_path / "job", tmp_path / "saved", "all", "rank", "asc", 0, 10)
     # no op, no link: empty pages, not errors
+    empty = pd.read_csv(out / "cluster_communication_ops.csv")
+    communication_by_rank(empty, pd.DataFrame()).to_parquet(out / CLUSTER_COMMUNICATION_RANKS_FILE)
     ranks = job_comm.ranks("job", tmp_path / "job", tmp_path / "saved", "all", "rank", "asc", 0, 10)
     assert ranks["rows"] == [] and ranks["choices"]["steps"] == ["all"]
     matrix = job_matrix.matrix(

@@ -39,3 +39,11 @@ def trace_file(rank: int) -> str:
 
 def sidecar_file(name: str, rank: int) -> str:
     return f"perfsight_{name}_{rank}.parquet"
+
+
+CLUSTER_STEP_SPREAD_FILE = "cluster_step_spread.parquet"
+"""Per step across a job's ranks: spread of step times, mean communication and wait
+(``perfsight.cluster.totals.step_spread``), in ``cluster_analysis_output/``; read by the server."""
+CLUSTER_COMMUNICATION_RANKS_FILE = "cluster_communication_ranks.parquet"
+"""Per rank and step (and ``all``), its communication ops summed
+(``perfsight.cluster.totals.communication_by_rank``), in ``cluster_analysis_output/``; read by the server."""

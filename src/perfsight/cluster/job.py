@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from perfsight import layout
 from perfsight.cluster import (
     alignment,
     discovery,
@@ -27,6 +28,7 @@ from perfsight.cluster import (
     parallel,
     slow,
     step_trace,
+    totals,
 )
 from perfsight.cluster.rank import RankTask, run_rank
 from perfsight.engine import Executor, make_executor
@@ -69,6 +71,8 @@ class ClusterResult:
     resources: pd.DataFrame
     executor: str
     step_ops: pd.DataFrame | None = None  # every rank's ops per step, matched (cluster.execution)
+    step_spread: pd.DataFrame | None = None  # per step across ranks (cluster.totals)
+    communication_ranks: pd.DataFrame | None = None  # per rank and step, its ops summed (cluster.totals)
     output_root: Path | None = None
     per_rank_outputs: bool = False  # whether ``rank<N>/`` folders were written under output_root
 
@@ -191,6 +195,8 @@ def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "ser
         resources=resources,
         executor=executor,
         step_ops=execution.step_ops(digests, matched, aligned, stage_of),
+        step_spread=totals.step_spread(steps, matched.ops),
+        communication_ranks=totals.communication_by_rank(matched.ops, resources),
     )
 
 
@@ -215,6 +221,12 @@ def write_cluster_outputs(result: ClusterResult, out: str | Path) -> Path:
         write_communication_matrix(folder / "communication_matrix.json", result.matrix)
         if result.step_ops is not None:
             result.step_ops.to_parquet(folder / execution.OUTPUT_FILE, index=False)
+        if result.step_spread is not None:
+            result.step_spread.to_parquet(folder / layout.CLUSTER_STEP_SPREAD_FILE, index=False)
+        if result.communication_ranks is not None:
+            result.communication_ranks.to_parquet(
+                folder / layout.CLUSTER_COMMUNICATION_RANKS_FILE, index=False
+            )
         doc = summary.cluster_summary(result)
         summary.write_json(folder / "cluster_summary.json", doc)
         advisor.write_advisor_json(folder / advisor.ADVISOR_JSON, doc["findings"], "job")

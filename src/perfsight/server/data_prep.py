@@ -84,7 +84,7 @@ def per_rank(opened: OpenedRun) -> list[dict[str, Any]]:
     ranks' one-row summary tables; empty for a single rank)."""
     if len(opened.ranks) < 2:
         return []
-    paths = [str(r.table_path("data_pipeline_summary")) for r in opened.ranks.values()]
+    paths = [str(opened.table_path(r, "data_pipeline_summary")) for r in opened.ranks]
     paths = [p for p in paths if Path(p).is_file()]
     if not paths:
         return []

@@ -2,13 +2,14 @@
 
 Why a module of its own: the cluster analysis already decided every number of this page and wrote
 it to ``cluster_analysis_output/``: each op of each rank with its elapse / transit / wait /
-synchronization / idle split (``cluster_communication_ops.csv``, ns) and each link of each step,
-op kind and group (``communication_matrix.json``, seed 003's layout in MB and ms).  Both are turned
-once into Parquet tables in the model's units (ns, bytes) in the server's own folder for the run,
-and every request is a DuckDB query over them.  Nothing here decides a number: a rank's total is
-the sum of its ops' times, a link row is one entry of the matrix file, an op's bandwidth is its
-bytes over its transit time (``bandwidth = bytes / transit time``, the definition of
-docs/OUTPUTS.md).  The heatmap's aggregation to screen resolution is ``job_matrix``.
+synchronization / idle split (``cluster_communication_ops.csv``, ns), each rank's ops summed per
+step (``cluster_communication_ranks.parquet``, ``perfsight.cluster.totals``) and each link of each
+step, op kind and group (``communication_matrix.json``, seed 003's layout in MB and ms).  The CSV and
+JSON files are turned once into Parquet tables in the model's units (ns, bytes) in the server's own
+folder for the run, and every request is a DuckDB query over them.  Nothing here decides a number:
+a link row is one entry of the matrix file, an op's bandwidth is its bytes over its transit time
+(``bandwidth = bytes / transit time``, the definition of docs/OUTPUTS.md).  The heatmap's
+aggregation to screen resolution is ``job_matrix``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from perfsight import layout
 from perfsight.server import models, queries
 from perfsight.server.job_pages import NoClusterAnalysis
 from perfsight.server.runs import CLUSTER_FAILED_FILE, CLUSTER_OUTPUT_DIR
@@ -27,7 +29,6 @@ from perfsight.units import BYTES_PER_MB, NS_PER_MS  # the matrix file's MB (2**
 
 OPS_FILE = "cluster_communication_ops.csv"
 MATRIX_FILE = "communication_matrix.json"
-RESOURCES_FILE = "cluster_resources.csv"
 TOTAL = "-total@"
 """Between the op and the group in the matrix file's keys (``all_reduce-total@<group>``)."""
 _MATRIX_TYPE = "MAP(VARCHAR, MAP(VARCHAR, MAP(VARCHAR, MAP(VARCHAR, JSON))))"
@@ -195,39 +196,12 @@ def links_table(root: Path | None, saved: Path) -> Path:
     return table
 
 
-def ranks_table(root: Path | None, saved: Path) -> Path:
+def ranks_table(root: Path | None) -> Path:
     """Per rank and step (and ``all`` steps): its ops' counts and summed times and bytes, with its
-    host; every rank of the job (``cluster_resources.csv``) is listed, with zeros when it had no op."""
-    ops = ops_table(root, saved)
-    resources = None if root is None else root / CLUSTER_OUTPUT_DIR / RESOURCES_FILE
-    has_hosts = resources is not None and resources.is_file()
-    sums = ", ".join(["count(*) AS ops", *(f"sum({c}) AS {c}" for c in (*TIME_COLUMNS, "bytes"))])
-    zeros = ", ".join(f"coalesce(per.{c}, 0)::BIGINT AS {c}" for c in TIME_COLUMNS)
-    hosts = (
-        f"SELECT {_int('rank')} AS rank, CAST(max(host) AS VARCHAR) AS host "
-        "FROM read_csv(?, header = true, all_varchar = true) GROUP BY 1"
-        if has_hosts
-        else "SELECT DISTINCT rank, CAST(NULL AS VARCHAR) AS host FROM read_parquet(?)"
-    )
-    sql = f"""
-        WITH per AS (
-            SELECT CAST(step AS VARCHAR) AS step, rank, {sums}
-            FROM read_parquet(?) WHERE step IS NOT NULL GROUP BY ALL
-            UNION ALL
-            SELECT '{ALL_STEPS}' AS step, rank, {sums} FROM read_parquet(?) GROUP BY ALL
-        ), hosts AS ({hosts}),
-        everyone AS (SELECT rank FROM hosts UNION SELECT DISTINCT rank FROM per),
-        steps AS (SELECT DISTINCT step FROM per UNION SELECT '{ALL_STEPS}')
-        SELECT steps.step, everyone.rank, hosts.host, coalesce(per.ops, 0) AS ops, {zeros},
-            coalesce(per.bytes, 0)::DOUBLE AS bytes
-        FROM steps CROSS JOIN everyone
-        LEFT JOIN hosts ON hosts.rank = everyone.rank
-        LEFT JOIN per ON per.step = steps.step AND per.rank = everyone.rank
-        WHERE everyone.rank IS NOT NULL
-    """
-    sources = [ops, *([resources] if has_hosts else [])]
-    params = [str(ops), str(ops), str(resources) if has_hosts else str(ops)]
-    return derived_table(saved, "job_comm_ranks", sources, sql, params)  # type: ignore[list-item]
+    host, every rank of the job listed -- as the cluster analysis wrote them
+    (``perfsight.cluster.totals.communication_by_rank``).  An analysis made before that table
+    existed is answered with :class:`NoClusterAnalysis` asking to analyse the job again."""
+    return cluster_file(root, layout.CLUSTER_COMMUNICATION_RANKS_FILE)
 
 
 def _steps(ops: Path, links: Path) -> list[str]:
@@ -285,7 +259,7 @@ def ranks(
 ) -> dict[str, Any]:
     """Every rank's communication in ``step`` (:class:`models.JobCommunication`), one page, sorted."""
     options = choices(root, saved)
-    table = ranks_table(root, saved)
+    table = ranks_table(root)
     if step != ALL_STEPS and step not in options["steps"]:
         step_where(step, options["steps"])  # raises, naming the steps
     found = queries.page(

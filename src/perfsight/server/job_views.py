@@ -2,16 +2,16 @@
 
 Why a module of its own: :mod:`perfsight.server.job_pages` shapes the cluster step trace per rank;
 these pages read other files of the job's ``cluster_analysis_output/`` -- ``cluster_resources.csv``
-(peak memory, capacity, FLOPs per rank) and ``cluster_communication_ops.csv`` (each rank's wait at
-each collective) -- beside the same step trace.  Each file is turned once into a Parquet table in the
-server's own folder for the run and every request is a DuckDB query over it.
+(peak memory, capacity, FLOPs per rank) and ``cluster_step_spread.parquet`` (per step, the spread of
+the ranks' step times and their mean communication and wait) -- beside the same step trace.  A CSV
+is turned once into a Parquet table in the server's own folder for the run; every request is a
+DuckDB query.
 
 What it must not do: decide a number the cluster analysis decides.  Peak share of capacity and FLOPs
-over the largest rank's are read as ``perfsight.cluster.slow.resources`` wrote them.  What is
-derived here is only how a view of those tables is drawn: a peak over the largest peak (the colour
-scale of the memory heatmap when no capacity is known, said so by ``memory_basis``), a rank's wait
-summed over its collectives of one step, and the spread and mean of one step across ranks -- each a
-single SQL aggregate over the analysis's own columns, kept in this one module.
+over the largest rank's are read as ``perfsight.cluster.slow.resources`` wrote them, and each step's
+spread and means as ``perfsight.cluster.totals.step_spread`` did.  What is derived here is only how
+a view of those tables is drawn: a peak over the largest peak (the colour scale of the memory
+heatmap when no capacity is known, said so by ``memory_basis``).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from perfsight import layout
 from perfsight.server import job_pages, queries
+from perfsight.server.runs import CLUSTER_OUTPUT_DIR
 
 RESOURCES_TABLE = "job_resources"
 """Per rank: host, stage, peak memory, capacity, share, FLOPs and FLOPs / max (cluster_resources.csv)."""
-WAITS_TABLE = "job_waits"
-"""Per rank and step: the rank's wait for its peers at collectives (cluster_communication_ops.csv)."""
 SERIES_MAX_RANKS = 64
 """Up to this many ranks the time overview draws one line per rank; above, the min/median/max band
 (a line per rank of 1,024 is a solid block nobody reads, and a large response)."""
@@ -72,19 +72,18 @@ def resources_table(cluster: Path, saved: Path) -> Path | None:
     return _cached(saved, RESOURCES_TABLE, [source, ranks], sql, [str(source), str(ranks)])
 
 
-def waits_table(cluster: Path, saved: Path) -> Path | None:
-    """:data:`WAITS_TABLE`: each rank's wait summed over its communication ops of each step;
-    ``None`` when the job recorded no communication op."""
-    source = cluster / "cluster_communication_ops.csv"
-    if not source.is_file():
-        return None
-    sql = (
-        "SELECT CAST(step AS VARCHAR) AS step, CAST(rank AS BIGINT) AS rank, "
-        "CAST(sum(coalesce(TRY_CAST(wait_ns AS DOUBLE), 0)) AS BIGINT) AS wait_ns "
-        "FROM read_csv(?, header = true, all_varchar = true) "
-        "WHERE TRY_CAST(step AS BIGINT) IS NOT NULL GROUP BY 1, 2"
-    )
-    return _cached(saved, WAITS_TABLE, [source], sql, [str(source)])
+def spread_table(cluster: Path) -> Path:
+    """The analysis's per-step spread across ranks (``perfsight.cluster.totals.step_spread``);
+    raises :class:`job_pages.NoClusterAnalysis` asking to analyse again when an analysis made
+    before that table was written lacks it."""
+    path = cluster / layout.CLUSTER_STEP_SPREAD_FILE
+    if not path.is_file():
+        raise job_pages.NoClusterAnalysis(
+            f"{CLUSTER_OUTPUT_DIR}/{layout.CLUSTER_STEP_SPREAD_FILE} is missing (each step's spread "
+            "across ranks, written by a newer perfsight): analyse the job again with this perfsight "
+            "(`perfsight analyse JOB_FOLDER`)"
+        )
+    return path
 
 
 def heatmaps(run: str, root: Path | None, saved: Path) -> dict[str, Any]:
@@ -127,28 +126,16 @@ def heatmaps(run: str, root: Path | None, saved: Path) -> dict[str, Any]:
 
 def time_overview(run: str, root: Path | None, saved: Path) -> dict[str, Any]:
     """The time overview (:class:`models.JobTimeOverview`): per step, the ranks' step times
-    (spread, and each rank's when there are few) with the ranks' mean communication and wait."""
+    (spread, and each rank's when there are few) with the ranks' mean communication and wait, as
+    the cluster analysis wrote them (``perfsight.cluster.totals.step_spread``)."""
     cluster = job_pages.cluster_folder(root)
+    spread = spread_table(cluster)
     ranks = job_pages.ranks_table(cluster, saved)
-    waits = waits_table(cluster, saved)
-    wait_join = (
-        "LEFT JOIN read_parquet(?) w ON w.step = r.step AND w.rank = r.rank" if waits is not None else ""
-    )
-    wait_ns = "coalesce(w.wait_ns, 0)" if waits is not None else "NULL"
-    per_rank = (
-        f"SELECT r.step, r.rank, r.stage, r.duration_ns, r.communication_ns, {wait_ns} AS wait_ns "
-        f"FROM read_parquet(?) r {wait_join} WHERE r.type = 'rank' AND r.step <> 'average'"
-    )
-    params = [str(ranks)] + ([str(waits)] if waits is not None else [])
     steps = queries.records(
         queries.arrow(
-            f"SELECT step, count(*) AS ranks, min(duration_ns) AS min_ns, "
-            f"CAST(round(median(duration_ns)) AS BIGINT) AS median_ns, max(duration_ns) AS max_ns, "
-            f"arg_min(rank, duration_ns) AS fastest_rank, arg_max(rank, duration_ns) AS slowest_rank, "
-            f"CAST(round(avg(communication_ns)) AS BIGINT) AS mean_communication_ns, "
-            f"CAST(round(avg(wait_ns)) AS BIGINT) AS mean_wait_ns "
-            f"FROM ({per_rank}) GROUP BY step ORDER BY length(step), step",
-            params,
+            "SELECT CAST(step AS VARCHAR) AS step, ranks, min_ns, median_ns, max_ns, fastest_rank, "
+            "slowest_rank, mean_communication_ns, mean_wait_ns FROM read_parquet(?) ORDER BY step",
+            [str(spread)],
         )
     )
     rank_count = (
@@ -163,11 +150,11 @@ def time_overview(run: str, root: Path | None, saved: Path) -> dict[str, Any]:
         order = [s["step"] for s in steps]
         series = queries.records(
             queries.arrow(
-                f"SELECT rank, any_value(stage) AS stage, "
-                f"list(duration_ns ORDER BY length(step), step) AS durations_ns, "
-                f"list(step ORDER BY length(step), step) AS steps "
-                f"FROM ({per_rank}) GROUP BY rank ORDER BY rank",
-                params,
+                "SELECT rank, any_value(stage) AS stage, "
+                "list(duration_ns ORDER BY length(step), step) AS durations_ns, "
+                "list(step ORDER BY length(step), step) AS steps "
+                "FROM read_parquet(?) WHERE type = 'rank' AND step <> 'average' GROUP BY rank ORDER BY rank",
+                [str(ranks)],
             )
         )
         for s in series:  # align each rank's durations on the job's steps (a rank may miss one)
@@ -176,7 +163,7 @@ def time_overview(run: str, root: Path | None, saved: Path) -> dict[str, Any]:
     return {
         "run": run,
         "rank_count": int(rank_count),
-        "wait_known": waits is not None,
+        "wait_known": all(s["mean_wait_ns"] is not None for s in steps),
         "steps": steps,
         "series": series,
         "series_max_ranks": SERIES_MAX_RANKS,

@@ -13,6 +13,7 @@ import json
 import math
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +73,17 @@ class RankData:
 @dataclasses.dataclass
 class OpenedRun:
     run: Run
-    ranks: dict[int, RankData]
+    ranks: Mapping[int, RankData]  # a LazyRanks when opened by the registry: ranks open on first use
     origin_ns: int
     end_ns: int
     root: Path | None = None  # the analysis folder it was read from
+
+    def table_path(self, rank: int, name: str) -> Path:
+        """``rank``'s analysis table ``name``, without opening the rank (a job-wide query over a
+        table of every rank must not open a thousand ranks' timelines)."""
+        ranks = self.ranks
+        folder = ranks.cache_folder(rank) if isinstance(ranks, LazyRanks) else ranks[rank].cache_folder
+        return folder / cache.ANALYSIS_DIR / f"{name}.parquet"
 
     def rank(self, rank: int | None) -> RankData:
         if rank is None:
@@ -106,33 +114,151 @@ class DamagedAnalysis(RuntimeError):
     """A file of an analysis could not be read; names the file (when known) and what is wrong."""
 
 
-def open_ranks(dirs: dict[int, Path], saved_in: Path | None = None) -> tuple[dict[int, RankData], int, int]:
-    """The ranks of ``dirs`` (rank folders) whose timeline index is current, opened, with the run's
-    origin (earliest event of any rank) and its end relative to that origin.  ``saved_in`` is the
-    server's folder for the overviews it saves (never the served folders).  Raises
-    :class:`DamagedAnalysis` when a rank's metadata, tracks or index cannot be read."""
-    ranks: dict[int, RankData] = {}
-    for rank, rank_dir in dirs.items():
-        folder = rank_dir / "cache"
-        if not timeline_index.is_current(folder):
-            continue
+def open_rank(rank: int, rank_dir: Path, saved_in: Path | None = None) -> RankData:
+    """One analysed rank folder, opened: its metadata, tracks and memory-mapped timeline index.
+    ``saved_in`` is the server's folder for the overviews it saves (never the served folders).
+    Raises :class:`DamagedAnalysis` when a file of it cannot be read."""
+    folder = rank_dir / "cache"
+    try:
+        meta_data = json.loads((folder / layout.CACHE_META_FILE).read_text(encoding="utf-8"))
+        return RankData(
+            rank=rank,
+            cache_folder=folder,
+            output_dir=rank_dir / "PROFILER_OUTPUT",
+            meta=RunMetadata.from_dict(meta_data),
+            timeline=timeline_index.TimelineArrays(folder),
+            # read_table imports datasets (3 s); a few hundred rows need no thread pool (2x faster)
+            tracks=pq.ParquetFile(folder / "tracks.parquet").read(use_threads=False),
+            overview_file=None if saved_in is None else saved_in / f"overview_rank{rank}.idx",
+        )
+    except OPEN_ERRORS as error:
+        raise DamagedAnalysis(f"{folder}: {error}") from error
+
+
+class LazyRanks(Mapping[int, RankData]):
+    """The ranks of an opened run, by rank, each opened (:func:`open_rank`) on first use.
+
+    Why: a page of one rank of a thousand-rank job reads that rank only; opening every rank's
+    metadata, tracks and timeline index took 13 s before its first answer.  Listing the ranks
+    (iterating, ``in``, ``len``) opens none; ``ranks[r]`` opens ``r`` once.  ``clean`` rewrites each
+    opened rank's warnings (the server's own paths replaced by their labels); ``damaged`` turns a
+    rank that cannot be opened into the exception to raise instead (the registry's: set the
+    analysis aside, answer with the run's new status)."""
+
+    def __init__(
+        self,
+        dirs: Mapping[int, Path],
+        saved_in: Path | None = None,
+        clean: Callable[[str], str] | None = None,
+        damaged: Callable[[DamagedAnalysis], Exception] | None = None,
+        lanes: Mapping[int, tuple[tuple[int, int, int], ...]] | None = None,
+    ) -> None:
+        self._dirs = dict(sorted(dirs.items()))
+        self._lanes = dict(lanes or {})
+        self._saved_in = saved_in
+        self._clean = clean
+        self._damaged = damaged
+        self._open: dict[int, RankData] = {}
+        self._once: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, rank: int) -> RankData:
+        found = self._open.get(rank)
+        if found is not None:
+            return found
+        if rank not in self._dirs:
+            raise KeyError(rank)
+        with self._lock:  # two requests for one rank open it once
+            found = self._open.get(rank)
+            if found is None:
+                try:
+                    found = open_rank(rank, self._dirs[rank], self._saved_in)
+                except DamagedAnalysis as error:
+                    if self._damaged is None:
+                        raise
+                    raise self._damaged(error) from None
+                if self._clean is not None:
+                    found.meta.warnings = [self._clean(w) for w in found.meta.warnings]
+                self._open[rank] = found
+        return found
+
+    def __contains__(self, rank: object) -> bool:
+        return rank in self._dirs
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._dirs)
+
+    def __len__(self) -> int:
+        return len(self._dirs)
+
+    def cache_folder(self, rank: int) -> Path:
+        """Where ``rank``'s cache is, without opening it (its analysis tables are under it)."""
+        return self._dirs[rank] / "cache"
+
+    def once(self, key: str, make: Callable[[], Any]) -> Any:
+        """``make()``, computed once for these ranks (they are replaced when their analysis
+        changes): what every rank's tables give, asked again by each page of the job."""
+        with self._lock:
+            if key not in self._once:
+                self._once[key] = make()
+            return self._once[key]
+
+    def lanes(self, rank: int) -> tuple[tuple[int, int, int], ...] | None:
+        """``rank``'s timeline lanes as (track, depth, events), read before any rank was opened;
+        None when not known (then open the rank and read its index)."""
+        return self._lanes.get(rank)
+
+    @property
+    def opened(self) -> list[int]:
+        """The ranks opened so far."""
+        return sorted(self._open)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spans:
+    """What the run's timeline indexes say before any rank is opened: the ranks whose index can be
+    read, their indexes' stamps (what changes when one is rebuilt), and the run's time span."""
+
+    dirs: dict[int, Path]
+    stamps: tuple[tuple[int, str, str], ...]
+    origin_ns: int
+    end_ns: int
+    lanes: dict[int, tuple[tuple[int, int, int], ...]] = dataclasses.field(default_factory=dict)
+    """Per rank, its index's lanes as (track, depth, events): the track list of a job without
+    opening its ranks."""
+
+
+def timeline_spans(dirs: Mapping[int, Path]) -> Spans:
+    """Each rank's timeline ``meta.idx`` alone (a small JSON file; the index's arrays stay closed):
+    the run's origin is the earliest event of any rank, its end the latest, relative to the origin.
+    A rank whose index cannot be read is left out, as one whose index is missing."""
+    kept: dict[int, Path] = {}
+    lanes: dict[int, tuple[tuple[int, int, int], ...]] = {}
+    stamps = []
+    firsts, lasts = [], []
+    for rank, rank_dir in sorted(dirs.items()):  # one small file per rank
         try:
-            meta_data = json.loads((folder / layout.CACHE_META_FILE).read_text(encoding="utf-8"))
-            ranks[rank] = RankData(
-                rank=rank,
-                cache_folder=folder,
-                output_dir=rank_dir / "PROFILER_OUTPUT",
-                meta=RunMetadata.from_dict(meta_data),
-                timeline=timeline_index.TimelineArrays(folder),
-                tracks=pq.ParquetFile(folder / "tracks.parquet").read(),  # read_table imports datasets: 3 s
-                overview_file=None if saved_in is None else saved_in / f"overview_rank{rank}.idx",
-            )
-        except OPEN_ERRORS as error:
-            raise DamagedAnalysis(f"{folder}: {error}") from error
-    firsts = [r.timeline.meta["first_ns"] for r in ranks.values() if r.timeline.meta["events"]]
-    lasts = [r.timeline.meta["last_ns"] for r in ranks.values() if r.timeline.meta["events"]]
+            index = rank_dir / "cache" / timeline_index.FOLDER / timeline_index.META
+            meta = json.loads(index.read_text(encoding="utf-8"))
+            listed = tuple((int(x["track"]), int(x["depth"]), int(x["count"])) for x in meta["lanes"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        kept[rank] = rank_dir
+        stamps.append((rank, str(rank_dir), str(meta.get("stamp"))))
+        lanes[rank] = listed
+        if meta.get("events"):
+            firsts.append(int(meta["first_ns"]))
+            lasts.append(int(meta["last_ns"]))
     origin = min(firsts) if firsts else 0
-    return ranks, origin, (max(lasts) - origin) if lasts else 0
+    return Spans(kept, tuple(stamps), origin, (max(lasts) - origin) if lasts else 0, lanes)
+
+
+def open_ranks(dirs: dict[int, Path], saved_in: Path | None = None) -> tuple[LazyRanks, int, int]:
+    """The ranks of ``dirs`` (rank folders) whose timeline index can be read, each opened on first
+    use (:class:`LazyRanks`), with the run's origin (earliest event of any rank) and its end
+    relative to that origin."""
+    spans = timeline_spans(dirs)
+    return LazyRanks(spans.dirs, saved_in, lanes=spans.lanes), spans.origin_ns, spans.end_ns
 
 
 def _written(root: Path) -> tuple[int, ...]:
@@ -159,7 +285,7 @@ class Registry:
         self._runs: dict[str, Run] = {}
         self._when = 0.0
         self._lock = threading.Lock()
-        self._opened: dict[str, tuple[tuple[str, ...], OpenedRun, Plan]] = {}  # with the plan it read
+        self._opened: dict[str, tuple[tuple[Any, ...], OpenedRun, Plan]] = {}  # with the plan it read
         self._checked: dict[str, float] = {}  # run id -> when it was last found ready and opened
         # analyses a file of which could not be read, with their stamps then: not served until
         # rewritten (another `perfsight analyse` changes the stamp)
@@ -319,21 +445,24 @@ class Registry:
             if hit is not None and hit[2] is work:
                 self._checked[run.id] = time.monotonic()
                 return hit[1]
-        stamps = tuple(timeline_index.stamp_of(d / "cache") for d in dirs.values())
+        spans = timeline_spans(dirs)  # one small file a rank; no rank is opened here
+        stamps = spans.stamps
         with self._lock:
             hit = self._opened.get(run.id)
             if hit is not None and hit[0] == stamps:
                 self._opened[run.id] = (stamps, hit[1], work)
                 self._checked[run.id] = time.monotonic()
                 return hit[1]
-        try:
-            ranks, origin, end = open_ranks(dirs, run.output_root / SAVED_FOLDER)
-        except DamagedAnalysis as error:
-            raise NotReady(self.damaged(run.id, error)) from None
-        if not ranks:
+        if not spans.dirs:
             raise NotReady(self._status(run, "stale", 0.0, "timeline index missing", None, []))
-        for data in ranks.values():
-            data.meta.warnings = [without_roots(w, self._labels) for w in data.meta.warnings]
+        ranks = LazyRanks(
+            spans.dirs,
+            run.output_root / SAVED_FOLDER,
+            clean=self.public,
+            damaged=lambda error: NotReady(self.damaged(run.id, error)),
+            lanes=spans.lanes,
+        )
+        origin, end = spans.origin_ns, spans.end_ns
         opened = OpenedRun(run=run, ranks=ranks, origin_ns=origin, end_ns=end, root=root)
         with self._lock:
             self._opened[run.id] = (stamps, opened, work)

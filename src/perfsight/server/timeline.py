@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from perfsight.model import KIND_NAMES
 from perfsight.server import queries
-from perfsight.server.registry import OpenedRun, RankData
+from perfsight.server.registry import LazyRanks, OpenedRun, RankData
 from perfsight.server.runs import CLUSTER_OUTPUT_DIR
 from perfsight.store.timeline_index import TimelineArrays, merge_runs
 
@@ -45,33 +45,78 @@ DIRECT_FACTOR = 4
 """A visible range of at most this many events per pixel is grouped by a scan, not by pixel search."""
 
 
+TRACK_COLUMNS = ("track", "name", "is_device", "device_index", "stream", "pid", "tid")
+"""The columns of a rank's ``tracks.parquet`` the track list shows."""
+
+
 def track_list(opened: OpenedRun, rank: int | None) -> list[dict[str, Any]]:
-    """Every track of the rank (all ranks when None), with its label, nesting depth and event count."""
+    """Every track of the rank (all ranks when None), with its label, nesting depth and event count.
+
+    Every rank of a job is listed without opening any (:func:`job_tracks`): the timeline page of
+    one rank of a thousand-rank job asks for the job's tracks, and opening each rank's index for
+    them took seconds."""
+    if rank is None and isinstance(opened.ranks, LazyRanks):
+        ranks = opened.ranks
+        listed = ranks.once("job_tracks", lambda: job_tracks(opened, ranks))
+        if listed is not None:
+            return [dict(t) for t in listed]  # copies: a caller may change its rows
     out = []
     stages = rank_stages(opened.root)
     for data in _ranks(opened, rank):
-        depth: dict[int, int] = {}
-        count: dict[int, int] = {}
-        for lane in data.timeline.meta["lanes"]:
-            depth[lane["track"]] = max(depth.get(lane["track"], 0), lane["depth"])
-            count[lane["track"]] = count.get(lane["track"], 0) + lane["count"]
-        for row in data.tracks.to_pylist():
-            out.append(
-                {
-                    "rank": data.rank,
-                    "track": row["track"],
-                    "name": row["name"],
-                    "label": track_label(data.rank, stages.get(data.rank), row),
-                    "is_device": row["is_device"],
-                    "device_index": row["device_index"],
-                    "stream": row["stream"],
-                    "pid": row["pid"],
-                    "tid": row["tid"],
-                    "max_depth": depth.get(row["track"], 0),
-                    "events": count.get(row["track"], 0),
-                }
-            )
+        lanes = [(x["track"], x["depth"], x["count"]) for x in data.timeline.meta["lanes"]]
+        out.extend(_rank_tracks(data.rank, stages.get(data.rank), lanes, data.tracks.to_pylist()))
     return out
+
+
+def job_tracks(opened: OpenedRun, ranks: LazyRanks) -> list[dict[str, Any]] | None:
+    """Every rank's tracks from one query over the ranks' ``tracks.parquet`` and the lanes their
+    indexes listed when the run was opened; None when a rank's lanes are not known."""
+    lanes = {r: ranks.lanes(r) for r in ranks}
+    if any(v is None for v in lanes.values()):
+        return None
+    files = {str(ranks.cache_folder(r) / "tracks.parquet"): r for r in ranks}
+    if not files:
+        return []
+    found = queries.arrow(
+        f"SELECT filename, {', '.join(TRACK_COLUMNS)} FROM read_parquet(?, filename = true, "
+        "file_row_number = true) ORDER BY filename, file_row_number",
+        [list(files)],
+    ).to_pylist()
+    by_rank: dict[int, list[dict[str, Any]]] = {r: [] for r in ranks}
+    for row in found:  # a row per track (tens per rank), not per event
+        by_rank[files[row.pop("filename")]].append(row)
+    stages = rank_stages(opened.root)
+    out = []
+    for r, rows in by_rank.items():  # rank order, each rank's tracks in its file's order
+        out.extend(_rank_tracks(r, stages.get(r), lanes[r] or (), rows))
+    return out
+
+
+def _rank_tracks(
+    rank: int, stage: int | None, lanes: Any, tracks: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """One rank's tracks with label, deepest lane and events (``lanes``: (track, depth, events))."""
+    depth: dict[int, int] = {}
+    count: dict[int, int] = {}
+    for track, lane_depth, events in lanes:
+        depth[track] = max(depth.get(track, 0), lane_depth)
+        count[track] = count.get(track, 0) + events
+    return [
+        {
+            "rank": rank,
+            "track": row["track"],
+            "name": row["name"],
+            "label": track_label(rank, stage, row),
+            "is_device": row["is_device"],
+            "device_index": row["device_index"],
+            "stream": row["stream"],
+            "pid": row["pid"],
+            "tid": row["tid"],
+            "max_depth": depth.get(row["track"], 0),
+            "events": count.get(row["track"], 0),
+        }
+        for row in tracks
+    ]
 
 
 def track_label(rank: int, stage: int | None, track: dict[str, Any]) -> str:
@@ -109,12 +154,18 @@ def rank_stages(root: Path | None) -> dict[int, int]:
 def step_marks(opened: OpenedRun, ranks: set[int] | None) -> list[dict[str, Any]]:
     """Every profiled step of the chosen ranks (all when None), from the ``step_trace`` analysis table:
     its window on the step trace's own clock, relative to the run's origin.  One query over every
-    rank's table, so a job of a thousand ranks costs one scan, not a thousand."""
-    files = {
-        str(d.table_path("step_trace")): d.rank
-        for d in _ranks(opened, None, ranks)
-        if d.has_table("step_trace")
-    }
+    rank's table, so a job of a thousand ranks costs one scan, not a thousand (and that scan once
+    per opened analysis: the timeline page of each of its ranks asks for all)."""
+    if ranks is None and isinstance(opened.ranks, LazyRanks):
+        every = opened.ranks.once("step_marks", lambda: _step_marks(opened, None))
+        return [dict(m) for m in every]
+    return _step_marks(opened, ranks)
+
+
+def _step_marks(opened: OpenedRun, ranks: set[int] | None) -> list[dict[str, Any]]:
+    chosen = [r for r in sorted(opened.ranks) if ranks is None or r in ranks]
+    paths = {r: opened.table_path(r, "step_trace") for r in chosen}  # no rank is opened for this
+    files = {str(path): r for r, path in paths.items() if path.is_file()}
     if not files:
         return []
     origin = int(opened.origin_ns)
