@@ -282,9 +282,12 @@ function processingTab(body: HTMLElement, data: DataPrep): void {
     parts.push(arrow(), stageBox(pin, () => pickStage(pin)));
     parts.push(arrow(), queueBox(d.deviceQueue, null, s.device_queue_empty, "data-queue-device", () => pickQueue("device")));
   }
-  // the loop's copy of each batch to the device: a stage when it copied, a note when it copied nothing
+  // the loop's copy of each batch to the device: a stage when it copied; for a PyTorch loader (it
+  // has a collate stage) whose loop copied nothing, a note that says so rather than a 0-ms stage
   if (copy) parts.push(arrow(), stageBox(copy, () => pickStage(copy)));
-  else parts.push(arrow(), h("div", { class: "data-sink data-copy-none", "data-testid": "data-copy-none", title: d.copyNoneHint }, d.copyNone));
+  else if (stages.some((x) => x.stage === "collate")) {
+    parts.push(arrow(), h("div", { class: "data-sink data-copy-none", "data-testid": "data-copy-none", title: d.copyNoneHint }, d.copyNone));
+  }
   parts.push(arrow(), h("div", { class: "data-sink" }, d.training));
   replace(graph, parts);
   const c = d.columns;
