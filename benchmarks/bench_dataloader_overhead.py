@@ -28,12 +28,14 @@ Batches are checked equal between every captured run and its uncaptured pair.
 
 Under that noise floor, the capture's cost is also measured directly (``direct``): the thread CPU
 time its wrappers add per batch on the training thread and on a worker's fetch path, in blocks
-with and without capture alternating in one process, and their sum as a share of the uncaptured
-step (an upper bound: as if every added microsecond, the workers' included, delayed the loop).
+with and without capture alternating in one process, and as a share of the CPU one uncaptured
+batch costs (training process + workers; with workers an upper bound, the training thread's
+figure including the fetch path that the workers run).
 
 Usage::
 
     python benchmarks/bench_dataloader_overhead.py [--reps 10] [--batches 600] [--workers 2] [--json OUT]
+    python benchmarks/bench_dataloader_overhead.py --direct-only [--direct-reps 60]
 """
 
 from __future__ import annotations
@@ -258,6 +260,7 @@ def main() -> int:
     parser.add_argument("--shape", default="3,32,32", help="one sample (CIFAR-sized by default)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--direct-reps", type=int, default=60, help="pairs of blocks for the direct cost")
+    parser.add_argument("--direct-only", action="store_true", help="only the direct cost (no ABBA runs)")
     parser.add_argument("--child", choices=("plain", "capture", "direct"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     shape = tuple(int(n) for n in args.shape.split(","))
@@ -269,7 +272,7 @@ def main() -> int:
         return 0
     captured: list[tuple[dict, dict]] = []
     control: list[tuple[dict, dict]] = []
-    for rep in range(args.reps):
+    for rep in range(0 if args.direct_only else args.reps):
         middle, inner = ("B", "A'") if rep % 2 == 0 else ("A'", "B")
         order = ["A", middle, inner, inner, middle, "A"]
         runs = [run_child(args, capture=(name == "B")) for name in order]
@@ -285,20 +288,11 @@ def main() -> int:
     costs = json.loads(
         subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1]
     )
-    step_us = statistics.median(a["wall_us"] for a, _ in captured)  # uncaptured wall per step
-    direct_costs = {
+    direct_costs: dict[str, Any] = {
         name: {"us": statistics.median(values), "us_ci": bootstrap(values)} for name, values in costs.items()
     }
-    # an upper bound: as if every added microsecond, the workers' included, lay on the loop's path
-    bound = [t + w for t, w in zip(costs["training_us"], costs["worker_us"], strict=False)]
-    direct_costs["bound_pct_of_step"] = {
-        "pct": statistics.median(bound) / step_us * 100,
-        "pct_ci": tuple(v / step_us * 100 for v in bootstrap(bound)),
-    }
-    result = {
+    result: dict[str, Any] = {
         "direct": direct_costs,
-        "capture": {m: paired(captured, m) for m in METRICS},
-        "a_a": {m: paired(control, m) for m in METRICS},
         "reps": args.reps,
         "batches": args.batches,
         "workers": args.workers,
@@ -307,30 +301,45 @@ def main() -> int:
         "machine": f"{platform.node()}: {os.cpu_count()} CPUs, {platform.platform()}",
         "load_average": os.getloadavg(),
     }
-    print(
-        f"{args.workers} workers, {BATCH} samples of {args.shape} x 3 transforms per batch, "
-        f"{args.batches} batches per run, {args.reps} repetitions ({len(captured)} pairs each)"
-    )
-    for metric, label in METRICS.items():
-        c, n = result["capture"][metric], result["a_a"][metric]
-        if c is None or n is None:
-            continue
-        print(
-            f"{label}: {c['base_us']:.1f} us; capture {c['pct']:+.2f}% [{c['pct_ci'][0]:+.2f}, "
-            f"{c['pct_ci'][1]:+.2f}] ({c['us']:+.1f} us); A/A {n['pct']:+.2f}% "
-            f"[{n['pct_ci'][0]:+.2f}, {n['pct_ci'][1]:+.2f}]"
-        )
-    d = result["direct"]
-    training, worker, bound = d["training_us"], d["worker_us"], d["bound_pct_of_step"]
+    training, worker = direct_costs["training_us"], direct_costs["worker_us"]
     print(
         f"direct cost per batch (thread CPU, {args.direct_reps} pairs of 50-batch blocks): "
         f"training thread (num_workers=0, all wrappers) {training['us']:+.2f} us "
         f"[{training['us_ci'][0]:+.2f}, {training['us_ci'][1]:+.2f}]; "
-        f"worker fetch path {worker['us']:+.2f} us "
-        f"[{worker['us_ci'][0]:+.2f}, {worker['us_ci'][1]:+.2f}]; both together (an upper bound) "
-        f"{bound['pct']:.2f}% [{bound['pct_ci'][0]:.2f}, {bound['pct_ci'][1]:.2f}] of the uncaptured step "
-        f"({step_us:.0f} us)"
+        f"worker fetch path {worker['us']:+.2f} us [{worker['us_ci'][0]:+.2f}, {worker['us_ci'][1]:+.2f}]"
     )
+    if captured:
+        result["capture"] = {m: paired(captured, m) for m in METRICS}
+        result["a_a"] = {m: paired(control, m) for m in METRICS}
+        print(
+            f"{args.workers} workers, {BATCH} samples of {args.shape} x 3 transforms per batch, "
+            f"{args.batches} batches per run, {args.reps} repetitions ({len(captured)} pairs each)"
+        )
+        for metric, label in METRICS.items():
+            c, n = result["capture"][metric], result["a_a"][metric]
+            if c is None or n is None:
+                continue
+            print(
+                f"{label}: {c['base_us']:.1f} us; capture {c['pct']:+.2f}% [{c['pct_ci'][0]:+.2f}, "
+                f"{c['pct_ci'][1]:+.2f}] ({c['us']:+.1f} us); A/A {n['pct']:+.2f}% "
+                f"[{n['pct_ci'][0]:+.2f}, {n['pct_ci'][1]:+.2f}]"
+            )
+        # the direct cost as a share of the CPU one batch costs uncaptured (CPU against CPU: a busy
+        # machine stretches wall time by descheduling, which thread CPU time does not see); with
+        # workers, an upper bound: the training thread's figure includes the fetch path it does not run
+        base = statistics.median(a["cpu_us"] for a, _ in captured)
+        added = costs["training_us"]
+        if args.workers:
+            base += statistics.median(a["worker_cpu_us"] for a, _ in captured)
+            added = [t + w for t, w in zip(costs["training_us"], costs["worker_us"], strict=False)]
+        share = {"pct": statistics.median(added) / base * 100}
+        share["pct_ci"] = tuple(v / base * 100 for v in bootstrap(added))
+        share["batch_cpu_us"] = base
+        direct_costs["share_of_batch_cpu"] = share
+        print(
+            f"direct cost as a share of the CPU of one batch ({base:.0f} us): {share['pct']:.2f}% "
+            f"[{share['pct_ci'][0]:.2f}, {share['pct_ci'][1]:.2f}]"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0

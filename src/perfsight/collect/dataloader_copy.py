@@ -126,11 +126,12 @@ def _timed(original: Any, tensor: Any, args: tuple, kwargs: dict) -> Any:
     watch = _watch[0]
     if watch is None or watch.refs.pop(id(tensor), None) is None:  # another thread ended the watch
         return original(tensor, *args, **kwargs)
+    events = None
     try:
-        torch = _torch()
-        events = _cuda_events(torch) if torch.cuda.is_initialized() else None
-        if events is not None:
-            events[0].record()
+        if _cuda[0] is not None and _cuda[0].is_initialized():
+            events = _cuda_events(_cuda[0])
+            if events is not None:
+                events[0].record()
     except Exception as exc:
         _fail(exc)
         return original(tensor, *args, **kwargs)
@@ -139,14 +140,15 @@ def _timed(original: Any, tensor: Any, args: tuple, kwargs: dict) -> Any:
     end = time.time_ns()
     try:
         if result is not tensor:  # a new tensor: something was copied
-            if events is not None and result.is_cuda:
+            device = result.device
+            if events is not None and device.type == "cuda":
                 events[1].record()
                 watch.events.append(events)
             else:
                 watch.host_ns += end - start
             watch.start = watch.start or start
             watch.bytes += tensor.nbytes
-            watch.device = str(result.device)
+            watch.device = _device_names.get(device) or _device_names.setdefault(device, str(device))
         if not watch.refs:
             finish()
     except Exception as exc:
@@ -158,6 +160,10 @@ def _torch() -> Any:
     import torch
 
     return torch
+
+
+_cuda: list[Any] = [None]  # torch.cuda where a GPU may be used (asked once, at install), else None
+_device_names: dict[Any, str] = {}  # torch.device -> "cuda:0" (str() of a device costs a microsecond)
 
 
 def _method_wrapper(original: Any) -> Any:
@@ -181,6 +187,7 @@ def targets() -> list[tuple[Any, str, Any]]:
     ``Tensor.cuda`` (class attributes of ``torch.Tensor``; the C methods stay on its base)."""
     torch = _torch()
     _Tensor[0] = torch.Tensor
+    _cuda[0] = torch.cuda if torch.cuda.is_available() else None
     return [(torch.Tensor, "to", _method_wrapper), (torch.Tensor, "cuda", _method_wrapper)]
 
 
