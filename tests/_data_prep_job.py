@@ -109,6 +109,9 @@ def main() -> int:
     parser.add_argument("--batches", default=None, help="torch.save the batches received here")
     parser.add_argument("--ranks", type=int, default=1, help="a gloo job of this many ranks")
     parser.add_argument("--slow-rank", type=int, default=None, help="only this rank's --slow stage is slow")
+    parser.add_argument(
+        "--copy", action="store_true", help="move each batch with .to(torch.float64): a real copy on a CPU"
+    )
     args = parser.parse_args()
     if args.ranks > 1:
         import torch.multiprocessing as mp
@@ -156,7 +159,7 @@ def _train(args: argparse.Namespace) -> int:
         multiprocessing_context="spawn" if args.spawn and args.workers > 0 else None,
     )
     torch.manual_seed(0)
-    model = torch.nn.Linear(8, 1)
+    model = torch.nn.Linear(8, 1).to(torch.float64 if args.copy else torch.float32)
     received: list[torch.Tensor] = []
 
     def train(step_done) -> int:
@@ -164,6 +167,8 @@ def _train(args: argparse.Namespace) -> int:
         for _ in range(args.epochs):
             for batch in loader:
                 received.append(batch)
+                if args.copy:  # as a GPU loop's batch.to(device): the copy the capture times
+                    batch = batch.to(torch.float64)
                 model(batch).sum().backward()
                 time.sleep(step_s)  # the rest of a training step
                 steps += 1

@@ -14,8 +14,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import pyarrow as pa  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
+from _trace_builder import make_trace  # noqa: E402
 from perfsight.collect.dataloader_capture import DATALOADER_CAPTURE_SCHEMA, DataLoaderCapture  # noqa: E402
 from perfsight.ingest.kineto import read_kineto  # noqa: E402
 from perfsight.ingest.sidecar import merge_sidecars  # noqa: E402
@@ -140,7 +142,7 @@ def test_uninstall_restores_torch_and_removes_its_folder() -> None:
     from torch.utils.data import dataloader
     from torch.utils.data._utils import fetch
 
-    before = (dataloader._BaseDataLoaderIter.__next__, fetch._MapDatasetFetcher.fetch)
+    before = (dataloader._BaseDataLoaderIter.__next__, fetch._MapDatasetFetcher.fetch, torch.Tensor.to)
     capture = DataLoaderCapture()
     capture.install()
     capture.install()
@@ -148,7 +150,12 @@ def test_uninstall_restores_torch_and_removes_its_folder() -> None:
     assert folder is not None and folder.is_dir()
     capture.uninstall()
     capture.uninstall()
-    assert (dataloader._BaseDataLoaderIter.__next__, fetch._MapDatasetFetcher.fetch) == before
+    assert (
+        dataloader._BaseDataLoaderIter.__next__,
+        fetch._MapDatasetFetcher.fetch,
+        torch.Tensor.to,
+    ) == before
+    assert "to" not in torch.Tensor.__dict__ and "cuda" not in torch.Tensor.__dict__  # inherited again
     assert not folder.exists()
 
 
@@ -180,3 +187,77 @@ def test_a_persistent_worker_stops_recording_once_profiling_is_over() -> None:
     again = list(loader)
     assert record_files() == []
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+COPIES = 12
+
+
+class BigBatches(Dataset):
+    """Whole batches of 8M float32 (32 MB, one shared buffer) handed out as they are
+    (``batch_size=None``): the loader costs next to nothing, so a loop that converts each batch
+    spends its time in the copy (tens of ms against microseconds: a loaded machine that stalls a
+    request for a few ms does not turn the verdict)."""
+
+    def __init__(self) -> None:
+        self.images = torch.ones(8_000_000)
+
+    def __len__(self) -> int:
+        return COPIES
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.images, torch.tensor(index)
+
+
+def _copy_loop(convert: bool) -> tuple[list[dict], list[float], pa.Table]:
+    """A real loop that moves each batch with ``.to()``: to float64 (a real copy on any machine) or
+    to the CPU it is already on (no copy: what a CPU-only job's ``.to(device)`` does)."""
+    capture = DataLoaderCapture()
+    capture.install()
+    seen, copy_ns = [], []
+    try:
+        for images, labels in DataLoader(BigBatches(), batch_size=None, num_workers=0):
+            start = time.perf_counter_ns()
+            moved = images.to(torch.float64) if convert else images.to("cpu")
+            labels = labels.to("cpu")  # no copy: not counted
+            copy_ns.append(time.perf_counter_ns() - start)
+            assert moved.dtype == (torch.float64 if convert else torch.float32) and float(moved[-1]) == 1.0
+            seen.append(int(labels))
+        table = capture.stop()
+    finally:
+        capture.uninstall()
+    assert seen == list(range(COPIES))  # the batches and the copies are the user's, unchanged
+    return [r for r in table.to_pylist() if r["kind"] == "copy"], copy_ns, table
+
+
+def test_the_loops_copy_of_each_batch_is_timed_with_its_bytes() -> None:
+    copies, outside_ns, _ = _copy_loop(convert=True)
+    assert [r["batch"] for r in copies] == list(range(COPIES))
+    assert all(r["bytes"] == 32_000_000 and r["stage"] == "cpu" for r in copies)  # the images only
+    for row, outside in zip(copies, outside_ns, strict=True):
+        assert 0 < row["end_ns"] - row["start_ns"] <= outside  # within the loop's own timing of it
+
+
+def test_a_to_that_copies_nothing_leaves_the_copy_stage_absent() -> None:
+    from perfsight.analysis.data_pipeline import data_stages
+    from perfsight.ingest.sidecar import dataloader_table
+
+    copies, _, table = _copy_loop(convert=False)
+    assert copies == []
+    trace = make_trace([], [])
+    trace.dataloader = dataloader_table(trace, table, 0)
+    assert "to_device" not in data_stages(trace).column("stage").to_pylist()
+
+
+def test_a_loop_held_up_by_its_copy_names_the_copy_to_the_device() -> None:
+    from perfsight.analysis.data_pipeline import data_pipeline_summary, data_stages
+    from perfsight.ingest.sidecar import dataloader_table
+
+    _, _, table = _copy_loop(convert=True)
+    trace = make_trace([], [])
+    trace.dataloader = dataloader_table(trace, table, 0)
+    summary = data_pipeline_summary(trace).to_pylist()[0]
+    assert summary["verdict"] == "host to device" and summary["bottleneck_stage"] == "to_device"
+    assert "copied its batches to cpu" in summary["reason"]
+    stages = data_stages(trace).to_pylist()
+    assert stages[-1]["stage"] == "to_device" and stages[-1]["op_type"] == "DeviceCopy"
+    assert stages[-1]["batches"] == COPIES and stages[-1]["runs_in"] == "training process"

@@ -1,8 +1,9 @@
 """The data-preparation page in a real Chromium, against `perfsight serve` on a real data-bound run.
 
 The run is tests/_data_prep_job.py with two workers and a Compose whose second transform sleeps
-(``transform[1] Blur``); the page must name that stage, mark it in the pipeline graph, show the
-host queue's empty count the API reports, and render both of the seed's tabs with no console
+(``transform[1] Blur``), its loop converting each batch with ``.to(torch.float64)``; the page must
+name that stage, mark it in the pipeline graph, draw the copy as the stage before the loop, show
+the host queue's empty count the API reports, and render both of the seed's tabs with no console
 error.  On a 2-rank gloo job whose rank 1 alone reads slowly, the page compares the ranks' waits.
 A run recorded without the capture says how to enable it.
 """
@@ -35,7 +36,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     require(AMD_TRACE)
     base = tmp_path_factory.mktemp("ui-data") / "runs"
     result = subprocess.run(
-        [sys.executable, str(JOB), "--out", str(base / "loader"), "--workers", "2", "--slow", "transform"],
+        [
+            *(sys.executable, str(JOB), "--out", str(base / "loader")),
+            *("--workers", "2", "--slow", "transform", "--copy"),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -104,6 +108,11 @@ def test_the_page_names_the_slow_stage_and_draws_both_tabs(server: Server, page:
     p.get_by_test_id("chart-data-stage").locator("canvas").first.wait_for()  # its time per batch
     assert SLOW_STAGE in api["stage_batches"]
     _shot(page, "data-stage.png")
+    # the loop's .to(float64) of each batch: the last stage before the loop, with the API's time
+    copy = next(s for s in api["stages"] if s["stage"] == "to_device")
+    assert copy["batches"] == len(api["queue"]) and copy["op_type"] == "DeviceCopy"
+    assert graph.locator(".data-stage").last.get_attribute("data-stage") == "to_device"
+    assert p.get_by_test_id("data-copy-none").count() == 0
     rows = p.get_by_test_id("data-worker-table").locator("tbody tr")
     assert rows.count() == len(api["workers"]) == 2
     p.get_by_test_id("data-queue-host").click()
@@ -135,4 +144,8 @@ def test_a_job_compares_the_ranks_wait_for_data(server: Server, page: Watched) -
     bars.locator("canvas").first.wait_for()
     assert "Rank 0" in (bars.get_attribute("aria-label") or "")
     _shot(page, "data-job.png")
+    p.locator('.seg button[data-value="processing"]').click()
+    note = p.get_by_test_id("data-copy-none")  # this job's loop copies nothing: no copy stage
+    note.wait_for()
+    assert p.locator('.data-stage[data-stage="to_device"]').count() == 0
     assert page.errors == []

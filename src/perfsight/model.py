@@ -239,11 +239,13 @@ DATALOADER_SCHEMA = pa.schema(
         pa.field("queue_capacity", pa.int32()),  # wait: prefetch_factor x num_workers (0 without workers)
         pa.field("sampler_ns", pa.int64()),  # wait: time in the sampler since the previous wait
         pa.field("cpu_ns", pa.int64()),  # fetch: CPU time of the fetching thread
-        pa.field("stage", pa.string()),  # stage: its name ("collate", "transform[0] Resize", ...)
+        pa.field("stage", pa.string()),  # stage: its name ("collate", "transform[0] Resize"); copy: device
+        pa.field("bytes", pa.int64()),  # copy: bytes of the batch's tensors copied by the loop's .to()
     ]
 )
 """One row per batch waited for (training loop), fetched (a worker), per stage of a fetch (its
-start is the fetch's, its duration the stage's total in that batch) or pinned: perfsight's
+start is the fetch's, its duration the stage's total in that batch), pinned, or copied to the
+device by the loop (``copy``: its summed copy time, bytes and target device): perfsight's
 data-loader capture (``collect/dataloader_capture.py``)."""
 
 

@@ -7,7 +7,8 @@ docs/TRACE_MODEL.md).  A PyTorch loader is a fixed pipeline: the sampler (traini
 hands indices to the workers; each worker runs, for one batch at a time, the dataset read
 (``__getitem__`` minus transforms), each transform, and ``collate_fn``; finished batches wait in
 the *host queue* (the workers' result queue) and, with ``pin_memory``, are pinned by a thread of
-the training process into the *device-side queue*.  The training loop takes one batch per
+the training process into the *device-side queue*; the loop then copies each batch to the device
+(``to_device``, when it copies anything).  The training loop takes one batch per
 request (a ``wait`` row, with both queue sizes at the request).
 
 Which stage is the bottleneck, and why, is decided in ``analysis.data_judgement`` (the seed's
@@ -26,7 +27,7 @@ import pyarrow.compute as pc
 
 from perfsight import columns
 from perfsight.analysis import data_judgement as judge
-from perfsight.analysis.data_judgement import PIN, rows_of_kind
+from perfsight.analysis.data_judgement import PIN, TO_DEVICE, rows_of_kind
 from perfsight.model import Trace
 from perfsight.units import ns_to_s
 
@@ -50,8 +51,11 @@ DATA_STAGES_SCHEMA = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
         pa.field("order", pa.int32(), nullable=False),  # position in the pipeline, source first
-        pa.field("stage", pa.string(), nullable=False),  # sampler, read, transform..., collate, pin_memory
-        pa.field("op_type", pa.string(), nullable=False),  # Sampler | Dataset | Map | Batch | PinMemory
+        # sampler, read, transform..., collate, pin_memory, to_device (the loop's copy to the device)
+        pa.field("stage", pa.string(), nullable=False),
+        pa.field(
+            "op_type", pa.string(), nullable=False
+        ),  # Sampler | Dataset | Map | Batch | PinMemory | DeviceCopy
         pa.field("runs_in", pa.string(), nullable=False),  # "workers" | "training process"
         pa.field("parallelism", pa.int32(), nullable=False),  # workers running it side by side
         pa.field("batches", pa.int64()),  # null: not measured (a MindData pipeline read from its files)
@@ -82,7 +86,7 @@ DATA_WORKERS_SCHEMA = pa.schema(
         pa.field("pid", pa.int64(), nullable=False),
         pa.field("batches", pa.int64(), nullable=False),
         pa.field("busy_ns", pa.int64(), nullable=False),  # sum of its batches' fetch time
-        pa.field("cpu_ns", pa.int64()),  # CPU time of those fetches
+        pa.field("cpu_ns", pa.int64()),  # CPU time of those fetches (mean of the batches measured x batches)
         pa.field("idle_ns", pa.int64(), nullable=False),  # first fetch start to last end, minus busy
         pa.field("read_ns", pa.int64(), nullable=False),  # mean of the batches measured x batches
         pa.field("transform_ns", pa.int64(), nullable=False),  # likewise
@@ -90,8 +94,9 @@ DATA_WORKERS_SCHEMA = pa.schema(
     ]
 )
 """Columns of :func:`data_workers`: one row per worker process (and pid: a restarted worker is new).
-Read and transform times are measured on some batches only (the capture times each transform on
-a sample of fetches), so their totals are the measured mean times the worker's batches."""
+Read, transform and CPU times are measured on some batches only (the capture times each transform
+and reads the CPU clock on a sample of fetches), so their totals are the measured mean times the
+worker's batches."""
 
 DATA_PIPELINE_SUMMARY_SCHEMA = pa.schema(
     [
@@ -120,7 +125,7 @@ DATA_PIPELINE_SUMMARY_SCHEMA = pa.schema(
 )
 """Columns of :func:`data_pipeline_summary`: one row, the seed's judgement (no row without capture)."""
 
-_OP_TYPES = {SAMPLER: "Sampler", READ: "Dataset", COLLATE: "Batch", PIN: "PinMemory"}
+_OP_TYPES = {SAMPLER: "Sampler", READ: "Dataset", COLLATE: "Batch", PIN: "PinMemory", TO_DEVICE: "DeviceCopy"}
 
 DATA_STAGE_BATCHES_SCHEMA = pa.schema(
     [
@@ -165,9 +170,10 @@ def data_stages(trace: Trace) -> pa.Table:
     fetches = rows_of_kind(rows, "fetch")
     if fetches.num_rows == 0:
         return DATA_STAGES_SCHEMA.empty_table()
-    waits, pins, stage_rows = (
+    waits, pins, copies, stage_rows = (
         rows_of_kind(rows, "wait"),
         rows_of_kind(rows, "pin"),
+        rows_of_kind(rows, "copy"),
         rows_of_kind(rows, "stage"),
     )
     workers = _worker_count(fetches)
@@ -210,10 +216,14 @@ def data_stages(trace: Trace) -> pa.Table:
         names.append(PIN)
         totals.append(_sum(pins, "dur_ns"))
         counts.append(pins.num_rows)
+    if copies.num_rows:  # no row when the loop copied nothing (CPU-only): absent, not zero
+        names.append(TO_DEVICE)
+        totals.append(_sum(copies, "dur_ns"))
+        counts.append(copies.num_rows)
     total = np.array(totals, np.int64)
     count = np.maximum(np.array(counts, np.int64), 1)
     per_batch = total // count
-    in_workers = np.array([n not in (SAMPLER, PIN) for n in names])
+    in_workers = np.array([n not in (SAMPLER, PIN, TO_DEVICE) for n in names])
     parallelism = np.where(in_workers, max(workers, 1), 1).astype(np.int32)
     with np.errstate(divide="ignore", invalid="ignore"):
         throughput = np.where(per_batch > 0, parallelism / ns_to_s(per_batch), np.nan)
@@ -277,6 +287,7 @@ def data_stage_batches(trace: Trace) -> pa.Table:
     part(stage_rows.filter(pc.not_equal(stage_rows.column("stage"), COLLATE)), None, "dur_ns")
     part(fetches, COLLATE, "collate_ns")
     part(rows_of_kind(rows, "pin"), PIN, "dur_ns")
+    part(rows_of_kind(rows, "copy"), TO_DEVICE, "dur_ns")
     if not parts:
         return DATA_STAGE_BATCHES_SCHEMA.empty_table()
     return pa.concat_tables(parts).sort_by([("start_ns", "ascending")])
@@ -298,7 +309,7 @@ def data_workers(trace: Trace) -> pa.Table:
         [
             ("dur_ns", "count"),
             ("dur_ns", "sum"),
-            ("cpu_ns", "sum"),
+            ("cpu_ns", "mean"),
             ("start_ns", "min"),
             ("end_ns", "max"),
             ("read_ns", "mean"),
@@ -306,12 +317,12 @@ def data_workers(trace: Trace) -> pa.Table:
             ("collate_ns", "sum"),
         ]
     )
-    count = columns.int64(grouped.column("dur_ns_count"))
+    grouped = grouped.sort_by([("worker", "ascending"), ("start_ns_min", "ascending")])
+    count = columns.int64(grouped.column("dur_ns_count"))  # after the sort: the rows' own counts
 
     def estimated(mean: str) -> pa.Array:  # measured on some batches only: their mean x batches
         return pa.array(np.round(columns.numpy(grouped.column(mean), 0.0) * count).astype(np.int64))
 
-    grouped = grouped.sort_by([("worker", "ascending"), ("start_ns_min", "ascending")])
     busy = columns.int64(grouped.column("dur_ns_sum"))
     span = columns.int64(grouped.column("end_ns_max")) - columns.int64(grouped.column("start_ns_min"))
     return pa.table(
@@ -321,7 +332,7 @@ def data_workers(trace: Trace) -> pa.Table:
             "pid": grouped.column("pid"),
             "batches": grouped.column("dur_ns_count"),
             "busy_ns": pa.array(busy),
-            "cpu_ns": grouped.column("cpu_ns_sum"),
+            "cpu_ns": estimated("cpu_ns_mean"),
             "idle_ns": pa.array(np.maximum(span - busy, 0)),
             "read_ns": estimated("read_ns_mean"),
             "transform_ns": estimated("transform_ns_mean"),

@@ -14,6 +14,8 @@ How, cheaply enough for Level2:
   the batches pinned and ready (the *device-side* queue), with the queue's capacity
   (``prefetch_factor x num_workers``).  The sampler's time (``_next_index``) is added to the next
   wait row.  ``pin_memory`` (the module function both iterators call) is timed as ``pin`` rows.
+* The yielded batch is watched until the loop copies its tensors to the device (``Tensor.to`` /
+  ``.cuda`` wrapped; see ``dataloader_copy``): one ``copy`` row per batch that was copied.
 * The dataset fetchers' ``fetch`` (``torch.utils.data._utils.fetch``) is wrapped inside every
   worker: it times the whole batch, its ``collate_fn``, and each transform of the dataset (see
   ``dataloader_stages``); the dataset read is what remains of ``__getitem__``; the worker's CPU
@@ -40,6 +42,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from perfsight.collect import dataloader_copy as copies
 from perfsight.collect import dataloader_stages as stages
 
 log = logging.getLogger("perfsight.collect")
@@ -48,6 +51,7 @@ DATALOADER_CAPTURE_SCHEMA = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
         # "wait" (training loop) | "fetch" (a batch in a worker) | "stage" (one stage of a fetch) | "pin"
+        # | "copy" (the loop's .to()/.cuda() of a batch's tensors: dataloader_copy)
         pa.field("kind", pa.string(), nullable=False),
         pa.field("worker", pa.int32(), nullable=False),  # worker id; -1 = the training process
         pa.field("pid", pa.int64(), nullable=False),
@@ -64,8 +68,9 @@ DATALOADER_CAPTURE_SCHEMA = pa.schema(
         pa.field("transform_ns", pa.int64()),  # fetch: the dataset's transform callables
         pa.field("collate_ns", pa.int64()),  # fetch: collate_fn
         pa.field("samples", pa.int32()),  # fetch: samples in the batch
-        pa.field("cpu_ns", pa.int64()),  # fetch: CPU time of the fetching thread
-        pa.field("stage", pa.string()),  # stage: its name (see dataloader_stages)
+        pa.field("cpu_ns", pa.int64()),  # fetch: CPU time of the fetching thread (sampled: null on others)
+        pa.field("stage", pa.string()),  # stage: its name (see dataloader_stages); copy: the target device
+        pa.field("bytes", pa.int64()),  # copy: bytes of the batch's tensors copied
     ]
 )
 """The sidecar table ``perfsight_dataloader_{rank}.parquet``."""
@@ -73,8 +78,24 @@ DATALOADER_CAPTURE_SCHEMA = pa.schema(
 _MAX_ROWS = 2_000_000
 
 _active: DataLoaderCapture | None = None
+_pid = [os.getpid()]
+"""This process's id: ``os.getpid()`` is a system call (~0.15 us), asked several times a batch."""
+os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+_native_ids: dict[int, int] = {}  # threading.get_ident() -> OS thread id (get_native_id is a system call)
+
+
+def _thread_id() -> int:
+    """This thread's OS id, asked of the OS once per thread."""
+    ident = threading.get_ident()
+    tid = _native_ids.get(ident)
+    if tid is None:
+        tid = _native_ids[ident] = threading.get_native_id()
+    return tid
+
+
 _originals: dict[tuple[Any, str], Any] = {}
 _patch_lock = threading.Lock()
+_INHERITED = object()  # an attribute patched on a class that only inherited it: deleted at uninstall
 _sampler_ns = [0]  # time in _next_index since the last wait row (training process, one loader thread)
 _pinning = threading.local()  # pin_memory recurses into containers: time the outermost call only
 
@@ -94,6 +115,7 @@ class DataLoaderCapture:
         self.failed: str | None = None
         self._waits: list[tuple] = []
         self._pins: list[tuple[int, int]] = []
+        self._copies: list[tuple] = []  # batches copied to the device by the loop (dataloader_copy)
         self._fetches: list[tuple] = []  # batches fetched in this process (num_workers=0)
         self._owner_pid = os.getpid()
         self._folder: Path | None = None
@@ -124,8 +146,12 @@ class DataLoaderCapture:
             _active = None
             for (owner, attr), original in list(_originals.items()):
                 if getattr(getattr(owner, "__dict__", {}).get(attr), "_perfsight_wrapper", False):
-                    setattr(owner, attr, original)
+                    if original is _INHERITED:
+                        delattr(owner, attr)  # the base class's method shows through again
+                    else:
+                        setattr(owner, attr, original)
                 del _originals[(owner, attr)]
+            copies.reset()
         if os.getpid() == self._owner_pid and self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None
@@ -134,6 +160,7 @@ class DataLoaderCapture:
         """A new window: forget rows so far (worker files are read from their current end)."""
         self._waits = []
         self._pins = []
+        self._copies = []
         self._fetches = []
         _sampler_ns[0] = 0
         if self._folder is not None:
@@ -147,6 +174,7 @@ class DataLoaderCapture:
         self.clear()
 
     def stop(self) -> pa.Table:
+        copies.finish()  # the window ends after its last step: that batch's copy is over
         table = self.table()
         self.clear()
         return table
@@ -159,7 +187,7 @@ class DataLoaderCapture:
     def _fail(self, what: str, exc: BaseException) -> None:
         if self.failed is None:
             self.failed = f"{what}: {type(exc).__name__}: {exc}"
-            if os.getpid() == self._owner_pid:
+            if _pid[0] == self._owner_pid:
                 log.warning(
                     "perfsight: data-loader capture failed (%s); it is off, training continues", self.failed
                 )
@@ -170,7 +198,12 @@ class DataLoaderCapture:
         sampler = _sampler_ns[0]
         _sampler_ns[0] = 0
         if len(self._waits) < _MAX_ROWS:
-            self._waits.append((threading.get_native_id(), batch, start, end, *queues, sampler))
+            self._waits.append((_thread_id(), batch, start, end, *queues, sampler))
+
+    def _copied(self, row: tuple) -> None:
+        """A batch's copy to the device (``dataloader_copy``), resolved when the table is read."""
+        if len(self._copies) < _MAX_ROWS and _active is self:
+            self._copies.append(row)
 
     def _pinned(self, start: int, end: int) -> None:
         if len(self._pins) < _MAX_ROWS:
@@ -179,21 +212,22 @@ class DataLoaderCapture:
     def _fetched(
         self, start: int, fetch_ns: int, cpu_ns: int, samples: int, times: dict[str, int], detailed: bool
     ) -> None:
-        info = _worker_info()
-        worker = info.id if info is not None else -1
+        pid = _pid[0]
+        worker = _worker_id()
         collate = times.get(stages.COLLATE, 0)
-        transform = sum(ns for name, ns in times.items() if name != stages.COLLATE)
-        read = max(fetch_ns - transform - collate, 0)
-        if not detailed:  # transforms not timed in this fetch: read and transform unknown (-1)
+        if detailed:
+            transform = sum(times.values()) - collate
+            read = max(fetch_ns - transform - collate, 0)
+        else:  # transforms not timed in this fetch: read and transform unknown (-1)
             read = transform = -1
-        fixed = (worker, os.getpid(), start, start + fetch_ns, read, transform, collate, samples, cpu_ns)
-        if os.getpid() == self._owner_pid:
+        fixed = (worker, pid, start, start + fetch_ns, read, transform, collate, samples, cpu_ns)
+        if pid == self._owner_pid:
             if len(self._fetches) < _MAX_ROWS:
                 self._fetches.append((fixed, dict(times)))
             return
         if self._folder is None:
             return
-        if self._writer is None or self._writer.pid != os.getpid():
+        if self._writer is None or self._writer.pid != pid:
             self._writer = stages.RecordWriter(self._folder)
         if not self._writer.write(fixed, times):
             global _active
@@ -226,9 +260,15 @@ class DataLoaderCapture:
             )  # fmt: skip
         for start, end in list(self._pins):
             put(rank=rank, kind="pin", worker=-1, pid=pid, start_ns=start, end_ns=end)
+        for row in list(self._copies):
+            tid, batch, start, end, nbytes, device = copies.resolve(row)
+            put(
+                rank=rank, kind="copy", worker=-1, pid=pid, tid=tid, batch=batch, start_ns=start, end_ns=end,
+                bytes=nbytes, stage=device,
+            )  # fmt: skip
         for fixed, times in list(self._fetches) + self._worker_records():
             row = dict(zip(stages.FETCH_FIELDS, fixed, strict=True))
-            for unknown in ("read_ns", "transform_ns"):
+            for unknown in ("read_ns", "transform_ns", "cpu_ns"):
                 row[unknown] = None if row[unknown] < 0 else row[unknown]
             put(rank=rank, kind="fetch", **row)
             for name, ns in times.items():
@@ -266,13 +306,14 @@ def _patch(with_training_side: bool) -> None:
             (dataloader._BaseDataLoaderIter, "_next_index", _next_index_wrapper),
             (dataloader._MultiProcessingDataLoaderIter, "__init__", _workers_init_wrapper),
             (pin_memory, "pin_memory", _pin_wrapper),
+            *copies.targets(),
         ]
     with _patch_lock:
         for owner, attr, make in targets:
             if (owner, attr) not in _originals:
-                original = owner.__dict__[attr]
-                _originals[(owner, attr)] = original
-                setattr(owner, attr, make(original))
+                own = owner.__dict__.get(attr, _INHERITED)  # Tensor.to lives on its C base class
+                _originals[(owner, attr)] = own
+                setattr(owner, attr, make(getattr(owner, attr) if own is _INHERITED else own))
 
 
 def _queues(iterator: Any) -> tuple[int | None, int | None, int | None, int | None]:
@@ -281,7 +322,10 @@ def _queues(iterator: Any) -> tuple[int | None, int | None, int | None, int | No
     if queue is None:
         return None, 0, None, 0
     try:
-        stashed = sum(1 for info in list(iterator._task_info.values()) if len(info) == 2)
+        task_info = iterator._task_info
+        stashed = 0  # out-of-order batches received: entries beyond the outstanding tasks, if any
+        if len(task_info) > iterator._tasks_outstanding:
+            stashed = sum(1 for info in list(task_info.values()) if len(info) == 2)
         ready = int(queue.qsize()) + stashed
         capacity = int(iterator._prefetch_factor) * int(iterator._num_workers)
         if getattr(iterator, "_pin_memory_thread", None) is not None:
@@ -294,9 +338,10 @@ def _queues(iterator: Any) -> tuple[int | None, int | None, int | None, int | No
 def _next_wrapper(original: Any) -> Any:
     def __next__(iterator: Any) -> Any:
         capture = _active
-        if capture is None or os.getpid() != capture._owner_pid:
+        if capture is None or _pid[0] != capture._owner_pid:
             return original(iterator)
         try:
+            copies.finish()  # the previous batch's copy to the device is over
             batch = iterator._num_yielded
             queues = _queues(iterator)
         except Exception as exc:
@@ -307,6 +352,7 @@ def _next_wrapper(original: Any) -> Any:
         end = time.time_ns()
         try:
             capture._wait(batch, queues, start, end)
+            copies.arm(data, batch, _thread_id(), capture._copied)
         except Exception as exc:
             capture._fail("after DataLoader.__next__", exc)
         return data
@@ -397,25 +443,41 @@ def _workers_init_wrapper(original: Any) -> Any:
     return __init__
 
 
-def _worker_info() -> Any:
-    """``torch.utils.data.get_worker_info()``, imported once (an import per batch costs a microsecond)."""
-    global _worker_info
-    from torch.utils.data import get_worker_info
-
-    _worker_info = get_worker_info
-    return get_worker_info()
+_worker_ids = [0, -1]  # (pid, worker id): a worker's id is fixed for its life
 
 
-_fetch_count = [0, 0]  # (pid, fetches in it): a forked worker starts its own count
+def _worker_id() -> int:
+    """This process's data-loader worker id (-1 in the training process), asked once per process."""
+    if _worker_ids[0] != _pid[0]:
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        _worker_ids[:] = [_pid[0], info.id if info is not None else -1]
+    return _worker_ids[1]
 
 
-def _detail_now() -> bool:
-    """Whether this fetch times each transform (see ``dataloader_stages.DETAIL_EVERY``)."""
-    if _fetch_count[0] != os.getpid():
-        _fetch_count[:] = [os.getpid(), 0]
-    n = _fetch_count[1]
-    _fetch_count[1] = n + 1
-    return n < stages.DETAIL_FIRST or n % stages.DETAIL_EVERY == 0
+_detail = [0, 0, 0, 0]  # (pid, fetches, estimated ns spent timing transforms, ns of all fetches)
+
+
+def _sample_now(timed_per_sample: int, samples: int) -> tuple[bool, bool]:
+    """(time each transform, read the thread's CPU time) in this fetch.
+
+    Each transform: a process's first ``DETAIL_FIRST`` fetches, then whenever the estimated cost
+    of timing so far is within ``DETAIL_BUDGET`` of its fetch time (see ``dataloader_stages``):
+    heavy transforms are timed on every fetch, cheap ones rarely; a dataset without transforms
+    needs no timing (read = fetch - collate on every fetch).  CPU time: the first fetches and
+    every ``CPU_EVERY``-th (a CPU clock read is a system call, about a microsecond here)."""
+    state = _detail
+    if state[0] != _pid[0]:
+        state[:] = [_pid[0], 0, 0, 0]
+    n = state[1] = state[1] + 1
+    cpu = n <= stages.DETAIL_FIRST or n % stages.CPU_EVERY == 0
+    if not timed_per_sample:
+        return True, cpu
+    if n > stages.DETAIL_FIRST and state[2] > stages.DETAIL_BUDGET * state[3]:
+        return False, cpu
+    state[2] += timed_per_sample * samples * stages.TIMED_CALL_NS
+    return True, cpu
 
 
 def _fetch_wrapper(original: Any) -> Any:
@@ -425,9 +487,10 @@ def _fetch_wrapper(original: Any) -> Any:
             return original(fetcher, possibly_batched_index)
         switch = None
         try:
-            switch = capture._stage_switch(fetcher)
+            switch = fetcher.__dict__.get("_perfsight_stages") or capture._stage_switch(fetcher)
             stages.stage_ns.clear()
-            detailed = _detail_now()
+            samples = len(possibly_batched_index) if fetcher.auto_collation else 1
+            detailed, with_cpu = _sample_now(switch.timed_per_sample, samples)
             if detailed:
                 switch.on()
         except Exception as exc:
@@ -435,16 +498,18 @@ def _fetch_wrapper(original: Any) -> Any:
                 switch.off()  # the user's own transforms back (off never raises)
             capture._fail("before a dataset fetch", exc)
             return original(fetcher, possibly_batched_index)
-        start_wall, start, cpu = time.time_ns(), time.perf_counter_ns(), time.thread_time_ns()
+        cpu = time.thread_time_ns() if with_cpu else 0
+        start = time.time_ns()
         try:
             data = original(fetcher, possibly_batched_index)
         finally:
             if detailed:
                 switch.off()
-        fetch_ns, cpu_ns = time.perf_counter_ns() - start, time.thread_time_ns() - cpu
+        end = time.time_ns()
+        cpu_ns = time.thread_time_ns() - cpu if with_cpu else -1
+        _detail[3] += end - start
         try:
-            samples = len(possibly_batched_index) if fetcher.auto_collation else 1
-            capture._fetched(start_wall, fetch_ns, cpu_ns, samples, stages.stage_ns, detailed)
+            capture._fetched(start, end - start, cpu_ns, samples, stages.stage_ns, detailed)
         except Exception as exc:
             capture._fail("after a dataset fetch", exc)
         return data

@@ -5,7 +5,9 @@ judgement).  Written only for a rank with a data-loader capture.
 
 Every number comes from ``perfsight.analysis.data_pipeline``; this module only picks, converts
 units (ns -> us, ratios -> %) and formats.  Ops are numbered as MindData numbers them: op 0 is the
-last stage (the one feeding training), its child op 1 the stage before, down to the source.
+last stage (the one feeding training: ``to_device`` when the loop copied its batches to the
+device, a ``DeviceCopy`` op without an output queue), its child op 1 the stage before, down to the
+source.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfsight.analysis.data_pipeline import PIN
+from perfsight.analysis.data_pipeline import PIN, TO_DEVICE
 from perfsight.export.mindspore_csv import write_table_csv
 from perfsight.units import ns_to_ms, ns_to_us, ratio_to_pct
 
@@ -62,12 +64,13 @@ def _op_rows(stages: pa.Table, summary: dict) -> list[dict]:
     rows = list(reversed(stages.to_pylist()))  # a handful of stages
     capacity = summary.get("host_queue_capacity") or 0
     worker_last = next((i for i, r in enumerate(rows) if r["runs_in"] == "workers"), None)
+    last_loader_op = 1 if rows and rows[0]["stage"] == TO_DEVICE else 0  # the copy feeds training, no queue
     ops = []
     for op_id, row in enumerate(rows):
         queue: dict = {}
         if row["stage"] == PIN:
             queue = {"average": summary.get("device_queue_mean"), "length": capacity}
-        elif op_id == worker_last or (worker_last is None and op_id == 0):
+        elif op_id == worker_last or (worker_last is None and op_id == last_loader_op):
             queue = {"average": summary.get("host_queue_mean"), "length": capacity}
         average, length = queue.get("average"), queue.get("length")
         ops.append(

@@ -399,6 +399,8 @@ export const en = {
     mainProcess: "training process",
     usage: "usage",
     training: "Training loop",
+    copyNone: "no copy to the device",
+    copyNoneHint: "The loop's .to() / .cuda() of each batch copied nothing (already on that device: a CPU-only run), so there is no host-to-device stage",
     perBatch: "Time per batch",
     total: "Total",
     batchesDone: "Batches",
@@ -409,7 +411,7 @@ export const en = {
     ranksHint: "Share of each rank's loop spent waiting; the open rank in red, click a bar to open that rank",
     workersTitle: "Workers",
     workersHint:
-      "Per worker process: busy (fetching batches), CPU, idle between batches; read and transforms are timed on a sample of batches and scaled to all (ms)",
+      "Per worker process: busy (fetching batches), CPU, idle between batches; read, transforms and CPU are measured on a sample of batches and scaled to all (ms)",
     columns: {
       worker: "Worker",
       pid: "PID",

@@ -1,7 +1,8 @@
 /**
  * Data preparation (the seeds' MindData page) for one rank, with its two tabs: the iteration gap
  * (host and device-side queue sizes at each request of the training loop, empty counts, wait per
- * step) and data processing (the loader's pipeline as stages and queues, the bottleneck marked,
+ * step) and data processing (the loader's pipeline as stages and queues, then the loop's copy of
+ * each batch to the device when it copied anything, the bottleneck marked,
  * click a stage or queue for its numbers and curve; the per-worker table).  Every number comes
  * from the `data_pipeline` analysis via /api/run/data-prep; this page only draws it.
  */
@@ -277,8 +278,10 @@ function processingTab(body: HTMLElement, data: DataPrep): void {
     queueChart(el, data, [which]);
   };
   const stages = data.stages;
-  const inWorkers = stages.filter((x) => x.stage !== "pin_memory");
+  const handOver = ["pin_memory", "to_device"];
+  const inWorkers = stages.filter((x) => !handOver.includes(x.stage));
   const pin = stages.find((x) => x.stage === "pin_memory");
+  const copy = stages.find((x) => x.stage === "to_device");
   const arrow = () => h("span", { class: "data-arrow" }, "→");
   const graph = h("div", { class: "data-graph", "data-testid": "data-graph" });
   const parts: Node[] = [];
@@ -295,6 +298,12 @@ function processingTab(body: HTMLElement, data: DataPrep): void {
   if (pin) parts.push(arrow(), stageBox(pin, () => pickStage(pin)));
   if (pin || (s.device_queue_mean !== null && s.host_queue_samples !== null && s.host_queue_samples !== undefined)) {
     parts.push(arrow(), queueBox(d.deviceQueue, null, s.device_queue_empty, "data-queue-device", () => pickQueue("device")));
+  }
+  // the loop's copy of each batch to the device: a stage when it copied; for a PyTorch loader (it
+  // has a collate stage) whose loop copied nothing, a note that says so rather than a 0-ms stage
+  if (copy) parts.push(arrow(), stageBox(copy, () => pickStage(copy)));
+  else if (stages.some((x) => x.stage === "collate")) {
+    parts.push(arrow(), h("div", { class: "data-sink data-copy-none", "data-testid": "data-copy-none", title: d.copyNoneHint }, d.copyNone));
   }
   parts.push(arrow(), h("div", { class: "data-sink" }, d.training));
   replace(graph, parts);
