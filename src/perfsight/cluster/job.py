@@ -23,10 +23,12 @@ from perfsight.cluster import (
     execution,
     matching,
     matrix,
+    module_table,
     op_time,
     parallel,
     slow,
     step_trace,
+    strategy_graph,
 )
 from perfsight.cluster.rank import RankTask, run_rank
 from perfsight.engine import Executor, make_executor
@@ -69,6 +71,10 @@ class ClusterResult:
     resources: pd.DataFrame
     executor: str
     step_ops: pd.DataFrame | None = None  # every rank's ops per step, matched (cluster.execution)
+    strategy_nodes: pd.DataFrame | None = None  # the parallel-strategy graph (cluster.strategy_graph)
+    strategy_edges: pd.DataFrame | None = None
+    rank_modules: pd.DataFrame | None = None  # time per nn.Module per rank (cluster.module_table)
+    cluster_modules: pd.DataFrame | None = None
     output_root: Path | None = None
     per_rank_outputs: bool = False  # whether ``rank<N>/`` folders were written under output_root
 
@@ -171,6 +177,9 @@ def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "ser
     stage_rows = step_trace.stage_steps(steps) if not steps.empty else steps
     stage_avgs = step_trace.averages(steps, "stage")
     resources = slow.resources(digests, steps)
+    ops_of_steps = execution.step_ops(digests, matched, aligned, stage_of)
+    nodes, edges = strategy_graph.strategy_graph(ops_of_steps, digests, matched, layout)
+    per_rank_modules = module_table.rank_modules(digests, stage_of)
     flops_by_stage = resources.assign(stage=resources["rank"].map(stage_of)).groupby("stage")["flops"].sum()
     return ClusterResult(
         location=location,
@@ -190,7 +199,11 @@ def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "ser
         pipeline=slow.pipeline_balance(stage_avgs, flops_by_stage.to_dict()),
         resources=resources,
         executor=executor,
-        step_ops=execution.step_ops(digests, matched, aligned, stage_of),
+        step_ops=ops_of_steps,
+        strategy_nodes=nodes,
+        strategy_edges=edges,
+        rank_modules=per_rank_modules,
+        cluster_modules=module_table.cluster_modules(per_rank_modules),
     )
 
 
@@ -215,6 +228,12 @@ def write_cluster_outputs(result: ClusterResult, out: str | Path) -> Path:
         write_communication_matrix(folder / "communication_matrix.json", result.matrix)
         if result.step_ops is not None:
             result.step_ops.to_parquet(folder / execution.OUTPUT_FILE, index=False)
+        if result.strategy_nodes is not None and result.strategy_edges is not None:
+            result.strategy_nodes.to_parquet(folder / strategy_graph.NODES_FILE, index=False)
+            result.strategy_edges.to_parquet(folder / strategy_graph.EDGES_FILE, index=False)
+        if result.rank_modules is not None and result.cluster_modules is not None:
+            cluster_csv.write_table(folder / module_table.RANK_FILE, result.rank_modules)
+            cluster_csv.write_table(folder / module_table.CLUSTER_FILE, result.cluster_modules)
         doc = summary.cluster_summary(result)
         summary.write_json(folder / "cluster_summary.json", doc)
         advisor.write_advisor_json(folder / advisor.ADVISOR_JSON, doc["findings"], "job")
