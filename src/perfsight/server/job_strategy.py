@@ -111,17 +111,17 @@ def modules(run: str, root: Path | None) -> dict[str, Any]:
     cluster_file = _file(root, CLUSTER_MODULES_FILE, "time per nn.Module across ranks")
     table = queries.records(
         queries.arrow(
-            f"""WITH r AS (SELECT * FROM read_csv(?, header = true, types = {NAMES_AS_TEXT})),
-                c AS (SELECT * FROM read_csv(?, header = true, types = {NAMES_AS_TEXT}))
+            """WITH r AS (SELECT * FROM read_csv(?, header = true, types = TYPES)),
+                c AS (SELECT * FROM read_csv(?, header = true, types = TYPES))
             SELECT c.stage, c.module, coalesce(c.parent, '') AS parent,
                 c.depth, c.ranks, c.mean_ns, c.min_ns, c.max_ns, c.slowest_rank,
                 CAST(c.spread AS DOUBLE) AS spread,
-                list({"rank": r.rank, 'time_ns': r.time_ns, 'calls_per_step': r.calls_per_step}
+                list({'rank': r.rank, 'time_ns': r.time_ns, 'calls_per_step': r.calls_per_step}
                     ORDER BY r.rank) AS per_rank
             FROM c JOIN r ON r.stage = c.stage AND r.module = c.module
             GROUP BY c.stage, c.module, c.parent, c.depth, c.ranks, c.mean_ns, c.min_ns, c.max_ns,
                 c.slowest_rank, c.spread
-            ORDER BY c.stage, c.depth, c.module""",
+            ORDER BY c.stage, c.depth, c.module""".replace("TYPES", NAMES_AS_TEXT),
             [str(per_rank_file), str(cluster_file)],
         )
     )
