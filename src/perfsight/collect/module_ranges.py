@@ -14,7 +14,8 @@ the same way by ``perfsight.analysis.module_ops``, so this capture stays off whe
 
 What it must not do: change what a module computes or returns (the hooks return ``None``), or
 raise into the training step (the profiler's Guard wraps install/close; a hook that fails only
-loses its range).  Backward passes are not module calls and get no range.
+loses its range).  A forward that raises still closes its range (the exit hook is ``always_call``),
+so the ranges after it nest right.  Backward passes are not module calls and get no range.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class ModuleRanges:
         if not self._handles:
             self._handles = [
                 nn_module.register_module_forward_pre_hook(self._enter),
-                nn_module.register_module_forward_hook(self._exit),
+                nn_module.register_module_forward_hook(self._exit, always_call=True),  # on a raise too
             ]
 
     def start(self) -> None:
@@ -96,7 +97,7 @@ class ModuleRanges:
             return
         try:
             key = id(module)
-            while stack:  # a forward that raised left its range open: drop it, close ours
+            while stack:  # a range left open (a hook that failed to close it) is dropped, ours closed
                 owner, handle = stack.pop()
                 if owner == key:
                     torch.ops.profiler._record_function_exit._RecordFunction(handle)
