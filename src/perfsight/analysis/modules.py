@@ -15,10 +15,14 @@ Vectorised: one ``searchsorted`` per nesting depth (a handful), no loop over ran
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from perfsight import columns
 from perfsight.model import Trace
 
 PREFIX = "nn.Module: "
@@ -42,19 +46,18 @@ def module_ranges(trace: Trace) -> pd.DataFrame:
     """Every module forward of the trace's host tracks: ``track``, ``start_ns``, ``end_ns``,
     ``step``, ``module``, ``depth`` (0 = outermost *module*, counted among module ranges only),
     ``parent`` (the module holding it, "" for none) and ``slice_depth`` (its nesting on the track)."""
-    s = trace.slices.select(["kind", "name", "is_device", "track", "start_ns", "dur_ns", "depth", "step"])
-    frame = s.to_pandas()
-    if frame.empty:
+    slices = trace.slices
+    keep = name_mask(slices.column("name"), lambda n: pc.starts_with(n, PREFIX))
+    keep &= name_mask(slices.column("kind"), lambda k: pc.is_in(k, pa.array(MODULE_KINDS)))
+    keep &= ~columns.numpy(slices.column("is_device"), null=False)
+    if not keep.any():
         return _empty_ranges()
-    frame["name"] = frame["name"].astype(str)
-    keep = (
-        (~frame["is_device"])
-        & frame["kind"].astype(str).isin(MODULE_KINDS)
-        & frame["name"].str.startswith(PREFIX)
+    ranges = (
+        slices.filter(pa.array(keep))
+        .select(["name", "track", "start_ns", "dur_ns", "depth", "step"])
+        .to_pandas()
     )
-    ranges = frame.loc[keep]
-    if ranges.empty:
-        return _empty_ranges()
+    ranges["name"] = ranges["name"].astype(str)
     ranges = pd.DataFrame(
         {
             "track": ranges["track"].astype("int64").to_numpy(),
@@ -72,6 +75,22 @@ def module_ranges(trace: Trace) -> pd.DataFrame:
     inner = innermost(held)
     ranges["parent"] = np.where(inner >= 0, ranges["module"].to_numpy()[np.maximum(inner, 0)], "")
     return ranges
+
+
+def name_mask(values: pa.ChunkedArray, test: Callable[[pa.Array], pa.Array]) -> np.ndarray:
+    """``test`` (an Arrow string predicate) over a text column as a NumPy mask; a dictionary
+    column is tested once per distinct name, not once per row."""
+    parts = []
+    for chunk in values.chunks:
+        if pa.types.is_dictionary(chunk.type):
+            verdict = columns.numpy(test(chunk.dictionary), null=False)
+            codes = columns.int64(chunk.indices, null=-1)
+            parts.append(
+                np.where(codes >= 0, verdict[np.maximum(codes, 0)] if verdict.size else False, False)
+            )
+        else:
+            parts.append(columns.numpy(test(chunk), null=False))
+    return np.concatenate(parts).astype(bool) if parts else np.zeros(0, bool)
 
 
 def _empty_ranges() -> pd.DataFrame:
@@ -127,9 +146,10 @@ def innermost(held: np.ndarray) -> np.ndarray:
     return np.where(found.any(axis=1), held[np.arange(held.shape[0]), last], -1)
 
 
-def module_statistic(trace: Trace) -> pa.Table:
-    """Per step and module: forward calls and their summed wall time (:data:`MODULE_STATISTIC_SCHEMA`)."""
-    ranges = module_ranges(trace)
+def module_statistic(trace: Trace, ranges: pd.DataFrame | None = None) -> pa.Table:
+    """Per step and module: forward calls and their summed wall time (:data:`MODULE_STATISTIC_SCHEMA`);
+    ``ranges``: the trace's :func:`module_ranges`, when the caller has them already."""
+    ranges = module_ranges(trace) if ranges is None else ranges
     ranges = ranges[ranges["step"] >= 0]
     if ranges.empty:
         return MODULE_STATISTIC_SCHEMA.empty_table()

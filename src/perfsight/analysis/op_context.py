@@ -26,11 +26,14 @@ level, no loop over ops.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfsight import columns
 from perfsight.analysis import modules
 from perfsight.model import Trace
 
@@ -47,8 +50,8 @@ OP_CONTEXT_SCHEMA = pa.schema(
     ]
 )
 
-OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
-"""Ranges PyTorch's optimizers record around ``step()`` and ``zero_grad()``."""
+OPTIMIZER_PATTERN = r"^Optimizer\.(step|zero_grad)#"
+"""Ranges PyTorch's optimizers record around ``step()`` and ``zero_grad()`` (``Optimizer.step#SGD.step``)."""
 MEMORY_COPY_OPS = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::clone", "aten::contiguous")
 MEMORY_COPY_KINDS = ("memcpy", "memset")
 SUBCLASS_DISPATCH = "PythonSubclass"
@@ -56,8 +59,9 @@ SUBCLASS_DISPATCH = "PythonSubclass"
 REDISTRIBUTE_OPS = ("Redistribute", "NestedRedistribute")
 
 
-def op_context(trace: Trace, step_ops: pa.Table) -> pa.Table:
-    """One row per op row (``level == "op"``) of ``step_ops`` (:data:`OP_CONTEXT_SCHEMA`)."""
+def op_context(trace: Trace, step_ops: pa.Table, ranges: pd.DataFrame | None = None) -> pa.Table:
+    """One row per op row (``level == "op"``) of ``step_ops`` (:data:`OP_CONTEXT_SCHEMA`);
+    ``ranges``: the trace's :func:`modules.module_ranges`, when the caller has them already."""
     ops = step_ops.filter(pc.equal(step_ops.column("level"), "op")).column("slice").to_numpy()
     if ops.size == 0:
         return OP_CONTEXT_SCHEMA.empty_table()
@@ -72,14 +76,14 @@ def op_context(trace: Trace, step_ops: pa.Table) -> pa.Table:
     levels = frame["depth"].to_numpy(np.int64)
     names = frame["name"].astype(str)
 
-    ranges = modules.module_ranges(trace)
+    ranges = modules.module_ranges(trace) if ranges is None else ranges
     held = modules.enclosing(ranges, tracks, starts, levels)
     inner = modules.innermost(held)
     labels = ranges["module"].to_numpy(object) if not ranges.empty else np.array([], object)
     module = np.where(inner >= 0, labels[np.maximum(inner, 0)] if labels.size else "", "")
     chain = _chains(held, labels)
 
-    marks = _named(trace, lambda n: n.str.startswith(OPTIMIZER_PREFIXES))
+    marks = _named(trace, lambda n: pc.match_substring_regex(n, OPTIMIZER_PATTERN))
     in_optimizer = modules.innermost(modules.enclosing(marks, tracks, starts, levels)) >= 0
     copy = (
         frame["kind"].astype(str).isin(MEMORY_COPY_KINDS).to_numpy() | names.isin(MEMORY_COPY_OPS).to_numpy()
@@ -115,11 +119,14 @@ def _chains(held: np.ndarray, labels: np.ndarray) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat.astype(str), pa.string()))
 
 
-def _named(trace: Trace, test) -> pd.DataFrame:  # noqa: ANN001 - a pandas string predicate
-    """Host ranges whose name passes ``test``, in the shape :func:`modules.enclosing` reads."""
-    s = trace.slices.select(["name", "is_device", "track", "start_ns", "dur_ns", "depth"]).to_pandas()
-    s = s[~s["is_device"]]
-    s = s[test(s["name"].astype(str))]
+def _named(trace: Trace, test: Callable[[pa.Array], pa.Array]) -> pd.DataFrame:
+    """Host ranges whose name passes ``test`` (an Arrow string predicate), in the shape
+    :func:`modules.enclosing` reads."""
+    slices = trace.slices
+    keep = modules.name_mask(slices.column("name"), test) & ~columns.numpy(
+        slices.column("is_device"), null=False
+    )
+    s = slices.filter(pa.array(keep)).select(["track", "start_ns", "dur_ns", "depth"]).to_pandas()
     return pd.DataFrame(
         {
             "track": s["track"].astype("int64").to_numpy(),
@@ -132,7 +139,7 @@ def _named(trace: Trace, test) -> pd.DataFrame:  # noqa: ANN001 - a pandas strin
 
 def _holds(trace: Trace, tracks: np.ndarray, starts: np.ndarray, ends: np.ndarray, name: str) -> np.ndarray:
     """Whether each op (an outermost op: they do not overlap on a track) holds a slice named ``name``."""
-    inside = _named(trace, lambda n: n == name)
+    inside = _named(trace, lambda n: pc.equal(n, name))
     out = np.zeros(starts.size, bool)
     if inside.empty:
         return out
