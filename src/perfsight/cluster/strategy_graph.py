@@ -112,7 +112,7 @@ def _with_groups(ops: pd.DataFrame, matched: Matched, layout: ParallelLayout) ->
                 "group": per["group"].astype(str),
                 "group_ranks": members.map(list),
                 "bytes": per["bytes"],
-                "group_role": members.map(role).fillna(""),
+                "group_role": members.map(lambda m: role.get(m, "")),
             }
         )
         ops = ops.merge(per, on="instance", how="left")
