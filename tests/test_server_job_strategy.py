@@ -181,3 +181,22 @@ def test_a_job_analysed_without_the_graph_says_how_to_get_it(client: TestClient)
         assert "cluster_strategy_graph.parquet" in response.text
     finally:
         graph.write_bytes(kept)
+
+
+def test_a_many_rank_node_comes_without_its_lists_and_is_asked_for_alone(client: TestClient) -> None:
+    full = _get(client, "job/strategy/graph", run=DP_PP_JOB)
+    slim = _get(client, "job/strategy/graph", run=DP_PP_JOB, per_rank_limit=1)
+    assert [st["ranks"] for st in slim["stages"]] == [st["ranks"] for st in full["stages"]]
+    for st_full, st_slim in zip(full["stages"], slim["stages"], strict=True):
+        for a, b in zip(st_full["nodes"], st_slim["nodes"], strict=True):
+            assert b["ranks"] == b["starts_ns"] == b["durations_ns"] == []
+            assert b["rank_count"] == a["rank_count"] == len(a["ranks"]) == 2
+            assert b["first_start_ns"] == a["first_start_ns"] == min(a["starts_ns"])
+            assert a["slowest_rank"] == a["ranks"][a["durations_ns"].index(max(a["durations_ns"]))]
+    target = full["stages"][1]["nodes"][3]
+    alone = _get(client, "job/strategy/node", run=DP_PP_JOB, step=full["step"], stage=1, node=target["node"])
+    assert alone == target
+    missing = client.get(
+        "/api/job/strategy/node", params={"run": DP_PP_JOB, "step": full["step"], "stage": 1, "node": 99999}
+    )
+    assert missing.status_code == 404

@@ -490,6 +490,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/job/strategy/node": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Job Strategy Node */
+        get: operations["job_strategy_node_api_job_strategy_node_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/job/strategy/modules": {
         parameters: {
             query?: never;
@@ -3032,6 +3049,8 @@ export interface components {
         };
         /** StrategyNode */
         StrategyNode: {
+            /** Stage */
+            stage: number;
             /**
              * Node
              * @description index in its stage, in execution order
@@ -3085,7 +3104,15 @@ export interface components {
             group_ranks: number[] | null;
             /** Bytes */
             bytes: number | null;
-            /** Ranks */
+            /**
+             * Rank Count
+             * @description ranks that ran it
+             */
+            rank_count: number;
+            /**
+             * Ranks
+             * @description empty when rank_count is over the graph's per_rank_limit
+             */
             ranks: number[];
             /**
              * Starts Ns
@@ -3103,6 +3130,16 @@ export interface components {
             min_ns: number;
             /** Max Ns */
             max_ns: number;
+            /**
+             * Slowest Rank
+             * @description the rank on which it took longest
+             */
+            slowest_rank: number;
+            /**
+             * First Start Ns
+             * @description its earliest start among its ranks, since the step's first op
+             */
+            first_start_ns: number;
         };
         /** StrategyRank */
         StrategyRank: {
@@ -4995,6 +5032,8 @@ export interface operations {
                 run: string;
                 /** @description a step number; default the second profiled */
                 step?: string | null;
+                /** @description nodes of more ranks: no per-rank lists */
+                per_rank_limit?: number;
             };
             header?: never;
             path?: never;
@@ -5009,6 +5048,68 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["JobStrategyGraph"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    job_strategy_node_api_job_strategy_node_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+                step: string;
+                stage: number;
+                node: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StrategyNode"];
                 };
             };
             /** @description parameters that contradict each other */

@@ -46,7 +46,7 @@ CATEGORIES = ("compute", "collective", "p2p", "memory copy", "optimizer")
 NODE_COLUMNS = [
     "step", "stage", "node", "order", "key", "name", "category", "special", "module", "modules",
     "input_dims", "collective", "group", "group_ranks", "bytes", "ranks", "starts_ns", "durations_ns",
-    "mean_ns", "min_ns", "max_ns",
+    "mean_ns", "min_ns", "max_ns", "slowest_rank",
 ]  # fmt: skip
 """``node``: index of the node in its stage and step, in execution order (0, 1, ...); ``order``:
 the op's smallest position among its ranks' ops of the step; ``starts_ns``: per rank (as
@@ -177,6 +177,10 @@ def _nodes(ops: pd.DataFrame) -> pd.DataFrame:
         ["step", "stage", "key", "name", "category", "special", "module", "modules", "input_dims",
          "collective", "group", "group_ranks", "bytes"]
     ]  # fmt: skip
+    slowest = ops.loc[
+        ops.groupby(["step", "stage", "key"], sort=False)["dur_ns"].idxmax(), ["step", "stage", "key", "rank"]
+    ]
+    first = first.merge(slowest.rename(columns={"rank": "slowest_rank"}), on=["step", "stage", "key"])
     nodes = grouped.merge(first, on=["step", "stage", "key"], how="left")
     nodes = nodes.sort_values(["step", "stage", "order", "key"], kind="stable").reset_index(drop=True)
     nodes["node"] = nodes.groupby(["step", "stage"]).cumcount().astype("int64")

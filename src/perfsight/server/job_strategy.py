@@ -27,6 +27,13 @@ CATEGORIES = ["compute", "collective", "p2p", "memory copy", "optimizer"]
 """perfsight.cluster.strategy_graph.CATEGORIES, in legend order."""
 NAMES_AS_TEXT = "{'module': 'VARCHAR', 'parent': 'VARCHAR'}"
 """A module named ``1`` stays a name, not a number, when DuckDB reads the CSVs."""
+PER_RANK_LIMIT = 64
+"""A node run by more ranks than this comes without its per-rank lists in the graph."""
+NODE_FIELDS = (
+    'stage, node, "order", key, name, category, special, module, modules, input_dims, collective, "group", '
+    "group_ranks, CAST(bytes AS BIGINT) AS bytes, mean_ns, min_ns, max_ns, slowest_rank, "
+    "list_min(starts_ns) AS first_start_ns"
+)
 SPECIALS = ["sharded", "redistribution", "gradient_aggregation"]
 
 
@@ -40,10 +47,14 @@ def _file(root: Path | None, name: str, what: str) -> Path:
     return path
 
 
-def graph(run: str, root: Path | None, step: str | None) -> dict[str, Any]:
+def graph(
+    run: str, root: Path | None, step: str | None, per_rank_limit: int = PER_RANK_LIMIT
+) -> dict[str, Any]:
     """The execution graph (:class:`models.JobStrategyGraph`) of one step: per stage its nodes in
     execution order, the edges (execution order within a stage, send -> receive between stages),
-    and the modules the page's selector lists."""
+    and the modules the page's selector lists.  A node run by more than ``per_rank_limit`` ranks
+    comes without its per-rank lists (``rank_count`` says how many; :func:`node` has them): at
+    1,024 ranks they would make the answer tens of megabytes."""
     nodes_file = _file(root, NODES_FILE, "the parallel-strategy graph")
     edges_file = _file(root, EDGES_FILE, "the parallel-strategy graph's edges")
     steps = [
@@ -59,11 +70,12 @@ def graph(run: str, root: Path | None, step: str | None) -> dict[str, Any]:
     chosen = step if step is not None else (steps[1] if len(steps) > 1 else steps[0])  # the first warms up
     nodes = queries.records(
         queries.arrow(
-            'SELECT stage, node, "order", key, name, category, special, module, modules, input_dims, '
-            'collective, "group", group_ranks, CAST(bytes AS BIGINT) AS bytes, ranks, starts_ns, '
-            "durations_ns, "
-            "mean_ns, min_ns, max_ns FROM read_parquet(?) WHERE step = ? ORDER BY stage, node",
-            [str(nodes_file), int(chosen)],
+            f"SELECT {NODE_FIELDS}, len(ranks) AS rank_count, "
+            "CASE WHEN len(ranks) <= ? THEN ranks ELSE [] END AS ranks, "
+            "CASE WHEN len(ranks) <= ? THEN starts_ns ELSE [] END AS starts_ns, "
+            "CASE WHEN len(ranks) <= ? THEN durations_ns ELSE [] END AS durations_ns "
+            "FROM read_parquet(?) WHERE step = ? ORDER BY stage, node",
+            [per_rank_limit, per_rank_limit, per_rank_limit, str(nodes_file), int(chosen)],
         )
     )
     edges = queries.records(
@@ -73,12 +85,23 @@ def graph(run: str, root: Path | None, step: str | None) -> dict[str, Any]:
             [str(edges_file), int(chosen)],
         )
     )
+    ranks_of = {
+        r["stage"]: r["ranks"]
+        for r in queries.records(
+            queries.arrow(
+                "SELECT stage, list(DISTINCT r ORDER BY r) AS ranks FROM "
+                "(SELECT stage, unnest(ranks) AS r FROM read_parquet(?) WHERE step = ?) GROUP BY stage",
+                [str(nodes_file), int(chosen)],
+            )
+        )
+    }
     stages: dict[int, dict[str, Any]] = {}
     for n in nodes:  # one pass over the step's nodes, grouping them by stage for the page
-        stage = stages.setdefault(n["stage"], {"stage": n["stage"], "ranks": set(), "nodes": []})
-        stage["ranks"].update(n["ranks"])
+        stage = stages.setdefault(
+            n["stage"], {"stage": n["stage"], "ranks": ranks_of[n["stage"]], "nodes": []}
+        )
         stage["nodes"].append(n)
-    shown = [{**s, "ranks": sorted(s["ranks"])} for _, s in sorted(stages.items())]
+    shown = [s for _, s in sorted(stages.items())]
     modules = sorted({m for n in nodes for m in (n["modules"] or [])})
     specials = {k: sum(1 for n in nodes if n["special"] == k) for k in SPECIALS}
     span = (
@@ -102,6 +125,22 @@ def graph(run: str, root: Path | None, step: str | None) -> dict[str, Any]:
         "stages": shown,
         "edges": edges,
     }
+
+
+def node(run: str, root: Path | None, step: str, stage: int, index: int) -> dict[str, Any]:
+    """One node of the graph with its time on every rank (:class:`models.StrategyNode`): what the
+    page's attributes panel asks for when the graph left a node's per-rank lists out."""
+    nodes_file = _file(root, NODES_FILE, "the parallel-strategy graph")
+    found = queries.records(
+        queries.arrow(
+            f"SELECT {NODE_FIELDS}, len(ranks) AS rank_count, ranks, starts_ns, durations_ns "
+            "FROM read_parquet(?) WHERE step = ? AND stage = ? AND node = ?",
+            [str(nodes_file), int(step), int(stage), int(index)],
+        )
+    )
+    if not found:
+        raise job_pages.NoClusterAnalysis(f"run {run!r}: step {step} has no node {index} in stage {stage}")
+    return found[0]
 
 
 def modules(run: str, root: Path | None) -> dict[str, Any]:

@@ -1198,6 +1198,7 @@ class JobStrategy(BaseModel):
 
 
 class StrategyNode(BaseModel):
+    stage: int
     node: int = Field(description="index in its stage, in execution order")
     order: int = Field(description="the op's smallest position among its ranks' ops of the step")
     key: str = Field(description="name#n: the n-th op of that name in the step on each rank of the stage")
@@ -1211,7 +1212,8 @@ class StrategyNode(BaseModel):
     group: str | None = Field(description="process group of a communication op")
     group_ranks: list[int] | None
     bytes: int | None
-    ranks: list[int]
+    rank_count: int = Field(description="ranks that ran it")
+    ranks: list[int] = Field(description="empty when rank_count is over the graph's per_rank_limit")
     starts_ns: list[int] = Field(
         description="per rank (as ranks): start since the step's first op, common clock"
     )
@@ -1219,6 +1221,8 @@ class StrategyNode(BaseModel):
     mean_ns: int
     min_ns: int
     max_ns: int
+    slowest_rank: int = Field(description="the rank on which it took longest")
+    first_start_ns: int = Field(description="its earliest start among its ranks, since the step's first op")
 
 
 class StrategyGraphStage(BaseModel):

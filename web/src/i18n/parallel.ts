@@ -27,7 +27,7 @@ export const parallelEn = {
     special: { sharded: "sharded", redistribution: "redistribution", gradient_aggregation: "gradient aggregation" },
     attr: {
       name: "Name", stage: "Stage", category: "Category", special: "Special", module: "Module", shapes: "Input shapes",
-      group: "Group", bytes: "Bytes", mean: "Mean (min – max)", rank: "Rank", start: "Start in step", duration: "Duration",
+      group: "Group", bytes: "Bytes", mean: "Mean (min – max)", slowest: "Slowest rank", rank: "Rank", start: "Start in step", duration: "Duration",
     },
   },
   modules: {

@@ -11,6 +11,7 @@
  * order and follows its start time where the ops are sparse, so a send and its receive sit near
  * each other.  All text goes into text nodes (svgText / h): a name from a trace never becomes markup.
  */
+import { get } from "../api";
 import type { components } from "../api-types";
 import { h, replace } from "../dom";
 import * as fmt from "../format";
@@ -60,7 +61,7 @@ function placeLane(nodes: GraphNode[], scale: number): number[] {
   const xs: number[] = [];
   let last = LABEL - NODE_W - GAP;
   for (const n of nodes) {
-    const start = n.starts_ns.length ? Math.min(...n.starts_ns) : 0;
+    const start = n.first_start_ns;
     last = Math.max(last + NODE_W + GAP, LABEL + start * scale);
     xs.push(last);
   }
@@ -79,6 +80,7 @@ function attributes(n: GraphNode, stage: number): HTMLElement {
     [s.attr.group, n.group ? `${n.group} [${(n.group_ranks ?? []).join(", ")}]` : "–"],
     [s.attr.bytes, n.bytes !== null && n.bytes !== undefined ? fmt.bytes(n.bytes) : "–"],
     [s.attr.mean, `${fmt.duration(n.mean_ns)} (${fmt.duration(n.min_ns)} – ${fmt.duration(n.max_ns)})`],
+    [s.attr.slowest, `${n.slowest_rank} (${n.rank_count} ${s.ranks})`],
   ];
   return h(
     "div",
@@ -243,9 +245,14 @@ export function strategyGraph(data: Graph): HTMLElement {
   // the attributes panel
   const panel = h("aside", { class: "sg-panel", "data-testid": "strategy-panel" }, h("p", { class: "muted" }, s.clickNode));
   for (const p of placed) {
-    p.el.addEventListener("click", () => {
+    p.el.addEventListener("click", async () => {
       for (const q of placed) q.el.classList.toggle("selected", q === p);
-      replace(panel, attributes(p.node, p.stage));
+      let n = p.node;
+      if (!n.ranks.length && n.rank_count > 0) {
+        // the graph leaves a many-rank node's per-rank lists out: ask for this one node
+        n = await get<GraphNode>("job/strategy/node", { run: data.run, step: data.step, stage: p.stage, node: n.node });
+      }
+      replace(panel, attributes(n, p.stage));
     });
   }
 
