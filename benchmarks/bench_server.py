@@ -377,6 +377,8 @@ JOB_ENDPOINTS: list[tuple[str, str, dict[str, Any]]] = [
     ("pipeline chart", "/api/job/pipeline", {}),
     ("Marey view", "/api/job/marey", {}),
     ("parallel strategy", "/api/job/strategy", {}),
+    ("parallel-strategy graph", "/api/job/strategy/graph", {}),
+    ("module table", "/api/job/strategy/modules", {}),
 ]
 
 JOB_PAGES: list[tuple[str, str]] = [

@@ -60,7 +60,8 @@ def profiled(out_dir: Path, rank: int, active_steps: int) -> Iterator[Any]:
     """``perfsight.profile`` for one rank: one wait step, one warm-up step, then ``active_steps``.
 
     Level1 records every collective and point-to-point op with its group, sequence number, peer
-    and bytes, and the rank's clock offset.  Call ``.step()`` after every training step.
+    and bytes, and the rank's clock offset; ``with_modules`` names each op's
+    ``nn.Module``.  Call ``.step()`` after every training step.
     """
     import perfsight
 
@@ -71,6 +72,7 @@ def profiled(out_dir: Path, rank: int, active_steps: int) -> Iterator[Any]:
         record_shapes=True,
         profile_memory=True,
         with_flops=True,
+        with_modules=True,  # each nn.Module forward as a range: the strategy view's modules, the module table
         experimental_config=perfsight.ExperimentalConfig(profiler_level=perfsight.ProfilerLevel.Level1),
     ) as prof:
         yield prof

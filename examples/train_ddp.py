@@ -72,6 +72,7 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
         ),
         record_shapes=True,
         profile_memory=True,
+        with_modules=True,  # each nn.Module forward as a range (the strategy view, the module table)
         experimental_config=perfsight.ExperimentalConfig(
             profiler_level=perfsight.ProfilerLevel[args.level], export_type=[perfsight.ExportType.Text]
         ),

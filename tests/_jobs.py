@@ -80,6 +80,28 @@ def trained_jobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+TP_JOB = "tp"  # examples/train_tp.py: 2 ranks, one tensor-parallel group (mesh_tp)
+DP_PP_JOB = "dp_pp"  # examples/train_dp_pp.py: 4 ranks, 2 pipelines x 2 stages, "dp" groups {0, 2}, {1, 3}
+
+
+def parallel_jobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tensor-parallel and the data x pipeline job (``tp/``, ``dp_pp/``), trained once per
+    session for the tests that need them (apart from :func:`trained_jobs`, which every job-page
+    test waits for); treat it as read-only and copy what you use."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    shared = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    folder = shared / "parallel-jobs"
+    with FileLock(str(shared / "parallel-jobs.lock")):
+        if not (folder / "done").is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            run_example("train_tp.py", folder / TP_JOB, "--active", "2")
+            run_example("train_dp_pp.py", folder / DP_PP_JOB, "--active", "2")
+            (folder / "done").write_text("ok")
+    return folder
+
+
 def demo_base(tmp_path_factory: pytest.TempPathFactory, base: Path, straggler: bool = False) -> Path:
     """``base`` filled like `make demo`'s output: the two jobs, and the DDP job analysed by the CLI
     into ``analysis/`` (the pipeline job is left for the server to analyse); with ``straggler``,

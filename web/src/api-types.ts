@@ -463,8 +463,59 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Job Strategy */
-        get: operations["job_strategy_api_job_strategy_get"];
+        /** Job Strategy Tree */
+        get: operations["job_strategy_tree_api_job_strategy_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/job/strategy/graph": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Job Strategy Graph */
+        get: operations["job_strategy_graph_api_job_strategy_graph_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/job/strategy/node": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Job Strategy Node */
+        get: operations["job_strategy_node_api_job_strategy_node_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/job/strategy/modules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Job Strategy Modules */
+        get: operations["job_strategy_modules_api_job_strategy_modules_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1819,6 +1870,15 @@ export interface components {
             /** Ops */
             ops: components["schemas"]["MareyOp"][];
         };
+        /** JobModules */
+        JobModules: {
+            /** Run */
+            run: string;
+            /** Ranks */
+            ranks: number[];
+            /** Modules */
+            modules: components["schemas"]["ModuleRow"][];
+        };
         /** JobOverview */
         JobOverview: {
             /** Run */
@@ -2012,6 +2072,32 @@ export interface components {
             max_duration_ns: number;
             /** Stages */
             stages: components["schemas"]["StrategyStage"][];
+        };
+        /** JobStrategyGraph */
+        JobStrategyGraph: {
+            /** Run */
+            run: string;
+            /** Step */
+            step: string;
+            /** Steps */
+            steps: string[];
+            /** Span Ns */
+            span_ns: number;
+            /** Categories */
+            categories: string[];
+            /**
+             * Specials
+             * @description nodes of each special kind in the step
+             */
+            specials: {
+                [key: string]: number;
+            };
+            /** Modules */
+            modules: string[];
+            /** Stages */
+            stages: components["schemas"]["StrategyGraphStage"][];
+            /** Edges */
+            edges: components["schemas"]["StrategyEdge"][];
         };
         /** JobTimeOverview */
         JobTimeOverview: {
@@ -2305,6 +2391,46 @@ export interface components {
             peak_reserved_bytes: number | null;
             /** Peak Ts Ns */
             peak_ts_ns: number | null;
+        };
+        /** ModuleRankTime */
+        ModuleRankTime: {
+            /** Rank */
+            rank: number;
+            /**
+             * Time Ns
+             * @description mean over profiled steps of the module's forward time in a step
+             */
+            time_ns: number;
+            /** Calls Per Step */
+            calls_per_step: number;
+        };
+        /** ModuleRow */
+        ModuleRow: {
+            /** Stage */
+            stage: number;
+            /** Module */
+            module: string;
+            /** Parent */
+            parent: string;
+            /** Depth */
+            depth: number;
+            /** Ranks */
+            ranks: number;
+            /** Mean Ns */
+            mean_ns: number;
+            /** Min Ns */
+            min_ns: number;
+            /** Max Ns */
+            max_ns: number;
+            /** Slowest Rank */
+            slowest_rank: number;
+            /**
+             * Spread
+             * @description (max - min) / mean over the ranks of the stage
+             */
+            spread: number | null;
+            /** Per Rank */
+            per_rank: components["schemas"]["ModuleRankTime"][];
         };
         /** OperatorPage */
         OperatorPage: {
@@ -2956,6 +3082,132 @@ export interface components {
              * @description host ops in the steps, by median start
              */
             point_candidates: components["schemas"]["PointCandidate"][];
+        };
+        /** StrategyEdge */
+        StrategyEdge: {
+            /**
+             * Kind
+             * @description order (the next op of a stage) or p2p (a send and its receive)
+             */
+            kind: string;
+            /** Src Stage */
+            src_stage: number;
+            /** Src Node */
+            src_node: number;
+            /** Dst Stage */
+            dst_stage: number;
+            /** Dst Node */
+            dst_node: number;
+            /**
+             * Pairs
+             * @description p2p: the rank pairs 'src->dst' that exchanged it
+             */
+            pairs: string[];
+            /** Bytes */
+            bytes: number | null;
+        };
+        /** StrategyGraphStage */
+        StrategyGraphStage: {
+            /** Stage */
+            stage: number;
+            /** Ranks */
+            ranks: number[];
+            /** Nodes */
+            nodes: components["schemas"]["StrategyNode"][];
+        };
+        /** StrategyNode */
+        StrategyNode: {
+            /** Stage */
+            stage: number;
+            /**
+             * Node
+             * @description index in its stage, in execution order
+             */
+            node: number;
+            /**
+             * Order
+             * @description the op's smallest position among its ranks' ops of the step
+             */
+            order: number;
+            /**
+             * Key
+             * @description name#n: the n-th op of that name in the step on each rank of the stage
+             */
+            key: string;
+            /** Name */
+            name: string;
+            /**
+             * Category
+             * @description compute, collective, p2p, memory copy or optimizer
+             */
+            category: string;
+            /**
+             * Special
+             * @description sharded, redistribution, gradient_aggregation or empty
+             */
+            special: string;
+            /**
+             * Module
+             * @description innermost nn.Module forward holding the op; empty outside any
+             */
+            module: string;
+            /**
+             * Modules
+             * @description every module holding it, outermost first
+             */
+            modules: string[] | null;
+            /**
+             * Input Dims
+             * @description input shapes (first rank of the stage)
+             */
+            input_dims: number[][] | null;
+            /** Collective */
+            collective: string | null;
+            /**
+             * Group
+             * @description process group of a communication op
+             */
+            group: string | null;
+            /** Group Ranks */
+            group_ranks: number[] | null;
+            /** Bytes */
+            bytes: number | null;
+            /**
+             * Rank Count
+             * @description ranks that ran it
+             */
+            rank_count: number;
+            /**
+             * Ranks
+             * @description empty when rank_count is over the graph's per_rank_limit
+             */
+            ranks: number[];
+            /**
+             * Starts Ns
+             * @description per rank (as ranks): start since the step's first op, common clock
+             */
+            starts_ns: number[];
+            /**
+             * Durations Ns
+             * @description per rank (as ranks)
+             */
+            durations_ns: number[];
+            /** Mean Ns */
+            mean_ns: number;
+            /** Min Ns */
+            min_ns: number;
+            /** Max Ns */
+            max_ns: number;
+            /**
+             * Slowest Rank
+             * @description the rank on which it took longest
+             */
+            slowest_rank: number;
+            /**
+             * First Start Ns
+             * @description its earliest start among its ranks, since the step's first op
+             */
+            first_start_ns: number;
         };
         /** StrategyRank */
         StrategyRank: {
@@ -4782,7 +5034,7 @@ export interface operations {
             };
         };
     };
-    job_strategy_api_job_strategy_get: {
+    job_strategy_tree_api_job_strategy_get: {
         parameters: {
             query: {
                 /** @description run id from /api/runs */
@@ -4801,6 +5053,190 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["JobStrategy"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    job_strategy_graph_api_job_strategy_graph_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+                /** @description a step number; default the second profiled */
+                step?: string | null;
+                /** @description nodes of more ranks: no per-rank lists */
+                per_rank_limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobStrategyGraph"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    job_strategy_node_api_job_strategy_node_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+                step: string;
+                stage: number;
+                node: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StrategyNode"];
+                };
+            };
+            /** @description parameters that contradict each other */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unknown run, rank or event */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run not analysed yet (its status is included) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    job_strategy_modules_api_job_strategy_modules_get: {
+        parameters: {
+            query: {
+                /** @description run id from /api/runs */
+                run: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobModules"];
                 };
             };
             /** @description parameters that contradict each other */

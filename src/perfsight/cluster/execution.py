@@ -34,8 +34,10 @@ OUTPUT_FILE = "cluster_step_ops.parquet"
 """Its cross-rank form in ``cluster_analysis_output/`` (columns: :data:`COLUMNS`)."""
 COLUMNS = [
     "step", "rank", "stage", "level", "order", "key", "name", "category", "phase", "micro_batch",
-    "instance", "is_p2p", "peer", "start_ns", "end_ns",
+    "instance", "is_p2p", "peer", "start_ns", "end_ns", "slice",
 ]  # fmt: skip
+"""``slice``: the row in its rank's ``slices`` (joins the rank's ``op_context``); -1 for a
+communication op (its row is the cluster's matched op)."""
 
 
 def step_ops(
@@ -68,6 +70,7 @@ def step_ops(
                 "instance": comm["instance"].fillna(-1).astype("int64"),
                 "is_p2p": comm["is_p2p"].fillna(False).astype(bool),
                 "peer": comm["peer"].fillna(-1).astype("int64"),
+                "slice": -1,
                 "start_ns": comm["start_ns"].astype("int64"),
                 "end_ns": comm["end_ns"].astype("int64"),
             }

@@ -24,10 +24,12 @@ from perfsight.cluster import (
     execution,
     matching,
     matrix,
+    module_table,
     op_time,
     parallel,
     slow,
     step_trace,
+    strategy_graph,
     totals,
 )
 from perfsight.cluster.rank import RankTask, run_rank
@@ -73,6 +75,10 @@ class ClusterResult:
     step_ops: pd.DataFrame | None = None  # every rank's ops per step, matched (cluster.execution)
     step_spread: pd.DataFrame | None = None  # per step across ranks (cluster.totals)
     communication_ranks: pd.DataFrame | None = None  # per rank and step, its ops summed (cluster.totals)
+    strategy_nodes: pd.DataFrame | None = None  # the parallel-strategy graph (cluster.strategy_graph)
+    strategy_edges: pd.DataFrame | None = None
+    rank_modules: pd.DataFrame | None = None  # time per nn.Module per rank (cluster.module_table)
+    cluster_modules: pd.DataFrame | None = None
     output_root: Path | None = None
     per_rank_outputs: bool = False  # whether ``rank<N>/`` folders were written under output_root
 
@@ -175,6 +181,9 @@ def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "ser
     stage_rows = step_trace.stage_steps(steps) if not steps.empty else steps
     stage_avgs = step_trace.averages(steps, "stage")
     resources = slow.resources(digests, steps)
+    ops_of_steps = execution.step_ops(digests, matched, aligned, stage_of)
+    nodes, edges = strategy_graph.strategy_graph(ops_of_steps, digests, matched, layout)
+    per_rank_modules = module_table.rank_modules(digests, stage_of)
     flops_by_stage = resources.assign(stage=resources["rank"].map(stage_of)).groupby("stage")["flops"].sum()
     return ClusterResult(
         location=location,
@@ -194,9 +203,13 @@ def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "ser
         pipeline=slow.pipeline_balance(stage_avgs, flops_by_stage.to_dict()),
         resources=resources,
         executor=executor,
-        step_ops=execution.step_ops(digests, matched, aligned, stage_of),
+        step_ops=ops_of_steps,
         step_spread=totals.step_spread(steps, matched.ops),
         communication_ranks=totals.communication_by_rank(matched.ops, resources),
+        strategy_nodes=nodes,
+        strategy_edges=edges,
+        rank_modules=per_rank_modules,
+        cluster_modules=module_table.cluster_modules(per_rank_modules),
     )
 
 
@@ -227,6 +240,12 @@ def write_cluster_outputs(result: ClusterResult, out: str | Path) -> Path:
             result.communication_ranks.to_parquet(
                 folder / layout.CLUSTER_COMMUNICATION_RANKS_FILE, index=False
             )
+        if result.strategy_nodes is not None and result.strategy_edges is not None:
+            result.strategy_nodes.to_parquet(folder / strategy_graph.NODES_FILE, index=False)
+            result.strategy_edges.to_parquet(folder / strategy_graph.EDGES_FILE, index=False)
+        if result.rank_modules is not None and result.cluster_modules is not None:
+            cluster_csv.write_table(folder / module_table.RANK_FILE, result.rank_modules)
+            cluster_csv.write_table(folder / module_table.CLUSTER_FILE, result.cluster_modules)
         doc = summary.cluster_summary(result)
         summary.write_json(folder / "cluster_summary.json", doc)
         advisor.write_advisor_json(folder / advisor.ADVISOR_JSON, doc["findings"], "job")

@@ -160,6 +160,8 @@ def run_rank(item: RankInput, task: RankTask) -> RankDigest | RankFailure:
     Runs in a worker process or on a Dask worker, so it returns plain data: a digest, or a failure
     that names the input and what is wrong with it.
     """
+    from perfsight.analysis.modules import module_ranges, module_statistic
+    from perfsight.analysis.op_context import op_context
     from perfsight.analysis.step_ops import step_ops
     from perfsight.ingest import TraceReadError, read_trace
     from perfsight.pipeline import ANALYSES, analyse_and_write
@@ -186,6 +188,11 @@ def run_rank(item: RankInput, task: RankTask) -> RankDigest | RankFailure:
 
         summary = rank_summary(result)
     tables["step_ops"] = step_ops(trace)  # the parallel-execution views' ops (perfsight.cluster.execution)
+    ranges = module_ranges(trace)  # nn.Module forwards, read once for the next two
+    tables["op_context"] = op_context(
+        trace, tables["step_ops"], ranges
+    )  # ops' modules and marks (strategy_graph)
+    tables["module_statistic"] = module_statistic(trace, ranges)  # time per nn.Module (cluster.module_table)
     return RankDigest(
         source=item.trace,
         meta=trace.meta,

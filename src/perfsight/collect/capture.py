@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 CAPTURE_MODULES: dict[str, str] = {
     "comm": "perfsight.collect.comm_capture",
     "dataloader": "perfsight.collect.dataloader_capture",
+    "modules": "perfsight.collect.module_ranges",
 }
 """Capture name (as listed in ``levels.LEVEL_SWITCHES``) -> module providing ``create_capture``."""
 

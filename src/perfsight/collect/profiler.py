@@ -282,7 +282,10 @@ class profile(torch.profiler.profile):  # noqa: N801 - the name torch users alre
         )
 
     def _create_captures(self) -> list[capture.Capture]:
-        return capture.create_captures(self.config.switches.captures, self._context())
+        names = self.config.switches.captures
+        if self.with_modules and not self.with_stack:  # Kineto names modules itself with the tracer on
+            names = (*names, "modules")
+        return capture.create_captures(names, self._context())
 
     def _close_captures(self) -> None:
         for cap in self._captures or []:

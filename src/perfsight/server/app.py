@@ -28,6 +28,7 @@ from perfsight.server import (
     job_matrix,
     job_pages,
     job_parallel,
+    job_strategy,
     job_views,
     models,
     pages,
@@ -534,10 +535,34 @@ def create_app(
         root, saved = job_source(run)
         return fast_json(job_parallel.pipeline(run, root, saved, step))
 
+    # parallel-strategy page: tree, execution graph, module table (logic in job_strategy)
     @app.get("/api/job/strategy", response_model=models.JobStrategy, responses=ERRORS)
-    def job_strategy(run: RunParam) -> dict:
+    def job_strategy_tree(run: RunParam) -> dict:
         root, saved = job_source(run)
-        return job_parallel.strategy(run, root, saved)
+        return job_strategy.strategy(run, root, saved)
+
+    @app.get("/api/job/strategy/graph", **documented(models.JobStrategyGraph))
+    def job_strategy_graph(
+        run: RunParam,
+        step: ParallelStep = None,
+        per_rank_limit: Annotated[
+            int, Query(ge=0, le=100_000, description="nodes of more ranks: no per-rank lists")
+        ] = (job_strategy.PER_RANK_LIMIT),
+    ) -> Response:
+        root, _ = job_source(run)
+        return fast_json(job_strategy.graph(run, root, step, per_rank_limit))
+
+    @app.get("/api/job/strategy/node", response_model=models.StrategyNode, responses=ERRORS)
+    def job_strategy_node(
+        run: RunParam, step: Annotated[str, Query(pattern=r"^\d{1,9}$")], stage: int, node: int
+    ) -> dict:
+        root, _ = job_source(run)
+        return job_strategy.node(run, root, step, stage, node)
+
+    @app.get("/api/job/strategy/modules", response_model=models.JobModules, responses=ERRORS)
+    def job_strategy_modules(run: RunParam) -> dict:
+        root, _ = job_source(run)
+        return job_strategy.modules(run, root)
 
     @app.get("/api/job/marey", **documented(models.JobMarey))
     def job_marey(

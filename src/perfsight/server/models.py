@@ -1224,3 +1224,88 @@ class JobStrategy(BaseModel):
     problems: list[str]
     max_duration_ns: int
     stages: list[StrategyStage]
+
+
+# --- parallel-strategy graph and module table (server/job_strategy.py) ---
+
+
+class StrategyNode(BaseModel):
+    stage: int
+    node: int = Field(description="index in its stage, in execution order")
+    order: int = Field(description="the op's smallest position among its ranks' ops of the step")
+    key: str = Field(description="name#n: the n-th op of that name in the step on each rank of the stage")
+    name: str
+    category: str = Field(description="compute, collective, p2p, memory copy or optimizer")
+    special: str = Field(description="sharded, redistribution, gradient_aggregation or empty")
+    module: str = Field(description="innermost nn.Module forward holding the op; empty outside any")
+    modules: list[str] | None = Field(description="every module holding it, outermost first")
+    input_dims: list[list[int]] | None = Field(description="input shapes (first rank of the stage)")
+    collective: str | None
+    group: str | None = Field(description="process group of a communication op")
+    group_ranks: list[int] | None
+    bytes: int | None
+    rank_count: int = Field(description="ranks that ran it")
+    ranks: list[int] = Field(description="empty when rank_count is over the graph's per_rank_limit")
+    starts_ns: list[int] = Field(
+        description="per rank (as ranks): start since the step's first op, common clock"
+    )
+    durations_ns: list[int] = Field(description="per rank (as ranks)")
+    mean_ns: int
+    min_ns: int
+    max_ns: int
+    slowest_rank: int = Field(description="the rank on which it took longest")
+    first_start_ns: int = Field(description="its earliest start among its ranks, since the step's first op")
+
+
+class StrategyGraphStage(BaseModel):
+    stage: int
+    ranks: list[int]
+    nodes: list[StrategyNode]
+
+
+class StrategyEdge(BaseModel):
+    kind: str = Field(description="order (the next op of a stage) or p2p (a send and its receive)")
+    src_stage: int
+    src_node: int
+    dst_stage: int
+    dst_node: int
+    pairs: list[str] = Field(description="p2p: the rank pairs 'src->dst' that exchanged it")
+    bytes: int | None
+
+
+class JobStrategyGraph(BaseModel):
+    run: str
+    step: str
+    steps: list[str]
+    span_ns: int
+    categories: list[str]
+    specials: dict[str, int] = Field(description="nodes of each special kind in the step")
+    modules: list[str]
+    stages: list[StrategyGraphStage]
+    edges: list[StrategyEdge]
+
+
+class ModuleRankTime(BaseModel):
+    rank: int
+    time_ns: int = Field(description="mean over profiled steps of the module's forward time in a step")
+    calls_per_step: float
+
+
+class ModuleRow(BaseModel):
+    stage: int
+    module: str
+    parent: str
+    depth: int
+    ranks: int
+    mean_ns: int
+    min_ns: int
+    max_ns: int
+    slowest_rank: int
+    spread: float | None = Field(description="(max - min) / mean over the ranks of the stage")
+    per_rank: list[ModuleRankTime]
+
+
+class JobModules(BaseModel):
+    run: str
+    ranks: list[int]
+    modules: list[ModuleRow]

@@ -1,0 +1,154 @@
+"""What the parallel-strategy view says about each op of a step: its module, its class, whether
+it ran on sharded tensors, and its input shapes.
+
+Why a table of its own: ``perfsight.analysis.step_ops`` keeps each step's outermost ops in
+execution order (what the Marey view and the pipeline chart need); the strategy view (issue 18,
+seed 000 fig. 3) also groups them by ``nn.Module`` and marks the seed's special ops.  Those facts
+sit in the rank's own trace (the ranges and ops nested around and inside each op), so they are
+decided here, one row per op row of ``step_ops`` (joined on ``slice``):
+
+* ``module`` / ``modules``: the innermost ``nn.Module`` forward holding the op, and every module
+  holding it, outermost first (``perfsight.analysis.modules``); "" / [] outside any forward
+  (backward, optimizer, the loss).  Only host ops on the module ranges' track can be placed; a
+  device kernel gets none.
+* ``op_class``: ``optimizer`` inside an ``Optimizer.step#...`` / ``Optimizer.zero_grad#...`` range,
+  ``memory copy`` for copies (device memcpy/memset, ``aten::copy_``, ``aten::to`` ...), else
+  ``compute``.  (Collective and point-to-point ops are the cluster's matched ops, not rows here.)
+* ``sharded``: the op dispatched to a tensor subclass -- a ``PythonSubclass`` op inside it, which
+  is what a DTensor (tensor-parallel) op records: the op on the global DTensor, the same op on the
+  local shard inside.  ``redistribution`` marks DTensor's own ``Redistribute`` ops (a placement
+  change, with the collective it needs inside).
+
+What it must not do: decide cross-rank facts (groups, the data- or tensor-parallel role of a
+collective): ``perfsight.cluster.strategy_graph`` does.  Vectorised: one sorted search per nesting
+level, no loop over ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from perfsight import columns
+from perfsight.analysis import modules
+from perfsight.model import Trace
+
+OP_CONTEXT_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("slice", pa.int64()),  # row in the rank's ``slices`` (joins ``step_ops.slice``)
+        ("module", pa.string()),
+        ("modules", pa.list_(pa.string())),  # outermost first
+        ("op_class", pa.string()),  # "compute" | "memory copy" | "optimizer"
+        ("sharded", pa.bool_()),
+        ("redistribution", pa.bool_()),
+        ("input_dims", pa.list_(pa.list_(pa.int64()))),
+    ]
+)
+
+OPTIMIZER_PATTERN = r"^Optimizer\.(step|zero_grad)#"
+"""Ranges PyTorch's optimizers record around ``step()`` and ``zero_grad()`` (``Optimizer.step#SGD.step``)."""
+MEMORY_COPY_OPS = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::clone", "aten::contiguous")
+MEMORY_COPY_KINDS = ("memcpy", "memset")
+SUBCLASS_DISPATCH = "PythonSubclass"
+"""The op a tensor subclass's ``__torch_dispatch__`` records (DTensor's sharded ops)."""
+REDISTRIBUTE_OPS = ("Redistribute", "NestedRedistribute")
+
+
+def op_context(trace: Trace, step_ops: pa.Table, ranges: pd.DataFrame | None = None) -> pa.Table:
+    """One row per op row (``level == "op"``) of ``step_ops`` (:data:`OP_CONTEXT_SCHEMA`);
+    ``ranges``: the trace's :func:`modules.module_ranges`, when the caller has them already."""
+    ops = step_ops.filter(pc.equal(step_ops.column("level"), "op")).column("slice").to_numpy()
+    if ops.size == 0:
+        return OP_CONTEXT_SCHEMA.empty_table()
+    s = trace.slices
+    picked = s.take(pa.array(ops, pa.int64())).select(
+        ["kind", "name", "track", "start_ns", "dur_ns", "depth"]
+    )
+    frame = picked.to_pandas()
+    tracks = frame["track"].to_numpy(np.int64)
+    starts = frame["start_ns"].to_numpy(np.int64)
+    ends = starts + frame["dur_ns"].to_numpy(np.int64)
+    levels = frame["depth"].to_numpy(np.int64)
+    names = frame["name"].astype(str)
+
+    ranges = modules.module_ranges(trace) if ranges is None else ranges
+    held = modules.enclosing(ranges, tracks, starts, levels)
+    inner = modules.innermost(held)
+    labels = ranges["module"].to_numpy(object) if not ranges.empty else np.array([], object)
+    module = np.where(inner >= 0, labels[np.maximum(inner, 0)] if labels.size else "", "")
+    chain = _chains(held, labels)
+
+    marks = _named(trace, lambda n: pc.match_substring_regex(n, OPTIMIZER_PATTERN))
+    in_optimizer = modules.innermost(modules.enclosing(marks, tracks, starts, levels)) >= 0
+    copy = (
+        frame["kind"].astype(str).isin(MEMORY_COPY_KINDS).to_numpy() | names.isin(MEMORY_COPY_OPS).to_numpy()
+    )
+    op_class = np.where(in_optimizer, "optimizer", np.where(copy, "memory copy", "compute"))
+
+    sharded = _holds(trace, tracks, starts, ends, SUBCLASS_DISPATCH)
+    return pa.table(
+        {
+            "rank": pa.array(np.full(ops.size, trace.rank), pa.int32()),
+            "slice": pa.array(ops, pa.int64()),
+            "module": pa.array(module.astype(str), pa.string()),
+            "modules": pa.array(chain, pa.list_(pa.string())),
+            "op_class": pa.array(op_class, pa.string()),
+            "sharded": pa.array(sharded, pa.bool_()),
+            "redistribution": pa.array(names.isin(REDISTRIBUTE_OPS).to_numpy(), pa.bool_()),
+            "input_dims": s.column("input_dims").take(pa.array(ops, pa.int64())),
+        },
+        schema=OP_CONTEXT_SCHEMA,
+    )
+
+
+def _chains(held: np.ndarray, labels: np.ndarray) -> pa.Array:
+    """Per op, the labels of the ranges holding it, outermost first, as one Arrow list array
+    (built from flat arrays: no Python list per op)."""
+    n, width = held.shape
+    if width == 0:
+        return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], pa.string()))
+    found = held >= 0
+    counts = found.sum(axis=1)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    flat = labels[held[found]]  # row-major: each op's levels in order of depth, outermost first
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat.astype(str), pa.string()))
+
+
+def _named(trace: Trace, test: Callable[[pa.Array], pa.Array]) -> pd.DataFrame:
+    """Host ranges whose name passes ``test`` (an Arrow string predicate), in the shape
+    :func:`modules.enclosing` reads."""
+    slices = trace.slices
+    keep = modules.name_mask(slices.column("name"), test) & ~columns.numpy(
+        slices.column("is_device"), null=False
+    )
+    s = slices.filter(pa.array(keep)).select(["track", "start_ns", "dur_ns", "depth"]).to_pandas()
+    return pd.DataFrame(
+        {
+            "track": s["track"].astype("int64").to_numpy(),
+            "start_ns": s["start_ns"].astype("int64").to_numpy(),
+            "end_ns": (s["start_ns"] + s["dur_ns"]).astype("int64").to_numpy(),
+            "slice_depth": s["depth"].astype("int64").to_numpy(),
+        }
+    )
+
+
+def _holds(trace: Trace, tracks: np.ndarray, starts: np.ndarray, ends: np.ndarray, name: str) -> np.ndarray:
+    """Whether each op (an outermost op: they do not overlap on a track) holds a slice named ``name``."""
+    inside = _named(trace, lambda n: pc.equal(n, name))
+    out = np.zeros(starts.size, bool)
+    if inside.empty:
+        return out
+    for track in np.unique(tracks):  # one pass per track (a handful), not per op
+        mine = np.flatnonzero(tracks == track)
+        order = mine[np.argsort(starts[mine], kind="stable")]
+        points = inside.loc[inside["track"] == track, "start_ns"].to_numpy()
+        at = np.searchsorted(starts[order], points, side="right") - 1
+        ok = at >= 0
+        ok[ok] &= points[ok] < ends[order[at[ok]]]
+        out[order[at[ok]]] = True
+    return out

@@ -1,0 +1,238 @@
+"""The execution graph of the parallel-strategy view (seed 000, fig. 3; issue 18 section 2).
+
+PyTorch keeps no static graph, so the graph is built from what the job ran: per pipeline stage
+and step, its ops in execution order (the stage's nodes), joined by execution order within a stage
+and by each send with its receive between stages (the edges).  A node is "the same op" on every
+rank of the stage -- its name and how many ops of that name ran before it in the step on that
+rank (``aten::addmm#3``, ``all_reduce#0``; replicas of a stage run the same program) -- and keeps
+its time on each of those ranks.
+
+What it decides, and only here:
+
+* ``category``: ``collective`` / ``p2p`` for the cluster's matched communication ops, else the
+  rank's ``op_context`` class (``compute``, ``memory copy``, ``optimizer``);
+* ``special``, the seed's three kinds of special op: ``redistribution`` -- a collective on a
+  tensor-parallel group (all-gather, reduce-scatter, all-to-all, all-reduce between the shards'
+  compute) or DTensor's own ``Redistribute`` op; ``gradient_aggregation`` -- an all-reduce or
+  reduce-scatter on a data-parallel group; ``sharded`` -- a compute op on DTensor shards
+  (``op_context.sharded``); "" otherwise.  The groups' roles are ``perfsight.cluster.parallel``'s.
+
+Inputs: the cluster's step ops (``perfsight.cluster.execution``, on the common clock), every rank's
+``op_context`` (``perfsight.analysis.op_context``), the matched communication ops and the parallel
+layout.  Output: two tables written as Parquet (:data:`NODES_FILE`, :data:`EDGES_FILE`), which the
+server only selects from.  Vectorised (pandas merges, Arrow grouped lists), no loop over ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from perfsight.cluster.matching import Matched
+from perfsight.cluster.parallel import ParallelLayout
+from perfsight.cluster.rank import RankDigest, concat
+
+NODES_FILE = "cluster_strategy_graph.parquet"
+EDGES_FILE = "cluster_strategy_edges.parquet"
+CONTEXT_TABLE = "op_context"
+AGGREGATING = ("all_reduce", "reduce_scatter", "allreduce", "reduce_scatter_tensor", "all_reduce_coalesced")
+"""Collectives that aggregate gradients when they run on a data-parallel group."""
+SPECIALS = ("sharded", "redistribution", "gradient_aggregation")
+CATEGORIES = ("compute", "collective", "p2p", "memory copy", "optimizer")
+
+NODE_COLUMNS = [
+    "step", "stage", "node", "order", "key", "name", "category", "special", "module", "modules",
+    "input_dims", "collective", "group", "group_ranks", "bytes", "ranks", "starts_ns", "durations_ns",
+    "mean_ns", "min_ns", "max_ns", "slowest_rank",
+]  # fmt: skip
+"""``node``: index of the node in its stage and step, in execution order (0, 1, ...); ``order``:
+the op's smallest position among its ranks' ops of the step; ``starts_ns``: per rank (as
+``ranks``), the op's start since the step's first op on the job (common clock, ns)."""
+EDGE_COLUMNS = ["step", "kind", "src_stage", "src_node", "dst_stage", "dst_node", "pairs", "bytes"]
+"""``kind``: ``order`` (the next op of the stage) or ``p2p`` (a send and its receive; ``pairs``:
+the rank pairs ``"0->1"`` that exchanged it, ``bytes`` the message size)."""
+
+
+def strategy_graph(
+    step_ops: pd.DataFrame, digests: Mapping[int, RankDigest], matched: Matched, layout: ParallelLayout
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The graph's nodes (:data:`NODE_COLUMNS`) and edges (:data:`EDGE_COLUMNS`) of every step."""
+    ops = step_ops[step_ops["level"] == "op"] if not step_ops.empty else step_ops
+    if ops.empty:
+        return _empty(NODE_COLUMNS), _empty(EDGE_COLUMNS)
+    ops = _with_context(ops, digests)
+    ops = _with_groups(ops, matched, layout)
+    ops = ops.sort_values(["step", "rank", "start_ns", "order"], kind="stable")
+    ops["key"] = ops["name"] + "#" + ops.groupby(["step", "rank", "name"]).cumcount().astype(str)
+    t0 = ops.groupby("step")["start_ns"].transform("min")
+    ops["since_ns"] = (ops["start_ns"] - t0).astype("int64")
+    ops["dur_ns"] = (ops["end_ns"] - ops["start_ns"]).astype("int64")
+    nodes = _nodes(ops)
+    edges = pd.concat([_order_edges(nodes), _p2p_edges(ops, nodes)], ignore_index=True)
+    return nodes[NODE_COLUMNS], edges[EDGE_COLUMNS]
+
+
+def _with_context(ops: pd.DataFrame, digests: Mapping[int, RankDigest]) -> pd.DataFrame:
+    with_table = [digests[r] for r in sorted(digests) if CONTEXT_TABLE in digests[r].tables]
+    table = concat(with_table, CONTEXT_TABLE)
+    if table.num_rows:
+        context = table.to_pandas()
+        context["rank"] = context["rank"].astype("int64")
+        ops = ops.merge(context, on=["rank", "slice"], how="left")
+    for column, empty in (("module", ""), ("op_class", "compute")):
+        ops[column] = ops[column].fillna(empty) if column in ops else empty
+    for column in ("sharded", "redistribution"):
+        ops[column] = ops[column].fillna(False).astype(bool) if column in ops else False
+    if "modules" not in ops:
+        ops["modules"] = None
+    if "input_dims" not in ops:
+        ops["input_dims"] = None
+    return ops
+
+
+def _with_groups(ops: pd.DataFrame, matched: Matched, layout: ParallelLayout) -> pd.DataFrame:
+    """Each communication row's collective, group, members, bytes and the role of its group
+    (decided once per matched instance, then joined to the rows)."""
+    role = {tuple(g): "data" for g in layout.groups.get("data", [])}
+    role |= {tuple(g): "tensor" for g in layout.groups.get("tensor", [])}  # a shard group is tensor first
+    comm = matched.ops
+    per = comm[comm["instance"] >= 0] if not comm.empty else comm
+    if per.empty:
+        ops = ops.assign(collective="", group="", group_ranks=None, bytes=np.nan, group_role="")
+    else:
+        per = per.sort_values("bytes", ascending=False, kind="stable").drop_duplicates("instance")
+        members = per["members"].map(lambda m: tuple(sorted(int(r) for r in m)))  # per instance, not op
+        per = pd.DataFrame(
+            {
+                "instance": per["instance"],
+                "collective": per["collective"].astype(str),
+                "group": per["group"].astype(str),
+                "group_ranks": members.map(list),
+                "bytes": per["bytes"],
+                "group_role": members.map(lambda m: role.get(m, "")),
+            }
+        )
+        ops = ops.merge(per, on="instance", how="left")
+        for column in ("collective", "group", "group_role"):
+            ops[column] = ops[column].fillna("")
+    comm_row = (ops["instance"] >= 0).to_numpy()
+    p2p = comm_row & ops["is_p2p"].astype(bool).to_numpy()
+    collective = comm_row & ~p2p
+    ops["category"] = np.where(p2p, "p2p", np.where(collective, "collective", ops["op_class"]))
+    aggregating = ops["collective"].str.startswith(AGGREGATING).to_numpy()
+    group_role = ops["group_role"].to_numpy()
+    ops["special"] = np.select(
+        [
+            collective & (group_role == "tensor"),
+            collective & (group_role == "data") & aggregating,
+            ~comm_row & ops["redistribution"].to_numpy(),
+            ~comm_row & ops["sharded"].to_numpy(),
+        ],
+        ["redistribution", "gradient_aggregation", "redistribution", "sharded"],
+        "",
+    )
+    return ops
+
+
+def _nodes(ops: pd.DataFrame) -> pd.DataFrame:
+    """One row per (step, stage, key), per-rank values as lists in rank order."""
+    ops = ops.sort_values(["step", "stage", "key", "rank"], kind="stable")
+    frame = pd.DataFrame(
+        {
+            "step": ops["step"].astype("int64"),
+            "stage": ops["stage"].astype("int64"),
+            "key": ops["key"].astype(str),
+            "rank": ops["rank"].astype("int64"),
+            "since_ns": ops["since_ns"],
+            "dur_ns": ops["dur_ns"],
+            "order": ops["order"].astype("int64"),
+        }
+    )
+    grouped = (
+        pa.Table.from_pandas(frame, preserve_index=False)
+        .group_by(["step", "stage", "key"], use_threads=False)
+        .aggregate(
+            [
+                ("rank", "list"),
+                ("since_ns", "list"),
+                ("dur_ns", "list"),
+                ("order", "min"),
+                ("dur_ns", "mean"),
+                ("dur_ns", "min"),
+                ("dur_ns", "max"),
+            ]
+        )  # fmt: skip
+        .to_pandas()
+    )
+    grouped = grouped.rename(
+        columns={
+            "rank_list": "ranks", "since_ns_list": "starts_ns", "dur_ns_list": "durations_ns",
+            "order_min": "order", "dur_ns_mean": "mean_ns", "dur_ns_min": "min_ns", "dur_ns_max": "max_ns",
+        }
+    )  # fmt: skip
+    first = ops.drop_duplicates(["step", "stage", "key"])[
+        ["step", "stage", "key", "name", "category", "special", "module", "modules", "input_dims",
+         "collective", "group", "group_ranks", "bytes"]
+    ]  # fmt: skip
+    slowest = ops.loc[
+        ops.groupby(["step", "stage", "key"], sort=False)["dur_ns"].idxmax(), ["step", "stage", "key", "rank"]
+    ]
+    first = first.merge(slowest.rename(columns={"rank": "slowest_rank"}), on=["step", "stage", "key"])
+    nodes = grouped.merge(first, on=["step", "stage", "key"], how="left")
+    nodes = nodes.sort_values(["step", "stage", "order", "key"], kind="stable").reset_index(drop=True)
+    nodes["node"] = nodes.groupby(["step", "stage"]).cumcount().astype("int64")
+    nodes["mean_ns"] = nodes["mean_ns"].round().astype("int64")
+    nodes["bytes"] = nodes["bytes"].astype("Int64")
+    return nodes
+
+
+def _order_edges(nodes: pd.DataFrame) -> pd.DataFrame:
+    nxt = nodes.groupby(["step", "stage"])["node"].shift(-1)
+    has = nxt.notna()
+    return pd.DataFrame(
+        {
+            "step": nodes.loc[has, "step"],
+            "kind": "order",
+            "src_stage": nodes.loc[has, "stage"],
+            "src_node": nodes.loc[has, "node"],
+            "dst_stage": nodes.loc[has, "stage"],
+            "dst_node": nxt[has].astype("int64"),
+            "pairs": [[] for _ in range(int(has.sum()))],
+            "bytes": pd.array([pd.NA] * int(has.sum()), dtype="Int64"),
+        }
+    )
+
+
+def _p2p_edges(ops: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame:
+    p2p = ops[(ops["category"] == "p2p") & (ops["instance"] >= 0)]
+    send = p2p[p2p["name"].str.contains("send")]
+    recv = p2p[p2p["name"].str.contains("recv")]
+    index = nodes[["step", "stage", "key", "node"]]
+    cols = ["step", "instance", "rank", "stage", "key", "bytes"]
+    pairs = send[cols].merge(recv[cols], on=["step", "instance"], suffixes=("_src", "_dst"))
+    if pairs.empty:
+        return _empty(EDGE_COLUMNS)
+    pairs = pairs.merge(
+        index.rename(columns={"stage": "stage_src", "key": "key_src", "node": "src_node"}),
+        on=["step", "stage_src", "key_src"],
+    ).merge(
+        index.rename(columns={"stage": "stage_dst", "key": "key_dst", "node": "dst_node"}),
+        on=["step", "stage_dst", "key_dst"],
+    )
+    pairs["pair"] = pairs["rank_src"].astype(str) + "->" + pairs["rank_dst"].astype(str)
+    edges = (
+        pairs.groupby(["step", "stage_src", "src_node", "stage_dst", "dst_node"], sort=True)
+        .agg(pairs=("pair", lambda p: sorted(set(p))), bytes=("bytes_src", "max"))
+        .reset_index()
+        .rename(columns={"stage_src": "src_stage", "stage_dst": "dst_stage"})
+    )
+    edges["kind"] = "p2p"
+    edges["bytes"] = edges["bytes"].astype("Int64")
+    return edges
+
+
+def _empty(columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
