@@ -12,6 +12,8 @@ come from ``perfsight.analysis.step_ops``.  This module only joins them:
   sequence number (the matched instance); any other op: its name and how many ops of that name
   came before it in the step (``aten::linear#3``); a micro-batch block: its phase and micro-batch
   (``forward#2``).  Rows of one stage with one key in one step are one op of the Marey view.
+  The FLOPs and memory rows (``level`` ``flops`` / ``memory``: series with a ``value``, drawn as
+  lines over the timelines) have no key.
 
 Times are shifted by the alignment's offsets (``start_ns``/``end_ns`` on the common clock, ns).
 Vectorised with pandas merges and group counts, no loop over ops.
@@ -24,6 +26,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from perfsight.analysis.step_ops import SAMPLE_LEVELS
 from perfsight.cluster.alignment import Alignment
 from perfsight.cluster.matching import Matched
 from perfsight.cluster.rank import RankDigest, concat
@@ -34,7 +37,7 @@ OUTPUT_FILE = "cluster_step_ops.parquet"
 """Its cross-rank form in ``cluster_analysis_output/`` (columns: :data:`COLUMNS`)."""
 COLUMNS = [
     "step", "rank", "stage", "level", "order", "key", "name", "category", "phase", "micro_batch",
-    "instance", "is_p2p", "peer", "start_ns", "end_ns",
+    "instance", "is_p2p", "peer", "start_ns", "end_ns", "value",
 ]  # fmt: skip
 
 
@@ -70,6 +73,7 @@ def step_ops(
                 "peer": comm["peer"].fillna(-1).astype("int64"),
                 "start_ns": comm["start_ns"].astype("int64"),
                 "end_ns": comm["end_ns"].astype("int64"),
+                "value": np.nan,
             }
         )
     parts = [p for p in (rows, comm) if not p.empty]
@@ -86,4 +90,5 @@ def step_ops(
     rows["key"] = np.where(
         rows["level"] == "micro_batch", by_block, np.where(rows["instance"] >= 0, by_instance, by_name)
     )
+    rows.loc[rows["level"].isin(SAMPLE_LEVELS), "key"] = ""
     return rows[COLUMNS].reset_index(drop=True)
