@@ -43,9 +43,58 @@ def _ops_file(root: Path | None) -> Path:
     return path
 
 
-def _steps(ops: Path) -> list[str]:
-    got = queries.arrow("SELECT DISTINCT step FROM read_parquet(?) ORDER BY step", [str(ops)])
+def _steps(ops: Path, saved: Path) -> list[str]:
+    """The steps that have ops (read from the small per-step table, not the whole file)."""
+    table = _marey_tables(ops, saved)["steps"]
+    got = queries.arrow("SELECT step FROM read_parquet(?) WHERE t0 IS NOT NULL ORDER BY step", [str(table)])
     return [str(s) for s in got.column("step").to_pylist()]
+
+
+def _marey_tables(ops: Path, saved: Path) -> dict[str, Path]:
+    """What every request of these views reads first, made once per analysis from
+    ``cluster_step_ops.parquet`` into ``saved`` (at 1,024 ranks a scan of its millions of rows takes
+    seconds; these tables are small):
+
+    * ``steps``: per step, its first op's start (``t0``, the origin of every time sent), its span,
+      the highest allocated bytes and the highest op FLOP/s of any device (the lines' scales);
+    * ``keys``: per step, stage and key (one op matched across the stage's devices): its name,
+      category, order, its longest interval on any device and its first start / last end (ns from
+      ``t0``) -- what decides whether it is drawn alone or merged;
+    * ``devices``: per step and rank, its stage, ops, compute and communication time, last end and
+      FLOPs of the step.
+    """
+    origin = "(SELECT step, min(start_ns) AS t0 FROM read_parquet(?) WHERE level = 'op' GROUP BY step) t"
+    sql = {
+        "steps": f"""SELECT s.step, any_value(t.t0) AS t0,
+                max(end_ns) FILTER (WHERE level = 'op') - any_value(t.t0) AS span_ns,
+                max(value) FILTER (WHERE level = 'memory') AS memory_max,
+                max(value / nullif(end_ns - start_ns, 0)) FILTER (WHERE level = 'flops') * 1e9 AS flops_max
+            FROM read_parquet(?) s LEFT JOIN {origin} USING (step) GROUP BY s.step""",
+        "keys": f"""SELECT step, stage, key, name, category,
+                CAST(row_number() OVER (PARTITION BY step, stage ORDER BY first, key) - 1 AS BIGINT) AS o,
+                longest, a, b
+            FROM (SELECT s.step, stage, key, any_value(name) AS name, any_value(category) AS category,
+                    min("order") AS first, max(end_ns - start_ns) AS longest,
+                    min(start_ns) - any_value(t.t0) AS a, max(end_ns) - any_value(t.t0) AS b
+                FROM read_parquet(?) s JOIN {origin} USING (step) WHERE level = 'op'
+                GROUP BY s.step, stage, key)
+            ORDER BY step, stage, o""",
+        "devices": f"""SELECT s.step, rank, any_value(stage) FILTER (WHERE level = 'op') AS stage,
+                count(*) FILTER (WHERE level = 'op') AS ops,
+                CAST(coalesce(sum(end_ns - start_ns) FILTER (WHERE level = 'op' AND category = 'compute'), 0)
+                    AS BIGINT) AS compute_ns,
+                CAST(coalesce(sum(end_ns - start_ns)
+                    FILTER (WHERE level = 'op' AND category = 'communication'), 0) AS BIGINT)
+                    AS communication_ns,
+                max(end_ns) FILTER (WHERE level = 'op') - any_value(t.t0) AS end_ns,
+                sum(value) FILTER (WHERE level = 'flops') AS step_flops
+            FROM read_parquet(?) s JOIN {origin} USING (step)
+            GROUP BY s.step, rank HAVING count(*) FILTER (WHERE level = 'op') > 0""",
+    }
+    return {
+        name: job_views._cached(saved, f"marey_{name}", [ops], text, [str(ops), str(ops)])
+        for name, text in sql.items()
+    }
 
 
 def _pick_step(steps: list[str], step: str | None) -> str:
@@ -64,7 +113,7 @@ def pipeline(run: str, root: Path | None, saved: Path, step: str | None) -> dict
     """The pipeline chart (:class:`models.JobPipeline`) of one step: per stage, its first rank's
     Forward/Backward blocks and point-to-point ops, and the send -> receive pairs between stages."""
     ops = _ops_file(root)
-    steps = _steps(ops)
+    steps = _steps(ops, saved)
     chosen = _pick_step(steps, step)
     ranks = job_pages.ranks_table(job_pages.cluster_folder(root), saved)
     params = [str(ops), int(chosen)]
@@ -177,32 +226,24 @@ def marey(
     ``first`` are drawn, each with its FLOPS and memory lines binned to the same pixels.
     """
     ops = _ops_file(root)
-    steps = _steps(ops)
+    tables = _marey_tables(ops, saved)
+    steps = _steps(ops, saved)
     chosen = _pick_step(steps, step)
-    params = [str(ops), int(chosen)]
-    src = "SELECT * FROM read_parquet(?) WHERE step = ?"
-    base = f"{src} AND level = 'op'"
-    span = queries.arrow(f"SELECT min(start_ns) AS t0, max(end_ns) AS t1 FROM ({base})", params)
-    t0, t1 = span.column("t0")[0].as_py(), span.column("t1")[0].as_py()
-    t0, total = (t0 or 0), ((t1 - t0) if t0 is not None else 0)
+    head = queries.arrow("SELECT * FROM read_parquet(?) WHERE step = ?", [str(tables["steps"]), int(chosen)])
+    info = (
+        head.to_pylist()[0]
+        if head.num_rows
+        else {"t0": 0, "span_ns": 0, "memory_max": None, "flops_max": None}
+    )
+    t0, total = int(info["t0"] or 0), int(info["span_ns"] or 0)
     w0 = min(max(0, start_ns or 0), max(0, total - 1))
     w1 = min(total, end_ns) if end_ns is not None else total
     w1 = max(w1, w0 + 1)
     bin_ns = (w1 - w0) / px
     devices = queries.records(
         queries.arrow(
-            f"""SELECT rank, any_value(stage) FILTER (WHERE level = 'op') AS stage,
-                count(*) FILTER (WHERE level = 'op') AS ops,
-                CAST(coalesce(sum(end_ns - start_ns) FILTER (WHERE level = 'op' AND category = 'compute'), 0)
-                    AS BIGINT) AS compute_ns,
-                CAST(coalesce(sum(end_ns - start_ns)
-                    FILTER (WHERE level = 'op' AND category = 'communication'),
-                    0) AS BIGINT) AS communication_ns,
-                max(end_ns) FILTER (WHERE level = 'op') - ? AS end_ns,
-                sum(value) FILTER (WHERE level = 'flops') AS step_flops
-            FROM ({src}) GROUP BY rank HAVING count(*) FILTER (WHERE level = 'op') > 0
-            ORDER BY stage, rank""",
-            [t0, *params],
+            "SELECT * EXCLUDE (step) FROM read_parquet(?) WHERE step = ? ORDER BY stage, rank",
+            [str(tables["devices"]), int(chosen)],
         )
     )
     rates = [
@@ -224,54 +265,47 @@ def marey(
     shown = rows[first : first + MAREY_ROWS]
     shown_ranks = [d["rank"] for d in shown]
     _device_shares(devices, root, saved)
-    items_sql = f"""WITH s AS (SELECT stage, rank, key, name, category, "order", start_ns - ? AS a,
-                end_ns - ? AS b FROM ({base})),
-        g AS (SELECT stage, key, any_value(name) AS name, any_value(category) AS category,
-                min("order") AS o, max(b - a) AS longest, min(a) AS a, max(b) AS b
-              FROM s GROUP BY stage, key HAVING max(b) >= ? AND min(a) <= ?),
+    # the drawn devices' rows only: the file is sorted by step and rank, so the rank range prunes it
+    lo, hi = (min(shown_ranks), max(shown_ranks)) if shown_ranks else (0, -1)
+    src = (
+        "SELECT * FROM read_parquet(?) WHERE step = ? AND rank BETWEEN ? AND ? AND rank IN (SELECT unnest(?))"
+    )
+    params = [str(ops), int(chosen), lo, hi, shown_ranks]
+    items_sql = f"""WITH g AS (SELECT stage, key, name, category, o, longest, a, b FROM read_parquet(?)
+              WHERE step = ? AND b >= ? AND a <= ?),
         k AS (SELECT *, longest >= ? AS wide,
                 sum(CAST(longest >= ? AS INT)) OVER (PARTITION BY stage ORDER BY o ROWS UNBOUNDED PRECEDING)
                     AS seg,
                 CAST(floor((greatest(a, ?) - ?) / ?) AS BIGINT) AS cell FROM g),
-        m AS (SELECT *, CASE WHEN wide THEN key ELSE 'run:' || seg || ':' || cell END AS item FROM k),
-        items AS (SELECT stage, item AS key, arg_min(name, o) AS name, min(o) AS "order", count(*) AS ops,
+        m AS (SELECT *,
+                CASE WHEN wide THEN o ELSE min(o) OVER (PARTITION BY stage, wide, seg, cell) END AS item
+              FROM k),
+        items AS (SELECT stage, item,
+                CASE WHEN count(*) = 1 THEN any_value(key) ELSE 'run:' || item END AS key,
+                arg_min(name, o) AS name, min(o) AS "order", count(*) AS ops,
                 CASE WHEN count(DISTINCT category) = 1 THEN any_value(category) ELSE 'mixed' END AS category,
                 max(longest) AS longest_ns, min(a) AS start_ns, max(b) AS end_ns
               FROM m GROUP BY stage, item),
+        s AS (SELECT stage, rank, key, start_ns - ? AS a, end_ns - ? AS b FROM ({src}) WHERE level = 'op'),
         per AS (SELECT stage, item, list(rank ORDER BY rank) AS ranks, list(a ORDER BY rank) AS starts_ns,
                 list(b ORDER BY rank) AS ends_ns, list(n ORDER BY rank) AS counts
               FROM (SELECT m.stage, m.item, s.rank, min(s.a) AS a, max(s.b) AS b, count(*) AS n
-                    FROM s JOIN m USING (stage, key) WHERE s.rank IN (SELECT unnest(?))
-                    GROUP BY m.stage, m.item, s.rank)
+                    FROM s JOIN m USING (stage, key) GROUP BY m.stage, m.item, s.rank)
               GROUP BY stage, item)
-        SELECT i.*, coalesce(p.ranks, []) AS ranks, coalesce(p.starts_ns, []) AS starts_ns,
+        SELECT i.* EXCLUDE (item), coalesce(p.ranks, []) AS ranks, coalesce(p.starts_ns, []) AS starts_ns,
             coalesce(p.ends_ns, []) AS ends_ns, coalesce(p.counts, []) AS counts
-        FROM items i LEFT JOIN per p ON p.stage = i.stage AND p.item = i.key"""
-    items_params = [t0, t0, *params, w0, w1, bin_ns, bin_ns, w0, w0, bin_ns, shown_ranks]
+        FROM items i LEFT JOIN per p ON p.stage = i.stage AND p.item = i.item"""
+    items_params = [str(tables["keys"]), int(chosen), w0, w1, bin_ns, bin_ns, w0, w0, bin_ns, t0, t0, *params]
     items = _json_rows(items_sql, items_params, 'stage, "order"')
     counts = queries.arrow(
-        f"""SELECT count(*) AS matched, count(*) FILTER (WHERE b >= ? AND a <= ?) AS in_window,
-            count(DISTINCT stage) AS stages FROM (SELECT stage, key, min(start_ns) - ? AS a,
-            max(end_ns) - ? AS b FROM ({base}) GROUP BY stage, key)""",
-        [w0, w1, t0, t0, *params],
+        "SELECT count(*) AS matched, count(*) FILTER (WHERE b >= ? AND a <= ?) AS in_window "
+        "FROM read_parquet(?) WHERE step = ?",
+        [w0, w1, str(tables["keys"]), int(chosen)],
     ).to_pylist()[0]
     lines = _lines(src, params, t0, w0, w1, bin_ns, px, shown_ranks)
     for d in shown:  # a loop over the devices drawn (MAREY_ROWS at most)
         d["flops_line"], d["memory_line"] = lines.get(d["rank"], (_EMPTY_LINE, _EMPTY_LINE))
-    memory_max = (
-        queries.arrow(f"SELECT max(value) AS top FROM ({src}) WHERE level = 'memory'", params)
-        .column("top")[0]
-        .as_py()
-    )
-    flops_max = (
-        queries.arrow(
-            f"SELECT max(value / nullif(end_ns - start_ns, 0)) * 1e9 AS top FROM ({src}) "
-            "WHERE level = 'flops'",
-            params,
-        )
-        .column("top")[0]
-        .as_py()
-    )
+    memory_max, flops_max = info["memory_max"], info["flops_max"]
     capacity = next((d.get("capacity_bytes") for d in devices if d.get("capacity_bytes")), None)
     return {
         "run": run,
