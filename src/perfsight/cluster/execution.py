@@ -35,6 +35,10 @@ STEP_OPS_TABLE = "step_ops"
 """The per-rank table (``perfsight.analysis.step_ops``) each digest carries."""
 OUTPUT_FILE = "cluster_step_ops.parquet"
 """Its cross-rank form in ``cluster_analysis_output/`` (columns: :data:`COLUMNS`)."""
+ROW_GROUP_ROWS = 65_536
+"""Rows per Parquet row group of :data:`OUTPUT_FILE`: its rows are sorted by step and rank, so the
+Marey view's read of 64 devices' rows skips the other ranks' groups (pyarrow's default, a million
+rows, spans hundreds of ranks at a few thousand rows a rank)."""
 COLUMNS = [
     "step", "rank", "stage", "level", "order", "key", "name", "category", "phase", "micro_batch",
     "instance", "is_p2p", "peer", "start_ns", "end_ns", "value",
@@ -83,12 +87,13 @@ def step_ops(
     rows["stage"] = rows["rank"].map(stage_of).fillna(0).astype("int64")
     rows = rows.sort_values(["step", "rank", "level", "start_ns"], kind="stable")
     rows["order"] = rows.groupby(["rank", "step", "level"]).cumcount().astype("int64")
-    nth = rows.groupby(["rank", "step", "level", "name"]).cumcount().astype(str)
-    by_name = rows["name"] + "#" + nth
-    by_block = rows["phase"] + "#" + rows["micro_batch"].astype(str)
-    by_instance = "comm#" + rows["instance"].astype(str)
-    rows["key"] = np.where(
-        rows["level"] == "micro_batch", by_block, np.where(rows["instance"] >= 0, by_instance, by_name)
+    rows["key"] = ""  # the FLOPs and memory series have none
+    keyed = rows[~rows["level"].isin(SAMPLE_LEVELS)]
+    nth = keyed.groupby(["rank", "step", "level", "name"]).cumcount().astype(str)
+    by_name = keyed["name"] + "#" + nth
+    by_block = keyed["phase"] + "#" + keyed["micro_batch"].astype(str)
+    by_instance = "comm#" + keyed["instance"].astype(str)
+    rows.loc[keyed.index, "key"] = np.where(
+        keyed["level"] == "micro_batch", by_block, np.where(keyed["instance"] >= 0, by_instance, by_name)
     )
-    rows.loc[rows["level"].isin(SAMPLE_LEVELS), "key"] = ""
     return rows[COLUMNS].reset_index(drop=True)
