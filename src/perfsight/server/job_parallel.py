@@ -60,6 +60,8 @@ def _marey_tables(ops: Path, saved: Path) -> dict[str, Path]:
     * ``keys``: per step, stage and key (one op matched across the stage's devices): its name,
       category, order, its longest interval on any device and its first start / last end (ns from
       ``t0``) -- what decides whether it is drawn alone or merged;
+    * ``stages``: per step and stage, its lowest rank (the one the pipeline chart draws), its ranks
+      and its first start and last end (ns, the common clock);
     * ``devices``: per step and rank, its stage, ops, compute and communication time, last end and
       FLOPs of the step.
     """
@@ -79,6 +81,9 @@ def _marey_tables(ops: Path, saved: Path) -> dict[str, Path]:
                 FROM read_parquet(?) s JOIN {origin} USING (step) WHERE level = 'op'
                 GROUP BY s.step, stage, key)
             ORDER BY step, stage, o""",
+        "stages": """SELECT step, stage, min(rank) AS rank, list(DISTINCT rank ORDER BY rank) AS ranks,
+                min(start_ns) AS s0, max(end_ns) AS s1
+            FROM read_parquet(?) WHERE level IN ('op', 'micro_batch') AND ? IS NOT NULL GROUP BY step, stage""",
         "devices": f"""SELECT s.step, rank, any_value(stage) FILTER (WHERE level = 'op') AS stage,
                 count(*) FILTER (WHERE level = 'op') AS ops,
                 CAST(coalesce(sum(end_ns - start_ns) FILTER (WHERE level = 'op' AND category = 'compute'), 0)
@@ -91,7 +96,7 @@ def _marey_tables(ops: Path, saved: Path) -> dict[str, Path]:
             FROM read_parquet(?) s JOIN {origin} USING (step)
             GROUP BY s.step, rank HAVING count(*) FILTER (WHERE level = 'op') > 0""",
     }
-    return {
+    return {  # (each query names the file twice; "stages" takes the second as a no-op condition)
         name: job_views._cached(saved, f"marey_{name}", [ops], text, [str(ops), str(ops)])
         for name, text in sql.items()
     }
@@ -118,16 +123,17 @@ def pipeline(run: str, root: Path | None, saved: Path, step: str | None) -> dict
     ranks = job_pages.ranks_table(job_pages.cluster_folder(root), saved)
     params = [str(ops), int(chosen)]
     base = "SELECT * FROM read_parquet(?) WHERE step = ? AND level IN ('op', 'micro_batch')"
-    span = queries.arrow(f"SELECT min(start_ns) AS t0, max(end_ns) AS t1 FROM ({base})", params)
-    t0, t1 = span.column("t0")[0].as_py(), span.column("t1")[0].as_py()
     shown = queries.records(
         queries.arrow(
-            f"SELECT stage, min(rank) AS rank, list(DISTINCT rank ORDER BY rank) AS ranks, "
-            f"max(end_ns) - min(start_ns) AS span_ns FROM ({base}) GROUP BY stage ORDER BY stage",
-            params,
+            "SELECT stage, rank, ranks, s1 - s0 AS span_ns, s0, s1 FROM read_parquet(?) WHERE step = ? "
+            "ORDER BY stage",
+            [str(_marey_tables(ops, saved)["stages"]), int(chosen)],
         )
     )
+    t0, t1 = min(s.pop("s0") for s in shown), max(s.pop("s1") for s in shown)
     reps = [s["rank"] for s in shown]
+    # only the drawn ranks' rows (the file is sorted by step and rank: their row groups)
+    base = f"{base} AND rank BETWEEN {min(reps)} AND {max(reps)} AND rank IN ({', '.join(map(str, reps))})"
     blocks = queries.records(
         queries.arrow(
             f"""WITH s AS ({base}), b AS (SELECT * FROM s WHERE level = 'micro_batch'),

@@ -81,9 +81,9 @@ function share(v: number | null | undefined): string {
 function labels(data: JobMarey, lay: Layout, width: number): string {
   const s = t.parallel.marey;
   const blocks: [number, string][] = [
-    [104, s.flopsShort],
-    [140, s.rateShort],
-    [176, s.memoryShort],
+    [110, s.flopsShort],
+    [149, s.rateShort],
+    [188, s.memoryShort],
   ];
   const parts = blocks.map(([x, label]) => `<text x="${x}" y="12" class="pv-sub" text-anchor="middle">${escapeHtml(label)}</text>`);
   for (const [stage, group] of lay.stages) {
@@ -96,13 +96,13 @@ function labels(data: JobMarey, lay: Layout, width: number): string {
     if (y === undefined) continue;
     const memory = d.peak_share ?? d.peak_of_max;
     const cell = (x: number, v: number | null | undefined, title: string) =>
-      `<rect x="${x - 15}" y="${y - 2}" width="30" height="${LINE + 4}" fill="${share(v)}" stroke="#cfd6e0"><title>${escapeHtml(`${title}: ${fmt.percent(v)}`)}</title></rect>`;
+      `<rect x="${x - 16}" y="${y - 2}" width="32" height="${LINE + 4}" fill="${share(v)}" stroke="#cfd6e0"><title>${escapeHtml(`${title}: ${fmt.percent(v)}`)}</title></rect>`;
     parts.push(
       `<g class="mv-device" data-rank="${d.rank}" data-stage="${d.stage}">`,
       `<text x="4" y="${y + LINE}" class="pv-label">${escapeHtml(s.device(d.rank, d.stage))}</text>`,
-      cell(104, d.flops_of_max, s.flops),
-      cell(140, d.flops_per_s_of_max, s.flopsRate),
-      cell(176, memory, s.memory),
+      cell(110, d.flops_of_max, s.flops),
+      cell(149, d.flops_per_s_of_max, s.flopsRate),
+      cell(188, memory, s.memory),
       "</g>",
     );
   }
