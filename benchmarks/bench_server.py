@@ -377,8 +377,8 @@ JOB_ENDPOINTS: list[tuple[str, str, dict[str, Any]]] = [
     ("time overview", "/api/job/time-overview", {}),
     ("pipeline chart", "/api/job/pipeline", {}),
     ("Marey view", "/api/job/marey", {}),
-    ("Marey view, a stage unfolded (64 devices drawn)", "/api/job/marey", {"unfold": "{stage}"}),
-    ("Marey view, the next 64 devices", "/api/job/marey", {"unfold": "{stage}", "first": 64}),
+    ("Marey view, a stage unfolded (32 devices drawn)", "/api/job/marey", {"unfold": "{stage}"}),
+    ("Marey view, the next 32 devices", "/api/job/marey", {"unfold": "{stage}", "first": 32}),
     (
         "Marey view, a 2 ms window unfolded",
         "/api/job/marey",

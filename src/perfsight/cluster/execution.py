@@ -37,7 +37,7 @@ OUTPUT_FILE = "cluster_step_ops.parquet"
 """Its cross-rank form in ``cluster_analysis_output/`` (columns: :data:`COLUMNS`)."""
 ROW_GROUP_ROWS = 65_536
 """Rows per Parquet row group of :data:`OUTPUT_FILE`: its rows are sorted by step and rank, so the
-Marey view's read of 64 devices' rows skips the other ranks' groups (pyarrow's default, a million
+Marey view's read of a page of devices' rows skips the other ranks' groups (pyarrow's default, a million
 rows, spans hundreds of ranks at a few thousand rows a rank)."""
 COLUMNS = [
     "step", "rank", "stage", "level", "order", "key", "name", "category", "phase", "micro_batch",

@@ -28,7 +28,7 @@ OPS_FILE = "cluster_step_ops.parquet"
 """perfsight.cluster.execution.OUTPUT_FILE (not imported: the request path does not load pandas)."""
 MAREY_PX = 1200
 """Pixels across the Marey view's window when the client names none."""
-MAREY_ROWS = 64
+MAREY_ROWS = 32
 """Device rows drawn at once; a job with more devices opens with every stage folded."""
 
 
@@ -83,7 +83,8 @@ def _marey_tables(ops: Path, saved: Path) -> dict[str, Path]:
             ORDER BY step, stage, o""",
         "stages": """SELECT step, stage, min(rank) AS rank, list(DISTINCT rank ORDER BY rank) AS ranks,
                 min(start_ns) AS s0, max(end_ns) AS s1
-            FROM read_parquet(?) WHERE level IN ('op', 'micro_batch') AND ? IS NOT NULL GROUP BY step, stage""",
+            FROM read_parquet(?) WHERE level IN ('op', 'micro_batch') AND ? IS NOT NULL
+            GROUP BY step, stage""",
         "devices": f"""SELECT s.step, rank, any_value(stage) FILTER (WHERE level = 'op') AS stage,
                 count(*) FILTER (WHERE level = 'op') AS ops,
                 CAST(coalesce(sum(end_ns - start_ns) FILTER (WHERE level = 'op' AND category = 'compute'), 0)
@@ -342,7 +343,7 @@ _EMPTY_LINE: dict[str, list[float]] = {"bins": [], "values": []}
 
 def _json_rows(sql: str, params: list[Any], order_by: str) -> Any:
     """The rows of ``sql`` as a ready JSON array of objects, written by DuckDB (an item holds a list
-    per device: building Python dicts for 64 devices x thousands of items would take longer)."""
+    per device: building Python dicts for 32 devices x thousands of items would take longer)."""
     import orjson
 
     text = (

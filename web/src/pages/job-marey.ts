@@ -12,7 +12,7 @@
  * Every item is read from /api/job/marey (server/job_parallel.py) at this chart's width in pixels:
  * ops narrower than a pixel come merged into runs, never dropped.  A brushed window is asked for
  * again, so its ops are drawn at full resolution; a double-click asks for the whole step.  The
- * timelines are drawn on a canvas (a 64-device page holds tens of thousands of intervals); labels,
+ * timelines are drawn on a canvas (a 32-device page holds tens of thousands of intervals); labels,
  * blocks and stage headers are SVG.  Click a stage to fold or unfold it, hover an op for its name
  * and its start/end on each device, click a device to open its rank's timeline.
  */
@@ -202,24 +202,24 @@ function itemAt(data: JobMarey, lay: Layout, width: number, px: number, py: numb
   const [a, b] = [data.window_start_ns, data.window_end_ns];
   const ns = a + ((px - LABEL) / (width - LABEL - RIGHT)) * (b - a);
   const slack = (b - a) / (width - LABEL - RIGHT); // one pixel
-  // the item under the pointer, else the nearest within a pixel (a sub-pixel item is hard to hit)
+  // the item under the pointer -- the last drawn, on top, where intervals overlap (a collective
+  // beside the host's compute) -- else the nearest within a pixel (a sub-pixel item is hard to hit)
   let best: { op: MareyOp; rank: number | null } | null = null;
   let bestGap = slack;
-  const consider = (op: MareyOp, rank: number | null, s: number, e: number): boolean => {
+  const consider = (op: MareyOp, rank: number | null, s: number, e: number): void => {
     const gap = ns < s ? s - ns : ns > e ? ns - e : 0;
     if (gap <= bestGap) [best, bestGap] = [{ op, rank }, gap];
-    return gap === 0;
   };
   for (const [stage, group] of lay.stages) {
     if (group.row === null || py < group.row || py > group.row + LINE) continue;
-    for (const op of data.ops) if (op.stage === stage && consider(op, null, op.start_ns, op.end_ns)) return best;
+    for (const op of data.ops) if (op.stage === stage) consider(op, null, op.start_ns, op.end_ns);
     return best;
   }
   for (const [rank, y] of lay.y) {
     if (py < y || py > y + LINE) continue;
     for (const op of data.ops) {
       const k = op.ranks.indexOf(rank);
-      if (k >= 0 && consider(op, rank, op.starts_ns[k], op.ends_ns[k])) return best;
+      if (k >= 0) consider(op, rank, op.starts_ns[k], op.ends_ns[k]);
     }
     return best;
   }
