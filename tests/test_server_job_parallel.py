@@ -187,12 +187,13 @@ def test_the_slowed_rank_computes_longer_and_the_other_waits_in_the_all_reduce(c
     # are ops the other rank lacks
     assert device[SLOW_RANK]["ops"] - device[other]["ops"] == 2 * 40
     # the slowed rank's bands are the wide ones: over the compute items drawn on each row, its
-    # intervals add up longer, and its longest is longer
+    # intervals add up longer (its single longest is not asserted: one op of the other rank was
+    # descheduled for 8.9 ms on CI's busy cores in one run)
     drawn: dict[int, list[int]] = {0: [], 1: []}
     for op in (op for op in data["ops"] if op["category"] == "compute"):
         for r, s, e in zip(op["ranks"], op["starts_ns"], op["ends_ns"], strict=True):
             drawn[r].append(e - s)
-    assert sum(drawn[SLOW_RANK]) > sum(drawn[other]) and max(drawn[SLOW_RANK]) > max(drawn[other])
+    assert sum(drawn[SLOW_RANK]) > sum(drawn[other])
     # the first all-reduce of the step: the punctual rank enters it early and waits for the slow one
     first = min(
         (op for op in data["ops"] if op["category"] == "communication" and op["ops"] == 1),

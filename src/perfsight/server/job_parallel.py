@@ -50,6 +50,13 @@ def _steps(ops: Path, saved: Path) -> list[str]:
     return [str(s) for s in got.column("step").to_pylist()]
 
 
+def _digest(text: str) -> str:
+    """A short hash of a table's query: a new perfsight with another query makes a new table."""
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
 def _marey_tables(ops: Path, saved: Path) -> dict[str, Path]:
     """What every request of these views reads first, made once per analysis from
     ``cluster_step_ops.parquet`` into ``saved`` (at 1,024 ranks a scan of its millions of rows takes
@@ -98,7 +105,7 @@ def _marey_tables(ops: Path, saved: Path) -> dict[str, Path]:
             GROUP BY s.step, rank HAVING count(*) FILTER (WHERE level = 'op') > 0""",
     }
     return {  # (each query names the file twice; "stages" takes the second as a no-op condition)
-        name: job_views._cached(saved, f"marey_{name}", [ops], text, [str(ops), str(ops)])
+        name: job_views._cached(saved, f"marey_{name}_{_digest(text)}", [ops], text, [str(ops), str(ops)])
         for name, text in sql.items()
     }
 
