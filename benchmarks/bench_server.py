@@ -46,6 +46,7 @@ import datetime as dt
 import os
 import platform
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -376,6 +377,13 @@ JOB_ENDPOINTS: list[tuple[str, str, dict[str, Any]]] = [
     ("time overview", "/api/job/time-overview", {}),
     ("pipeline chart", "/api/job/pipeline", {}),
     ("Marey view", "/api/job/marey", {}),
+    ("Marey view, a stage unfolded (32 devices drawn)", "/api/job/marey", {"unfold": "{stage}"}),
+    ("Marey view, the next 32 devices", "/api/job/marey", {"unfold": "{stage}", "first": 32}),
+    (
+        "Marey view, a 2 ms window unfolded",
+        "/api/job/marey",
+        {"unfold": "{stage}", "start_ns": 10_000_000, "end_ns": 12_000_000},
+    ),
     ("parallel strategy", "/api/job/strategy", {}),
     ("parallel-strategy graph", "/api/job/strategy/graph", {}),
     ("module table", "/api/job/strategy/modules", {}),
@@ -471,7 +479,7 @@ def _wait_analysed(http: Http, run: str, timeout_s: float) -> float:
         time.sleep(1.0)
 
 
-def job_api(http: Http, run: str, requests: int) -> list[dict[str, Any]]:
+def job_api(http: Http, run: str, requests: int, only: str | None = None) -> list[dict[str, Any]]:
     """Every endpoint of :data:`JOB_ENDPOINTS`, ``requests`` times each, in turns (so that each
     endpoint also sees what the others leave behind); the first answer of each is reported apart."""
     code, _, _, trace = http.get("/api/job/step-trace", {"run": run})
@@ -481,6 +489,8 @@ def job_api(http: Http, run: str, requests: int) -> list[dict[str, Any]]:
     fill["{stage}"] = str(trace["stages"][0]) if trace["stages"] else "0"
     calls = []
     for label, path, query in JOB_ENDPOINTS:
+        if only and not re.search(only, path):
+            continue
         params = {k: fill.get(str(v), v) for k, v in query.items()}
         calls.append((label, path, params if path == "/api/runs" else {"run": run, **params}))
     times: dict[str, list[float]] = {label: [] for label, _, _ in calls}
@@ -558,7 +568,7 @@ def _painted(page: Any, timeout_s: float = PAGE_TIMEOUT_S) -> float | None:
     return None
 
 
-def job_first_paint(port: int, run: str, repeats: int) -> list[dict[str, Any]]:
+def job_first_paint(port: int, run: str, repeats: int, only: str | None = None) -> list[dict[str, Any]]:
     """Per page of :data:`JOB_PAGES`: ms from navigation start until its main content is on screen,
     in a fresh browser context each time (nothing cached), Debian's Chromium headless."""
     import json
@@ -573,6 +583,8 @@ def job_first_paint(port: int, run: str, repeats: int) -> list[dict[str, Any]]:
         )
         try:
             for page_name, selector in JOB_PAGES:
+                if only and not re.search(only, page_name):
+                    continue
                 url = f"http://127.0.0.1:{port}/#/{page_name}?" + urllib.parse.urlencode({"run": run})
                 painted, fcp = [], []
                 errors: list[str] = []
@@ -643,10 +655,10 @@ def job_bench(args: argparse.Namespace) -> int:
         opening = rank_open(http, run, http.get("/api/run/status", {"run": run})[3]["ranks"])
         for row in opening:
             print(row, flush=True)
-        api = job_api(http, run, args.requests)
+        api = job_api(http, run, args.requests, args.only)
         for row in api:
             print(row, flush=True)
-        paint = job_first_paint(port, run, args.paint_repeats) if not args.no_browser else []
+        paint = job_first_paint(port, run, args.paint_repeats, args.only) if not args.no_browser else []
         for row in paint:
             print(row, flush=True)
     finally:
@@ -705,6 +717,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=30, help="requests per job endpoint")
     parser.add_argument("--paint-repeats", type=int, default=3, help="page loads per job page")
     parser.add_argument("--no-browser", action="store_true", help="job: the API only")
+    parser.add_argument(
+        "--only", help="job: only the endpoints and pages whose path matches this regular expression"
+    )
     parser.add_argument("--analysis-timeout", type=float, default=1800.0)
     parser.add_argument("--size-mb", type=int, default=5700, help="size when generating --trace")
     parser.add_argument("--first-view-trace", type=Path, help="the 1 GB trace for the first-view figure")

@@ -68,6 +68,7 @@ def test_a_cpu_job_gives_the_outermost_ops_of_the_step_thread_and_its_micro_batc
 def test_a_gpu_trace_gives_its_device_work_and_no_collective() -> None:
     trace = read_real(kineto_file("nccl_parser_config/nccl_data.json.gz"))
     table = step_ops(trace).to_pandas()
+    table = table[table["level"] == "op"]  # not the FLOPs and memory series
     assert not table.empty
     slices = trace.slices.to_pandas()
     rows = slices.loc[table["slice"]]
@@ -75,3 +76,31 @@ def test_a_gpu_trace_gives_its_device_work_and_no_collective() -> None:
     assert set(rows["kind"].astype(str)) <= {"kernel", "memcpy", "memset"}
     assert not table["name"].str.contains("nccl", case=False).any()
     assert (table["end_ns"] >= table["start_ns"]).all()
+
+
+def test_the_flops_and_memory_series_are_each_steps_counted_flops_and_allocator_totals(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    from perfsight.analysis.flops import flops_by_step
+
+    (path,) = (trained_jobs(tmp_path_factory) / PP_JOB).glob("rank0_*/kineto_trace_0.json")
+    trace = read_real(path)
+    table = step_ops(trace).to_pandas()
+    flops = table[table["level"] == "flops"]
+    assert not flops.empty and (flops["value"] > 0).all()
+    # per step, the series' FLOPs add up to the step's FLOPs as the FLOPs analysis counts them
+    per_step = flops_by_step(trace).to_pandas().set_index("step")["flops"]
+    got = flops.groupby("step")["value"].sum()
+    assert set(got.index) <= set(per_step.index)
+    for step, value in got.items():
+        assert value == pytest.approx(per_step.loc[step])
+    # memory: the allocator's totals of the step's events, each inside its step, in the trace's order
+    memory = table[table["level"] == "memory"]
+    assert not memory.empty and (memory["start_ns"] == memory["end_ns"]).all()
+    steps = trace.steps.to_pandas().set_index("step")
+    inside = memory.apply(
+        lambda r: steps.loc[r["step"], "start_ns"] <= r["start_ns"] < steps.loc[r["step"], "end_ns"], axis=1
+    )
+    assert inside.all()
+    allocated = set(trace.memory.column("allocated_bytes").to_pylist())
+    assert set(memory["value"].astype("int64")) <= allocated

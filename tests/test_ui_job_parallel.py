@@ -86,54 +86,126 @@ def test_a_step_picked_on_the_pipeline_chart_travels_in_the_url(page: Watched, j
     assert not page.errors
 
 
-def test_the_marey_view_joins_each_op_across_devices_and_shows_its_times_on_hover(
+LABEL, RIGHT = 206, 10  # job-marey.ts: the label column's width and the right margin (px)
+
+
+def _marey_api(jobs_server: Server, p: Any, run: str, **params: Any) -> dict[str, Any]:
+    """The API's answer for the chart as the page drew it (its width in px, its window)."""
+    px = p.locator('[data-testid="marey-box"]').get_attribute("data-px")
+    return jobs_server.get("job/marey", run=run, px=px, **params)
+
+
+def _pixel(p: Any, x: float, y: float) -> list[int]:
+    """The canvas's colour at page point (x, y)."""
+    return p.evaluate(
+        """([x, y]) => { const c = document.querySelector('[data-testid="marey-canvas"]');
+            const r = c.getBoundingClientRect(), k = c.width / r.width;
+            const g = c.getContext('2d');
+            return Array.from(g.getImageData((x - r.left) * k, (y - r.top) * k, 1, 1).data); }""",
+        [x, y],
+    )
+
+
+def test_the_marey_view_draws_every_op_merged_or_alone_and_shows_its_times_on_hover(
     page: Watched, jobs_server: Server
 ) -> None:
     p = page.page
     p.goto(jobs_server.page_url("job-marey", STRAGGLER_JOB))
-    p.wait_for_selector('[data-testid="marey-chart"] .mv-op')
-    api = jobs_server.get("job/marey", run=STRAGGLER_JOB)
+    p.wait_for_selector('[data-testid="marey-chart"] .mv-device')
+    box = p.locator('[data-testid="marey-box"]')
+    api = _marey_api(jobs_server, p, STRAGGLER_JOB)
     assert p.locator('[data-testid="marey-chart"] .mv-device').count() == len(api["devices"])
-    assert p.locator('[data-testid="marey-chart"] .mv-op').count() == len(api["ops"])
-    shared = [op for op in api["ops"] if len(op["ranks"]) == len(api["devices"])]
-    assert shared  # each drawn as one interval per device joined by a band between the rows
-    for op in shared[:5]:
-        g = p.locator(f'.mv-op[data-key="{op["key"]}"]')
-        assert (
-            g.locator("rect").count() == len(op["ranks"])
-            and g.locator("polygon").count() == len(op["ranks"]) - 1
-        )
-    assert str(api["shown_ops"]) in p.locator('[data-testid="marey-shown"]').inner_text()
-    # hover the longest all-reduce: its name and one line per device
+    # the page drew what the API answered at its width: every op of the step, in items
+    assert int(box.get_attribute("data-items")) == len(api["ops"])
+    assert int(box.get_attribute("data-ops")) == api["matched_ops"]
+    assert str(api["matched_ops"]) in p.locator('[data-testid="marey-shown"]').inner_text()
+    # hover the longest all-reduce on the slowed rank's row: its name and one line per device
     comm = max(
-        (op for op in api["ops"] if op["category"] == "communication"), key=lambda op: op["longest_ns"]
+        (op for op in api["ops"] if op["category"] == "communication" and op["ops"] == 1),
+        key=lambda op: op["longest_ns"],
     )
-    p.locator(f'.mv-op[data-key="{comm["key"]}"] rect').first.hover(force=True)
+    k = comm["ranks"].index(SLOW_RANK)
+    area = p.locator('[data-testid="marey-chart"]').bounding_box()
+    plot = area["width"] - LABEL - RIGHT
+    x = area["x"] + LABEL + plot * (comm["starts_ns"][k] + comm["ends_ns"][k]) / 2 / api["span_ns"]
+    row = p.locator(f'.mv-device[data-rank="{SLOW_RANK}"] rect').first.bounding_box()
+    y = row["y"] + row["height"] / 2
+    r, g, b, _ = _pixel(p, x, y)
+    assert r > 200 and 100 < g < 180 and b < 60, (r, g, b)  # orange: communication
+    p.mouse.move(x, y)
     card = p.locator('[data-testid="marey-card"]')
     card.wait_for(state="visible")
-    assert card.inner_text().startswith(comm["name"])
+    assert box.get_attribute("data-hover-key") == comm["key"]
+    assert comm["name"] in card.inner_text()
     assert card.locator("[data-rank]").count() == len(comm["ranks"])
     _shot(p, "marey")
     assert not page.errors
 
 
-def test_brush_zooms_the_marey_view_and_double_click_resets_it(page: Watched, jobs_server: Server) -> None:
+def test_a_brush_asks_the_server_for_the_window_at_a_finer_resolution_and_double_click_resets(
+    page: Watched, jobs_server: Server
+) -> None:
     p = page.page
     p.goto(jobs_server.page_url("job-marey", DDP_JOB))
-    p.wait_for_selector('[data-testid="marey-chart"] .mv-op')
+    p.wait_for_selector('[data-testid="marey-chart"] .mv-device')
     box = p.locator('[data-testid="marey-box"]')
     full = (int(box.get_attribute("data-view-start")), int(box.get_attribute("data-view-end")))
-    area = p.locator('[data-testid="marey-chart"]').bounding_box()
+    full_bin = float(box.get_attribute("data-bin-ns"))
+    area = box.bounding_box()
     y = area["y"] + area["height"] / 2
-    p.mouse.move(area["x"] + area["width"] * 0.4, y)
-    p.mouse.down()
-    p.mouse.move(area["x"] + area["width"] * 0.6, y, steps=5)
-    p.mouse.up()
+    with p.expect_response(lambda r: "api/job/marey" in r.url and "start_ns=" in r.url) as asked:
+        p.mouse.move(area["x"] + area["width"] * 0.4, y)
+        p.mouse.down()
+        p.mouse.move(area["x"] + area["width"] * 0.6, y, steps=5)
+        p.mouse.up()
+    zoomed_api = asked.value.json()
+    p.wait_for_function(
+        "v => document.querySelector('[data-testid=\"marey-box\"]').dataset.viewStart === v",
+        arg=str(zoomed_api["window_start_ns"]),
+    )
     zoomed = (int(box.get_attribute("data-view-start")), int(box.get_attribute("data-view-end")))
     assert full[0] < zoomed[0] < zoomed[1] < full[1]
     assert zoomed[1] - zoomed[0] < (full[1] - full[0]) / 3
-    box.dblclick(position={"x": area["width"] * 0.5, "y": 5})
+    # the server drew the window at the same width: a pixel is fewer ns, and every op is there
+    assert float(box.get_attribute("data-bin-ns")) < full_bin / 3
+    assert int(box.get_attribute("data-ops")) == zoomed_api["window_ops"] > 0
+    with p.expect_response(lambda r: "api/job/marey" in r.url and "start_ns=" not in r.url):
+        box.dblclick(position={"x": area["width"] * 0.5, "y": 5})
+    p.wait_for_function(
+        "v => document.querySelector('[data-testid=\"marey-box\"]').dataset.viewEnd === v", arg=str(full[1])
+    )
     assert (int(box.get_attribute("data-view-start")), int(box.get_attribute("data-view-end"))) == full
+    assert not page.errors
+
+
+def test_the_flops_and_memory_lines_are_drawn_for_each_device_and_can_be_hidden(
+    page: Watched, jobs_server: Server
+) -> None:
+    p = page.page
+    p.goto(jobs_server.page_url("job-marey", STRAGGLER_JOB))
+    p.wait_for_selector('[data-testid="marey-chart"] .mv-device')
+    api = _marey_api(jobs_server, p, STRAGGLER_JOB)
+    assert [d["rank"] for d in api["devices"]] == [0, 1]
+    assert all(d["flops_line"]["bins"] for d in api["devices"])
+
+    def purple_under(rank: int) -> int:
+        """Purple pixels in the gap under a device's row, where its lines are drawn."""
+        row = p.locator(f'.mv-device[data-rank="{rank}"] rect').first.bounding_box()
+        area = p.locator('[data-testid="marey-chart"]').bounding_box()
+        return p.evaluate(
+            """([x, y, w, h]) => { const c = document.querySelector('[data-testid="marey-canvas"]');
+                const r = c.getBoundingClientRect(), k = c.width / r.width;
+                const g = c.getContext('2d');
+                const d = g.getImageData((x - r.left) * k, (y - r.top) * k, w * k, h * k).data;
+                let n = 0; for (let i = 0; i < d.length; i += 4)
+                  if (d[i] > 90 && d[i] < 150 && d[i + 1] < 110 && d[i + 2] > 180) n++;
+                return n; }""",
+            [area["x"] + LABEL, row["y"] + row["height"], area["width"] - LABEL - RIGHT, 30],
+        )
+
+    assert all(purple_under(rank) > 0 for rank in (0, 1))
+    p.locator('[data-testid="marey-lines"]').uncheck()
+    assert all(purple_under(rank) == 0 for rank in (0, 1))
     assert not page.errors
 
 
@@ -162,21 +234,18 @@ def test_the_strategy_tree_lists_every_rank_and_opens_one(page: Watched, jobs_se
     assert not page.errors
 
 
-def test_a_stage_folds_into_one_row_of_each_ops_union_and_unfolds(page: Watched, jobs_server: Server) -> None:
+def test_a_stage_folds_into_one_row_and_unfolds(page: Watched, jobs_server: Server) -> None:
     p = page.page
     p.goto(jobs_server.page_url("job-marey", STRAGGLER_JOB))
     p.wait_for_selector('[data-testid="marey-chart"] .mv-device')
     api = jobs_server.get("job/marey", run=STRAGGLER_JOB)
-    p.locator('.mv-stage[data-stage="0"]').click()
+    with p.expect_response(lambda r: "api/job/marey" in r.url and "unfold=none" in r.url):
+        p.locator('.mv-stage[data-stage="0"]').click()
     p.wait_for_selector('.mv-stage-row[data-stage="0"]', state="attached")
     assert p.locator(".mv-device").count() == 0
     assert f"{len(api['devices'])} devices" in p.locator('.mv-stage[data-stage="0"]').text_content()
-    # the all-reduce both ranks ran at once is one span on the folded row: first start to last end
-    first = min(
-        (op for op in api["ops"] if op["category"] == "communication"), key=lambda op: min(op["starts_ns"])
-    )
-    assert p.locator(f'.mv-op[data-key="{first["key"]}"] rect').count() == 1
-    assert p.locator(f'.mv-op[data-key="{first["key"]}"] polygon').count() == 0
+    box = p.locator('[data-testid="marey-box"]')
+    assert int(box.get_attribute("data-ops")) == api["matched_ops"]  # folded, nothing is dropped
     p.locator('.mv-stage[data-stage="0"]').click()
     p.wait_for_selector(".mv-device")
     assert p.locator(".mv-device").count() == len(api["devices"])

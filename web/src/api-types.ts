@@ -1849,22 +1849,54 @@ export interface components {
             steps: string[];
             /** Span Ns */
             span_ns: number;
-            /** Min Ns */
-            min_ns: number;
-            /** Limit */
-            limit: number;
+            /** Px */
+            px: number;
+            /** Window Start Ns */
+            window_start_ns: number;
+            /** Window End Ns */
+            window_end_ns: number;
+            /**
+             * Bin Ns
+             * @description ns a pixel: ops shorter than this on every device are merged
+             */
+            bin_ns: number;
             /**
              * Matched Ops
              * @description ops of the step (matched across each stage's devices)
              */
             matched_ops: number;
-            /** Shown Ops */
-            shown_ops: number;
             /**
-             * Hidden Ops
-             * @description ops left out: shorter than min_ns or beyond the limit per stage
+             * Window Ops
+             * @description those in the window: the sum of the items' ops
              */
-            hidden_ops: number;
+            window_ops: number;
+            /** Stages */
+            stages: components["schemas"]["MareyStage"][];
+            /**
+             * Device Rows
+             * @description devices of the unfolded stages
+             */
+            device_rows: number;
+            /**
+             * First
+             * @description index of the first drawn among them
+             */
+            first: number;
+            /**
+             * Rows
+             * @description device rows drawn at most
+             */
+            rows: number;
+            /**
+             * Flops Line Max Per S
+             * @description the highest op's FLOP/s in the step (any device)
+             */
+            flops_line_max_per_s: number | null;
+            /**
+             * Memory Line Max Bytes
+             * @description device capacity, or the highest allocated
+             */
+            memory_line_max_bytes: number | null;
             /** Devices */
             devices: components["schemas"]["MareyDevice"][];
             /** Ops */
@@ -2252,42 +2284,106 @@ export interface components {
             communication_ns: number;
             /** End Ns */
             end_ns: number;
+            /**
+             * Step Flops
+             * @description FLOPs of the device's counted operators in the step
+             */
+            step_flops: number | null;
+            /**
+             * Flops Per S
+             * @description step_flops over the device's compute time in the step
+             */
+            flops_per_s: number | null;
+            /** Flops Per S Of Max */
+            flops_per_s_of_max?: number | null;
             /** Flops Of Max */
             flops_of_max?: number | null;
             /** Peak Share */
             peak_share?: number | null;
             /** Peak Of Max */
             peak_of_max?: number | null;
+            /** Capacity Bytes */
+            capacity_bytes?: number | null;
+            /** @description FLOP/s per pixel of the window */
+            flops_line: components["schemas"]["MareyLine"];
+            /** @description highest allocated bytes per pixel of the window */
+            memory_line: components["schemas"]["MareyLine"];
+        };
+        /**
+         * MareyLine
+         * @description A series over the window, one value per pixel that has one (pixel -1: the level at its start).
+         */
+        MareyLine: {
+            /** Bins */
+            bins: number[];
+            /** Values */
+            values: number[];
         };
         /**
          * MareyOp
-         * @description One op of a stage matched across its devices: one interval per device (ns from the step start).
+         * @description One op of a stage matched across its devices, or the sub-pixel ops merged into one run
+         *     (``ops`` > 1): one interval per drawn device (ns from the step start).
          */
         MareyOp: {
             /** Stage */
             stage: number;
             /**
              * Key
-             * @description what matches it: "comm#<instance>", "<name>#<k-th of that name in step>"
+             * @description what matches it: "comm#<instance>", "<name>#<k-th of that name in step>"; a run: "run:.."
              */
             key: string;
-            /** Name */
+            /**
+             * Name
+             * @description the op's name (a run: its first op's)
+             */
             name: string;
             /**
              * Category
              * @enum {string}
              */
-            category: "compute" | "communication";
+            category: "compute" | "communication" | "mixed";
             /** Order */
             order: number;
+            /**
+             * Ops
+             * @description matched ops merged into this item (1: an op drawn on its own)
+             */
+            ops: number;
             /** Longest Ns */
             longest_ns: number;
-            /** Ranks */
+            /**
+             * Start Ns
+             * @description first start on any device of the stage
+             */
+            start_ns: number;
+            /**
+             * End Ns
+             * @description last end on any device of the stage
+             */
+            end_ns: number;
+            /**
+             * Ranks
+             * @description the drawn devices that ran it (none when its stage is folded)
+             */
             ranks: number[];
             /** Starts Ns */
             starts_ns: number[];
             /** Ends Ns */
             ends_ns: number[];
+            /**
+             * Counts
+             * @description per drawn device: how many of its ops are merged here
+             */
+            counts: number[];
+        };
+        /** MareyStage */
+        MareyStage: {
+            /** Stage */
+            stage: number;
+            /** Devices */
+            devices: number;
+            /** Folded */
+            folded: boolean;
         };
         /**
          * MatrixCells
@@ -5284,10 +5380,16 @@ export interface operations {
                 run: string;
                 /** @description a step number; default the second profiled */
                 step?: string | null;
-                /** @description ops shorter on every device are hidden */
-                min_ns?: number;
-                /** @description longest ops kept per stage */
-                limit?: number;
+                /** @description pixels across the window */
+                px?: number;
+                /** @description window start, ns from the step's start */
+                start_ns?: number | null;
+                /** @description window end, ns from the step's start */
+                end_ns?: number | null;
+                /** @description stages drawn per device: 0,2 */
+                unfold?: string | null;
+                /** @description first device row drawn */
+                first?: number;
             };
             header?: never;
             path?: never;

@@ -19,6 +19,13 @@ chart says so rather than guessing a schedule.
 What it must not do: decide cross-rank facts (which op matches which on another rank, clock
 offsets) -- that is ``perfsight.cluster.execution``.  Vectorised: one sort and a grouped cumulative
 maximum, no loop over slices.
+
+The same table carries the two series the Marey view overlays on each device's timeline, as rows of
+their own level with a ``value``: ``level = "flops"``, one row per outermost operator with a FLOPs
+count (``perfsight.analysis.flops.op_flops``: its interval and its FLOPs), and ``level = "memory"``,
+one row per allocator event of the rank's device (its time and the allocated total after it, bytes;
+the device's events when the trace has any, else the host's).  They share the op rows' clock and
+step so that one shift puts all of them on the job's clock.
 """
 
 from __future__ import annotations
@@ -42,9 +49,13 @@ STEP_OPS_SCHEMA = pa.schema(
         ("slice", pa.int64()),  # row in the rank's ``slices`` (joins ``comm.slice``)
         ("start_ns", pa.int64()),
         ("end_ns", pa.int64()),
+        ("value", pa.float64()),  # "flops" rows: FLOPs; "memory" rows: allocated bytes; else null
     ]
 )
 """Units: ns on the rank's own trace clock (the cluster step shifts them onto the common clock)."""
+
+SAMPLE_LEVELS = ("flops", "memory")
+"""The levels that are series over time, not ops (they have a ``value`` and no key)."""
 
 OP_KINDS_DEVICE = ("kernel", "memcpy", "memset")
 OP_KINDS_HOST = ("cpu_op",)
@@ -84,14 +95,62 @@ def step_ops(trace: Trace) -> pa.Table:
         phase=found.loc[blocks.index, 0].str.lower(),
         micro_batch=found.loc[blocks.index, 1].astype(int),
     )
-    rows = pd.concat([ops, blocks], ignore_index=True)
+    rows = pd.concat([ops, blocks, _flops_rows(trace, s), _memory_rows(trace)], ignore_index=True)
     if rows.empty:
         return STEP_OPS_SCHEMA.empty_table()
     rows = rows.sort_values(["step", "level", "start_ns", "slice"], kind="stable")
     rows["order"] = rows.groupby(["step", "level"]).cumcount()
     rows["end_ns"] = rows["start_ns"] + rows["dur_ns"]
+    if "value" not in rows:
+        rows["value"] = np.nan
     rows["rank"] = trace.rank
     return pa.Table.from_pandas(rows[STEP_OPS_SCHEMA.names], schema=STEP_OPS_SCHEMA, preserve_index=False)
+
+
+def _flops_rows(trace: Trace, slices: pd.DataFrame) -> pd.DataFrame:
+    """One row per outermost operator with a FLOPs count, in a step: its interval and FLOPs."""
+    from perfsight.analysis.flops import op_flops
+
+    counted = op_flops(trace)
+    if counted.num_rows == 0:
+        return pd.DataFrame()
+    flops = pd.Series(counted.column("flops").to_numpy(), index=counted.column("slice").to_numpy())
+    rows = slices[slices["slice"].isin(flops.index)]  # ``slices`` holds only rows inside a step
+    return rows.assign(
+        level="flops", category="compute", phase="", micro_batch=-1, name="flops",
+        value=flops.loc[rows["slice"]].to_numpy(),
+    )  # fmt: skip
+
+
+def _memory_rows(trace: Trace) -> pd.DataFrame:
+    """One row per allocator event of the rank's busiest device (an accelerator's when the trace has
+    any, else the host's), in a step: its time and the allocated total after it (bytes)."""
+    memory = trace.memory
+    if memory.num_rows == 0 or trace.steps.num_rows == 0:
+        return pd.DataFrame()
+    m = memory.select(["device_type", "device_index", "ts_ns", "allocated_bytes"]).to_pandas()
+    m["device_type"] = m["device_type"].astype(str)
+    m = m[m["allocated_bytes"].notna()]
+    accelerator = m[m["device_type"] != "cpu"]
+    m = accelerator if not accelerator.empty else m
+    if m.empty:
+        return pd.DataFrame()
+    busiest = m.groupby(["device_type", "device_index"]).size().idxmax()
+    m = m[(m["device_type"] == busiest[0]) & (m["device_index"] == busiest[1])]
+    steps = trace.steps.select(["step", "start_ns", "end_ns"]).to_pandas().sort_values("start_ns")
+    at = np.searchsorted(steps["start_ns"].to_numpy(), m["ts_ns"].to_numpy(), side="right") - 1
+    inside = at >= 0
+    inside[inside] = m["ts_ns"].to_numpy()[inside] < steps["end_ns"].to_numpy()[at[inside]]
+    m, at = m[inside], at[inside]
+    if m.empty:
+        return pd.DataFrame()
+    return pd.DataFrame(
+        {
+            "level": "memory", "category": "memory", "phase": "", "micro_batch": -1, "name": "memory",
+            "slice": -1, "step": steps["step"].to_numpy()[at], "start_ns": m["ts_ns"].to_numpy(),
+            "dur_ns": 0, "value": m["allocated_bytes"].to_numpy(dtype=np.float64),
+        }
+    )  # fmt: skip
 
 
 def _outermost(ops: pd.DataFrame) -> pd.DataFrame:

@@ -12,6 +12,8 @@ come from ``perfsight.analysis.step_ops``.  This module only joins them:
   sequence number (the matched instance); any other op: its name and how many ops of that name
   came before it in the step (``aten::linear#3``); a micro-batch block: its phase and micro-batch
   (``forward#2``).  Rows of one stage with one key in one step are one op of the Marey view.
+  The FLOPs and memory rows (``level`` ``flops`` / ``memory``: series with a ``value``, drawn as
+  lines over the timelines) have no key.
 
 Times are shifted by the alignment's offsets (``start_ns``/``end_ns`` on the common clock, ns).
 Vectorised with pandas merges and group counts, no loop over ops.
@@ -24,6 +26,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from perfsight.analysis.step_ops import SAMPLE_LEVELS
 from perfsight.cluster.alignment import Alignment
 from perfsight.cluster.matching import Matched
 from perfsight.cluster.rank import RankDigest, concat
@@ -32,9 +35,13 @@ STEP_OPS_TABLE = "step_ops"
 """The per-rank table (``perfsight.analysis.step_ops``) each digest carries."""
 OUTPUT_FILE = "cluster_step_ops.parquet"
 """Its cross-rank form in ``cluster_analysis_output/`` (columns: :data:`COLUMNS`)."""
+ROW_GROUP_ROWS = 65_536
+"""Rows per Parquet row group of :data:`OUTPUT_FILE`: its rows are sorted by step and rank, so the
+Marey view's read of a page of devices' rows skips the other ranks' groups (pyarrow's default, a million
+rows, spans hundreds of ranks at a few thousand rows a rank)."""
 COLUMNS = [
     "step", "rank", "stage", "level", "order", "key", "name", "category", "phase", "micro_batch",
-    "instance", "is_p2p", "peer", "start_ns", "end_ns", "slice",
+    "instance", "is_p2p", "peer", "start_ns", "end_ns", "slice", "value",
 ]  # fmt: skip
 """``slice``: the row in its rank's ``slices`` (joins the rank's ``op_context``); -1 for a
 communication op (its row is the cluster's matched op)."""
@@ -73,6 +80,7 @@ def step_ops(
                 "slice": -1,
                 "start_ns": comm["start_ns"].astype("int64"),
                 "end_ns": comm["end_ns"].astype("int64"),
+                "value": np.nan,
             }
         )
     parts = [p for p in (rows, comm) if not p.empty]
@@ -82,11 +90,13 @@ def step_ops(
     rows["stage"] = rows["rank"].map(stage_of).fillna(0).astype("int64")
     rows = rows.sort_values(["step", "rank", "level", "start_ns"], kind="stable")
     rows["order"] = rows.groupby(["rank", "step", "level"]).cumcount().astype("int64")
-    nth = rows.groupby(["rank", "step", "level", "name"]).cumcount().astype(str)
-    by_name = rows["name"] + "#" + nth
-    by_block = rows["phase"] + "#" + rows["micro_batch"].astype(str)
-    by_instance = "comm#" + rows["instance"].astype(str)
-    rows["key"] = np.where(
-        rows["level"] == "micro_batch", by_block, np.where(rows["instance"] >= 0, by_instance, by_name)
+    rows["key"] = ""  # the FLOPs and memory series have none
+    keyed = rows[~rows["level"].isin(SAMPLE_LEVELS)]
+    nth = keyed.groupby(["rank", "step", "level", "name"]).cumcount().astype(str)
+    by_name = keyed["name"] + "#" + nth
+    by_block = keyed["phase"] + "#" + keyed["micro_batch"].astype(str)
+    by_instance = "comm#" + keyed["instance"].astype(str)
+    rows.loc[keyed.index, "key"] = np.where(
+        keyed["level"] == "micro_batch", by_block, np.where(keyed["instance"] >= 0, by_instance, by_name)
     )
     return rows[COLUMNS].reset_index(drop=True)

@@ -233,7 +233,9 @@ def write_cluster_outputs(result: ClusterResult, out: str | Path) -> Path:
         cluster_csv.write_table(folder / "cluster_resources.csv", result.resources)
         write_communication_matrix(folder / "communication_matrix.json", result.matrix)
         if result.step_ops is not None:
-            result.step_ops.to_parquet(folder / execution.OUTPUT_FILE, index=False)
+            result.step_ops.to_parquet(
+                folder / execution.OUTPUT_FILE, index=False, row_group_size=execution.ROW_GROUP_ROWS
+            )
         if result.step_spread is not None:
             result.step_spread.to_parquet(folder / layout.CLUSTER_STEP_SPREAD_FILE, index=False)
         if result.communication_ranks is not None:

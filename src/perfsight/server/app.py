@@ -528,8 +528,6 @@ def create_app(
         ))  # fmt: skip
 
     # parallel execution views: pipeline chart and Marey view (logic in job_parallel)
-    MAREY_LIMIT = job_parallel.MAREY_LIMIT
-
     @app.get("/api/job/pipeline", **documented(models.JobPipeline))
     def job_pipeline(run: RunParam, step: ParallelStep = None) -> Response:
         root, saved = job_source(run)
@@ -568,11 +566,20 @@ def create_app(
     def job_marey(
         run: RunParam,
         step: ParallelStep = None,
-        min_ns: Annotated[int, Query(ge=0, description="ops shorter on every device are hidden")] = 0,
-        limit: Annotated[int, Query(ge=1, le=5000, description="longest ops kept per stage")] = MAREY_LIMIT,
+        px: Annotated[
+            int, Query(ge=50, le=8000, description="pixels across the window")
+        ] = job_parallel.MAREY_PX,
+        start_ns: Annotated[
+            int | None, Query(ge=0, description="window start, ns from the step's start")
+        ] = None,
+        end_ns: Annotated[int | None, Query(ge=1, description="window end, ns from the step's start")] = None,
+        unfold: Annotated[
+            str | None, Query(max_length=4096, description="stages drawn per device: 0,2")
+        ] = None,
+        first: Annotated[int, Query(ge=0, description="first device row drawn")] = 0,
     ) -> Response:
         root, saved = job_source(run)
-        return fast_json(job_parallel.marey(run, root, saved, step, min_ns, limit))
+        return fast_json(job_parallel.marey(run, root, saved, step, px, start_ns, end_ns, unfold, first))
 
     @app.get("/api/run/findings", response_model=models.Findings, responses=ERRORS)
     def run_findings(run: RunParam, rank: RankParam = None) -> dict:

@@ -9,8 +9,11 @@ What it decides, and only here: how a view of those rows is drawn.  A micro-batc
 time is the time of the compute ops inside it on its rank (a block's span also holds the waits for
 the neighbouring stage, which are not work of this stage); a stage's idle time in the step is the
 step's span less its blocks' compute; the pacing stage is the one with the most block compute.  The
-Marey view keeps, per stage, the ``limit`` longest matched ops of the step at least ``min_ns``
-long and says how many it left out (a page of 1,024 devices x thousands of ops would not draw).
+Marey view is aggregated to the screen's resolution: the client names its width in pixels and the
+window it shows, ops narrower than a pixel are merged into runs (never dropped), and a brushed
+window is asked for again at full resolution; at most :data:`MAREY_ROWS` device rows are drawn at
+once (a job with more opens folded, a stage per row).  A device's FLOPS block is its FLOPs of the
+step over its compute time in the step (the sum of its compute ops' durations).
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from perfsight.server.runs import CLUSTER_OUTPUT_DIR
 
 OPS_FILE = "cluster_step_ops.parquet"
 """perfsight.cluster.execution.OUTPUT_FILE (not imported: the request path does not load pandas)."""
-MAREY_LIMIT = 200
-"""Matched ops per stage the Marey view draws by default (the longest)."""
+MAREY_PX = 1200
+"""Pixels across the Marey view's window when the client names none."""
+MAREY_ROWS = 32
+"""Device rows drawn at once; a job with more devices opens with every stage folded."""
 
 
 def _ops_file(root: Path | None) -> Path:
@@ -38,9 +43,71 @@ def _ops_file(root: Path | None) -> Path:
     return path
 
 
-def _steps(ops: Path) -> list[str]:
-    got = queries.arrow("SELECT DISTINCT step FROM read_parquet(?) ORDER BY step", [str(ops)])
+def _steps(ops: Path, saved: Path) -> list[str]:
+    """The steps that have ops (read from the small per-step table, not the whole file)."""
+    table = _marey_tables(ops, saved)["steps"]
+    got = queries.arrow("SELECT step FROM read_parquet(?) WHERE t0 IS NOT NULL ORDER BY step", [str(table)])
     return [str(s) for s in got.column("step").to_pylist()]
+
+
+def _digest(text: str) -> str:
+    """A short hash of a table's query: a new perfsight with another query makes a new table."""
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def _marey_tables(ops: Path, saved: Path) -> dict[str, Path]:
+    """What every request of these views reads first, made once per analysis from
+    ``cluster_step_ops.parquet`` into ``saved`` (at 1,024 ranks a scan of its millions of rows takes
+    seconds; these tables are small):
+
+    * ``steps``: per step, its first op's start (``t0``, the origin of every time sent), its span,
+      the highest allocated bytes and the highest op FLOP/s of any device (the lines' scales);
+    * ``keys``: per step, stage and key (one op matched across the stage's devices): its name,
+      category, order, its longest interval on any device and its first start / last end (ns from
+      ``t0``) -- what decides whether it is drawn alone or merged;
+    * ``stages``: per step and stage, its lowest rank (the one the pipeline chart draws), its ranks
+      and its first start and last end (ns, the common clock);
+    * ``devices``: per step and rank, its stage, ops, compute and communication time, last end and
+      FLOPs of the step.
+    """
+    origin = "(SELECT step, min(start_ns) AS t0 FROM read_parquet(?) WHERE level = 'op' GROUP BY step) t"
+    sql = {
+        "steps": f"""SELECT s.step, any_value(t.t0) AS t0,
+                max(end_ns) FILTER (WHERE level = 'op') - any_value(t.t0) AS span_ns,
+                max(value) FILTER (WHERE level = 'memory') AS memory_max,
+                max(value / nullif(end_ns - start_ns, 0)) FILTER (WHERE level = 'flops') * 1e9 AS flops_max
+            FROM read_parquet(?) s LEFT JOIN {origin} USING (step) GROUP BY s.step""",
+        "keys": f"""SELECT step, stage, key, name, category,
+                CAST(row_number() OVER (PARTITION BY step, stage ORDER BY first, key) - 1 AS BIGINT) AS o,
+                longest, a, b
+            FROM (SELECT s.step, stage, key, any_value(name) AS name, any_value(category) AS category,
+                    min("order") AS first, max(end_ns - start_ns) AS longest,
+                    min(start_ns) - any_value(t.t0) AS a, max(end_ns) - any_value(t.t0) AS b
+                FROM read_parquet(?) s JOIN {origin} USING (step) WHERE level = 'op'
+                GROUP BY s.step, stage, key)
+            ORDER BY step, stage, o""",
+        "stages": """SELECT step, stage, min(rank) AS rank, list(DISTINCT rank ORDER BY rank) AS ranks,
+                min(start_ns) AS s0, max(end_ns) AS s1
+            FROM read_parquet(?) WHERE level IN ('op', 'micro_batch') AND ? IS NOT NULL
+            GROUP BY step, stage""",
+        "devices": f"""SELECT s.step, rank, any_value(stage) FILTER (WHERE level = 'op') AS stage,
+                count(*) FILTER (WHERE level = 'op') AS ops,
+                CAST(coalesce(sum(end_ns - start_ns) FILTER (WHERE level = 'op' AND category = 'compute'), 0)
+                    AS BIGINT) AS compute_ns,
+                CAST(coalesce(sum(end_ns - start_ns)
+                    FILTER (WHERE level = 'op' AND category = 'communication'), 0) AS BIGINT)
+                    AS communication_ns,
+                max(end_ns) FILTER (WHERE level = 'op') - any_value(t.t0) AS end_ns,
+                sum(value) FILTER (WHERE level = 'flops') AS step_flops
+            FROM read_parquet(?) s JOIN {origin} USING (step)
+            GROUP BY s.step, rank HAVING count(*) FILTER (WHERE level = 'op') > 0""",
+    }
+    return {  # (each query names the file twice; "stages" takes the second as a no-op condition)
+        name: job_views._cached(saved, f"marey_{name}_{_digest(text)}", [ops], text, [str(ops), str(ops)])
+        for name, text in sql.items()
+    }
 
 
 def _pick_step(steps: list[str], step: str | None) -> str:
@@ -59,21 +126,22 @@ def pipeline(run: str, root: Path | None, saved: Path, step: str | None) -> dict
     """The pipeline chart (:class:`models.JobPipeline`) of one step: per stage, its first rank's
     Forward/Backward blocks and point-to-point ops, and the send -> receive pairs between stages."""
     ops = _ops_file(root)
-    steps = _steps(ops)
+    steps = _steps(ops, saved)
     chosen = _pick_step(steps, step)
     ranks = job_pages.ranks_table(job_pages.cluster_folder(root), saved)
     params = [str(ops), int(chosen)]
-    base = "SELECT * FROM read_parquet(?) WHERE step = ?"
-    span = queries.arrow(f"SELECT min(start_ns) AS t0, max(end_ns) AS t1 FROM ({base})", params)
-    t0, t1 = span.column("t0")[0].as_py(), span.column("t1")[0].as_py()
+    base = "SELECT * FROM read_parquet(?) WHERE step = ? AND level IN ('op', 'micro_batch')"
     shown = queries.records(
         queries.arrow(
-            f"SELECT stage, min(rank) AS rank, list(DISTINCT rank ORDER BY rank) AS ranks, "
-            f"max(end_ns) - min(start_ns) AS span_ns FROM ({base}) GROUP BY stage ORDER BY stage",
-            params,
+            "SELECT stage, rank, ranks, s1 - s0 AS span_ns, s0, s1 FROM read_parquet(?) WHERE step = ? "
+            "ORDER BY stage",
+            [str(_marey_tables(ops, saved)["stages"]), int(chosen)],
         )
     )
+    t0, t1 = min(s.pop("s0") for s in shown), max(s.pop("s1") for s in shown)
     reps = [s["rank"] for s in shown]
+    # only the drawn ranks' rows (the file is sorted by step and rank: their row groups)
+    base = f"{base} AND rank BETWEEN {min(reps)} AND {max(reps)} AND rank IN ({', '.join(map(str, reps))})"
     blocks = queries.records(
         queries.arrow(
             f"""WITH s AS ({base}), b AS (SELECT * FROM s WHERE level = 'micro_batch'),
@@ -148,75 +216,237 @@ def pipeline(run: str, root: Path | None, saved: Path, step: str | None) -> dict
 
 
 def marey(
-    run: str, root: Path | None, saved: Path, step: str | None, min_ns: int, limit: int
+    run: str,
+    root: Path | None,
+    saved: Path,
+    step: str | None,
+    px: int = MAREY_PX,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    unfold: str | None = None,
+    first: int = 0,
 ) -> dict[str, Any]:
-    """The Marey view (:class:`models.JobMarey`) of one step: every device's timeline and, per
-    stage, its ``limit`` longest matched ops at least ``min_ns`` long, one interval per device."""
+    """The Marey view (:class:`models.JobMarey`) of one step, at ``px`` pixels across the window
+    ``[start_ns, end_ns)`` (ns from the step's first op; the whole step by default).
+
+    Every matched op of the window is in the answer, drawn or merged: an op at least one pixel long
+    on some device is an item of its own; the ops narrower than a pixel between two such ops of a
+    stage (in the stage's op order) that start in the same pixel are merged into one item, which
+    keeps their count, their category (``mixed`` when they differ) and, per device, the first start,
+    the last end and the count of that device's ops.  ``unfold`` names the stages drawn device by
+    device (comma-separated; by default every stage when the job has at most :data:`MAREY_ROWS`
+    devices, else none); the others are one row each, an item's span on it from its first start
+    to its last end on any device.  Of the unfolded stages' devices, :data:`MAREY_ROWS` from the
+    ``first`` are drawn, each with its FLOPS and memory lines binned to the same pixels.
+    """
     ops = _ops_file(root)
-    steps = _steps(ops)
+    tables = _marey_tables(ops, saved)
+    steps = _steps(ops, saved)
     chosen = _pick_step(steps, step)
-    params = [str(ops), int(chosen)]
-    base = "SELECT * FROM read_parquet(?) WHERE step = ? AND level = 'op'"
-    span = queries.arrow(f"SELECT min(start_ns) AS t0, max(end_ns) AS t1 FROM ({base})", params)
-    t0, t1 = span.column("t0")[0].as_py(), span.column("t1")[0].as_py()
-    grouped = f"""WITH s AS ({base}),
-        g AS (SELECT stage, key, any_value(name) AS name, any_value(category) AS category,
-                min("order") AS "order", max(end_ns - start_ns) AS longest_ns,
-                list(rank ORDER BY rank) AS ranks, list(start_ns - ? ORDER BY rank) AS starts_ns,
-                list(end_ns - ? ORDER BY rank) AS ends_ns
-              FROM s GROUP BY stage, key),
-        r AS (SELECT *, row_number() OVER (PARTITION BY stage ORDER BY longest_ns DESC, "order") AS n
-              FROM g WHERE longest_ns >= ?)"""
-    kept = queries.records(
-        queries.arrow(
-            f'{grouped} SELECT stage, key, name, category, "order", longest_ns, ranks, starts_ns, ends_ns '
-            f'FROM r WHERE n <= ? ORDER BY stage, "order"',
-            [*params, t0, t0, int(min_ns), int(limit)],
-        )
+    head = queries.arrow("SELECT * FROM read_parquet(?) WHERE step = ?", [str(tables["steps"]), int(chosen)])
+    info = (
+        head.to_pylist()[0]
+        if head.num_rows
+        else {"t0": 0, "span_ns": 0, "memory_max": None, "flops_max": None}
     )
-    counts = queries.arrow(
-        f"{grouped} SELECT count(*) AS total, count(*) FILTER (WHERE n <= ?) AS kept FROM g "
-        f"LEFT JOIN r USING (stage, key)",
-        [*params, t0, t0, int(min_ns), int(limit)],
-    ).to_pylist()[0]
+    t0, total = int(info["t0"] or 0), int(info["span_ns"] or 0)
+    w0 = min(max(0, start_ns or 0), max(0, total - 1))
+    w1 = min(total, end_ns) if end_ns is not None else total
+    w1 = max(w1, w0 + 1)
+    bin_ns = (w1 - w0) / px
     devices = queries.records(
         queries.arrow(
-            f"""SELECT rank, any_value(stage) AS stage, count(*) AS ops,
-                CAST(coalesce(sum(end_ns - start_ns) FILTER (WHERE category = 'compute'), 0) AS BIGINT)
-                    AS compute_ns,
-                CAST(coalesce(sum(end_ns - start_ns) FILTER (WHERE category = 'communication'), 0) AS BIGINT)
-                    AS communication_ns,
-                max(end_ns) - ? AS end_ns
-            FROM ({base}) GROUP BY rank ORDER BY any_value(stage), rank""",
-            [t0, *params],
+            "SELECT * EXCLUDE (step) FROM read_parquet(?) WHERE step = ? ORDER BY stage, rank",
+            [str(tables["devices"]), int(chosen)],
         )
     )
-    resources = job_views.resources_table(job_pages.cluster_folder(root), saved)
-    if resources is not None:
-        by_rank = {
-            r["rank"]: r
-            for r in queries.rows(
-                resources,
-                "",
-                "rank, flops_normalised, peak_share, "
-                "peak_allocated_bytes / nullif(max(peak_allocated_bytes) OVER (), 0) AS peak_of_max",
-            )
-        }
-        for d in devices:  # a loop over devices, not ops
-            r = by_rank.get(d["rank"], {})
-            d["flops_of_max"] = r.get("flops_normalised")
-            d["peak_share"] = r.get("peak_share")
-            d["peak_of_max"] = r.get("peak_of_max")
+    rates = [
+        d["step_flops"] / d["compute_ns"] * 1e9 if d["step_flops"] and d["compute_ns"] else None
+        for d in devices
+    ]
+    top_rate = max((r for r in rates if r), default=None)
+    stage_sizes: dict[int, int] = {}
+    for d, rate in zip(devices, rates, strict=True):  # a loop over devices, not ops
+        d["flops_per_s"] = rate
+        d["flops_per_s_of_max"] = rate / top_rate if rate and top_rate else None
+        stage_sizes[d["stage"]] = stage_sizes.get(d["stage"], 0) + 1
+    if unfold is None:
+        unfolded = set(stage_sizes) if len(devices) <= MAREY_ROWS else set()
+    else:
+        unfolded = {int(x) for x in unfold.split(",") if x.strip().lstrip("-").isdigit()}
+    rows = [d for d in devices if d["stage"] in unfolded]
+    first = max(0, min(first, max(0, len(rows) - 1)))
+    shown = rows[first : first + MAREY_ROWS]
+    shown_ranks = [d["rank"] for d in shown]
+    _device_shares(devices, root, saved)
+    # the drawn devices' rows only: the file is sorted by step and rank, so the rank range prunes it
+    lo, hi = (min(shown_ranks), max(shown_ranks)) if shown_ranks else (0, -1)
+    src = (
+        "SELECT * FROM read_parquet(?) WHERE step = ? AND rank BETWEEN ? AND ? AND rank IN (SELECT unnest(?))"
+    )
+    params = [str(ops), int(chosen), lo, hi, shown_ranks]
+    items_sql = f"""WITH g AS (SELECT stage, key, name, category, o, longest, a, b FROM read_parquet(?)
+              WHERE step = ? AND b >= ? AND a <= ?),
+        k AS (SELECT *, longest >= ? AS wide,
+                sum(CAST(longest >= ? AS INT)) OVER (PARTITION BY stage ORDER BY o ROWS UNBOUNDED PRECEDING)
+                    AS seg,
+                CAST(floor((greatest(a, ?) - ?) / ?) AS BIGINT) AS cell FROM g),
+        m AS (SELECT *,
+                CASE WHEN wide THEN o ELSE min(o) OVER (PARTITION BY stage, wide, seg, cell) END AS item
+              FROM k),
+        items AS (SELECT stage, item,
+                CASE WHEN count(*) = 1 THEN any_value(key) ELSE 'run:' || item END AS key,
+                arg_min(name, o) AS name, min(o) AS "order", count(*) AS ops,
+                CASE WHEN count(DISTINCT category) = 1 THEN any_value(category) ELSE 'mixed' END AS category,
+                max(longest) AS longest_ns, min(a) AS start_ns, max(b) AS end_ns
+              FROM m GROUP BY stage, item),
+        s AS (SELECT stage, rank, key, start_ns - ? AS a, end_ns - ? AS b FROM ({src}) WHERE level = 'op'),
+        per AS (SELECT stage, item, list(rank ORDER BY rank) AS ranks, list(a ORDER BY rank) AS starts_ns,
+                list(b ORDER BY rank) AS ends_ns, list(n ORDER BY rank) AS counts
+              FROM (SELECT m.stage, m.item, s.rank, min(s.a) AS a, max(s.b) AS b, count(*) AS n
+                    FROM s JOIN m USING (stage, key) GROUP BY m.stage, m.item, s.rank)
+              GROUP BY stage, item)
+        SELECT i.* EXCLUDE (item), coalesce(p.ranks, []) AS ranks, coalesce(p.starts_ns, []) AS starts_ns,
+            coalesce(p.ends_ns, []) AS ends_ns, coalesce(p.counts, []) AS counts
+        FROM items i LEFT JOIN per p ON p.stage = i.stage AND p.item = i.item"""
+    items_params = [str(tables["keys"]), int(chosen), w0, w1, bin_ns, bin_ns, w0, w0, bin_ns, t0, t0, *params]
+    items = _json_rows(items_sql, items_params, 'stage, "order"')
+    counts = queries.arrow(
+        "SELECT count(*) AS matched, count(*) FILTER (WHERE b >= ? AND a <= ?) AS in_window "
+        "FROM read_parquet(?) WHERE step = ?",
+        [w0, w1, str(tables["keys"]), int(chosen)],
+    ).to_pylist()[0]
+    lines = _lines(src, params, t0, w0, w1, bin_ns, px, shown_ranks)
+    for d in shown:  # a loop over the devices drawn (MAREY_ROWS at most)
+        d["flops_line"], d["memory_line"] = lines.get(d["rank"], (_EMPTY_LINE, _EMPTY_LINE))
+    memory_max, flops_max = info["memory_max"], info["flops_max"]
+    capacity = next((d.get("capacity_bytes") for d in devices if d.get("capacity_bytes")), None)
     return {
         "run": run,
         "step": chosen,
         "steps": steps,
-        "span_ns": (t1 - t0) if t0 is not None else 0,
-        "min_ns": int(min_ns),
-        "limit": int(limit),
-        "matched_ops": int(counts["total"] or 0),
-        "shown_ops": int(counts["kept"] or 0),
-        "hidden_ops": int((counts["total"] or 0) - (counts["kept"] or 0)),
-        "devices": devices,
-        "ops": kept,
+        "span_ns": total,
+        "px": int(px),
+        "window_start_ns": int(w0),
+        "window_end_ns": int(w1),
+        "bin_ns": bin_ns,
+        "matched_ops": int(counts["matched"] or 0),
+        "window_ops": int(counts["in_window"] or 0),
+        "stages": [
+            {"stage": st, "devices": n, "folded": st not in unfolded} for st, n in sorted(stage_sizes.items())
+        ],
+        "device_rows": len(rows),
+        "first": first,
+        "rows": MAREY_ROWS,
+        "flops_line_max_per_s": flops_max,
+        "memory_line_max_bytes": capacity or memory_max,
+        "devices": shown,
+        "ops": items,
     }
+
+
+_EMPTY_LINE: dict[str, list[float]] = {"bins": [], "values": []}
+
+
+def _json_rows(sql: str, params: list[Any], order_by: str) -> Any:
+    """The rows of ``sql`` as a ready JSON array of objects, written by DuckDB (an item holds a list
+    per device: building Python dicts for 32 devices x thousands of items would take longer)."""
+    import orjson
+
+    text = (
+        queries.arrow(
+            f"SELECT coalesce(to_json(list(x ORDER BY {order_by})), '[]')::VARCHAR AS j FROM ({sql}) x",
+            params,
+        )
+        .column("j")[0]
+        .as_py()
+    )
+    return orjson.Fragment(text)
+
+
+def _lines(
+    src: str, params: list[Any], t0: int, w0: int, w1: int, bin_ns: float, px: int, ranks: list[int]
+) -> dict[int, tuple[dict[str, list[float]], dict[str, list[float]]]]:
+    """Per drawn device, its FLOPS and memory over the window, one value per pixel that has one.
+
+    FLOPS: each op's FLOPs spread evenly over its interval, summed per pixel, over the pixel's time
+    (FLOP/s).  Memory: the allocated total's highest value in each pixel (bytes), and at pixel -1
+    the total when the window opens (the last event before it), so the line starts at its level.
+    """
+    if not ranks:
+        return {}
+    flops = queries.records(
+        queries.arrow(
+            f"""WITH f AS (SELECT rank, start_ns - ? AS a, end_ns - ? AS b, value FROM ({src})
+                    WHERE level = 'flops' AND rank IN (SELECT unnest(?))),
+                f2 AS (SELECT * FROM f WHERE b >= ? AND a <= ?),
+                c AS (SELECT rank, a, b, value, unnest(range(CAST(floor((greatest(a, ?) - ?) / ?) AS BIGINT),
+                        CAST(floor((least(b, ?) - ?) / ?) AS BIGINT) + 1)) AS i FROM f2),
+                o AS (SELECT rank, i, sum(value * CASE WHEN b > a THEN greatest(0, least(b, ? + (i + 1) * ?)
+                        - greatest(a, ? + i * ?)) / (b - a) ELSE 1 END) / ? * 1e9 AS v
+                      FROM c WHERE i >= 0 AND i < ? GROUP BY rank, i)
+            SELECT rank, list(i ORDER BY i) AS bins, list(v ORDER BY i) AS "values" FROM o GROUP BY rank""",
+            [
+                t0,
+                t0,
+                *params,
+                ranks,
+                w0,
+                w1,
+                w0,
+                w0,
+                bin_ns,
+                w1,
+                w0,
+                bin_ns,
+                w0,
+                bin_ns,
+                w0,
+                bin_ns,
+                bin_ns,
+                px,
+            ],
+        )
+    )
+    memory = queries.records(
+        queries.arrow(
+            f"""WITH m AS (SELECT rank, start_ns - ? AS a, value FROM ({src})
+                    WHERE level = 'memory' AND rank IN (SELECT unnest(?)) AND start_ns - ? <= ?),
+                o AS (SELECT rank, -1 AS i, arg_max(value, a) AS v FROM m WHERE a < ? GROUP BY rank
+                      UNION ALL
+                      SELECT rank, CAST(floor((a - ?) / ?) AS BIGINT) AS i, max(value) AS v FROM m
+                      WHERE a >= ? GROUP BY rank, i)
+            SELECT rank, list(i ORDER BY i) AS bins, list(v ORDER BY i) AS "values" FROM o
+            WHERE i < ? GROUP BY rank""",
+            [t0, *params, ranks, t0, w1, w0, w0, bin_ns, w0, px],
+        )
+    )
+    out: dict[int, tuple[dict[str, list[float]], dict[str, list[float]]]] = {}
+    by_rank = {r["rank"]: {"bins": r["bins"], "values": r["values"]} for r in flops}
+    mem_by_rank = {r["rank"]: {"bins": r["bins"], "values": r["values"]} for r in memory}
+    for rank in ranks:  # a loop over the devices drawn
+        out[rank] = (by_rank.get(rank, _EMPTY_LINE), mem_by_rank.get(rank, _EMPTY_LINE))
+    return out
+
+
+def _device_shares(devices: list[dict[str, Any]], root: Path | None, saved: Path) -> None:
+    """Each device's FLOPs over the heaviest device's and its peak memory over its capacity (or over
+    the largest peak), from the cluster analysis's resources table (averages over the profiled steps)."""
+    resources = job_views.resources_table(job_pages.cluster_folder(root), saved)
+    if resources is None:
+        return
+    by_rank = {
+        r["rank"]: r
+        for r in queries.rows(
+            resources,
+            "",
+            "rank, flops_normalised, peak_share, capacity_bytes, "
+            "peak_allocated_bytes / nullif(max(peak_allocated_bytes) OVER (), 0) AS peak_of_max",
+        )
+    }
+    for d in devices:  # a loop over devices, not ops
+        r = by_rank.get(d["rank"], {})
+        d["flops_of_max"] = r.get("flops_normalised")
+        d["peak_share"] = r.get("peak_share")
+        d["peak_of_max"] = r.get("peak_of_max")
+        d["capacity_bytes"] = r.get("capacity_bytes")

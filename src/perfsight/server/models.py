@@ -1156,6 +1156,13 @@ class JobPipeline(BaseModel):
     arrows: list[PipelineArrow]
 
 
+class MareyLine(BaseModel):
+    """A series over the window, one value per pixel that has one (pixel -1: the level at its start)."""
+
+    bins: list[int]
+    values: list[float]
+
+
 class MareyDevice(BaseModel):
     rank: int
     stage: int
@@ -1163,23 +1170,43 @@ class MareyDevice(BaseModel):
     compute_ns: int
     communication_ns: int
     end_ns: int
+    step_flops: float | None = Field(description="FLOPs of the device's counted operators in the step")
+    flops_per_s: float | None = Field(description="step_flops over the device's compute time in the step")
+    flops_per_s_of_max: float | None = None
     flops_of_max: float | None = None
     peak_share: float | None = None
     peak_of_max: float | None = None
+    capacity_bytes: int | None = None
+    flops_line: MareyLine = Field(description="FLOP/s per pixel of the window")
+    memory_line: MareyLine = Field(description="highest allocated bytes per pixel of the window")
 
 
 class MareyOp(BaseModel):
-    """One op of a stage matched across its devices: one interval per device (ns from the step start)."""
+    """One op of a stage matched across its devices, or the sub-pixel ops merged into one run
+    (``ops`` > 1): one interval per drawn device (ns from the step start)."""
 
     stage: int
-    key: str = Field(description='what matches it: "comm#<instance>", "<name>#<k-th of that name in step>"')
-    name: str
-    category: Literal["compute", "communication"]
+    key: str = Field(
+        description='what matches it: "comm#<instance>", "<name>#<k-th of that name in step>"; '
+        'a run: "run:.."'
+    )
+    name: str = Field(description="the op's name (a run: its first op's)")
+    category: Literal["compute", "communication", "mixed"]
     order: int
+    ops: int = Field(description="matched ops merged into this item (1: an op drawn on its own)")
     longest_ns: int
-    ranks: list[int]
+    start_ns: int = Field(description="first start on any device of the stage")
+    end_ns: int = Field(description="last end on any device of the stage")
+    ranks: list[int] = Field(description="the drawn devices that ran it (none when its stage is folded)")
     starts_ns: list[int]
     ends_ns: list[int]
+    counts: list[int] = Field(description="per drawn device: how many of its ops are merged here")
+
+
+class MareyStage(BaseModel):
+    stage: int
+    devices: int
+    folded: bool
 
 
 class JobMarey(BaseModel):
@@ -1187,11 +1214,18 @@ class JobMarey(BaseModel):
     step: str
     steps: list[str]
     span_ns: int
-    min_ns: int
-    limit: int
+    px: int
+    window_start_ns: int
+    window_end_ns: int
+    bin_ns: float = Field(description="ns a pixel: ops shorter than this on every device are merged")
     matched_ops: int = Field(description="ops of the step (matched across each stage's devices)")
-    shown_ops: int
-    hidden_ops: int = Field(description="ops left out: shorter than min_ns or beyond the limit per stage")
+    window_ops: int = Field(description="those in the window: the sum of the items' ops")
+    stages: list[MareyStage]
+    device_rows: int = Field(description="devices of the unfolded stages")
+    first: int = Field(description="index of the first drawn among them")
+    rows: int = Field(description="device rows drawn at most")
+    flops_line_max_per_s: float | None = Field(description="the highest op's FLOP/s in the step (any device)")
+    memory_line_max_bytes: float | None = Field(description="device capacity, or the highest allocated")
     devices: list[MareyDevice]
     ops: list[MareyOp]
 

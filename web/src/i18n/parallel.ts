@@ -52,16 +52,25 @@ export const parallelEn = {
   },
   marey: {
     title: (step: string) => `Marey view of step ${step}`,
-    hint: "One timeline per device, grouped by stage: compute green, communication orange. The same op on the devices of a stage is joined into one band: a band wide everywhere is a long op, a band that bulges on one device is a slow device. Click a stage to fold its devices into one row (each op's union over them), drag to zoom, double-click to reset, hover for an op's times, click a device to open its rank.",
-    shown: (shown: number, total: number, limit: number, minMs: string) =>
-      `${shown} of ${total} ops shown (the longest ${limit} per stage, at least ${minMs} long).`,
+    hint: "One timeline per device, grouped by stage: compute green, communication orange, grey where ops of both kinds are merged. The same op on the devices of a stage is joined into one band: a band wide everywhere is a long op, a band that bulges on one device is a slow device. Ops narrower than a pixel are merged into runs (never dropped): drag to zoom, and the server draws the window again at full resolution; double-click to reset. Click a stage to fold its devices into one row, hover for an op's times, click a device to open its rank. Lines: FLOP/s (purple) and allocated memory (blue) per device.",
+    shown: (items: number, ops: number, total: number, px: string) =>
+      `${items} items drawn for ${ops} of the step's ${total} matched ops (ops narrower than ${px} — one pixel — merged into runs).`,
     flops: "FLOPs / max",
+    flopsRate: "FLOP/s / max (FLOPs over compute time in the step)",
     flopsShort: "FLOPs",
+    rateShort: "FLOP/s",
     memoryShort: "Mem",
     memory: "Peak memory",
     device: (rank: number, stage: number) => `rank ${rank} · S${stage}`,
     opOn: (rank: number) => `rank ${rank}`,
     unfolded: (stage: number) => `▾ Stage ${stage}`,
     folded: (stage: number, devices: number) => `▸ Stage ${stage} · ${devices} devices`,
+    merged: (ops: number, category: string) => `${ops} ops merged (${category}), first:`,
+    opsOn: (rank: number, n: number) => `rank ${rank}, ${n} ops`,
+    lines: "FLOP/s and memory lines",
+    rows: (from: number, to: number, total: number) => `Devices ${from}–${to} of ${total}`,
+    previous: "◀ previous",
+    next: "next ▶",
+    allFolded: "Every stage is folded (a job this size opens so): click a stage to draw its devices.",
   },
 };

@@ -1,16 +1,20 @@
 /**
  * The Marey view (seed 000, 各设备算子执行时间线分析): for the selected step, one timeline per device,
- * grouped by pipeline stage; compute ops green, communication orange.  The same op on the devices
- * of a stage (matched by the cluster analysis: a collective by group and sequence number, any
- * other op by its name and rank among that name's ops in the step) is joined from one device's
- * row to the next into a filled band, so an op long on every device is a wide band and a device
- * slow on one op bulges it (the seed's fig. 6a and 6b).  Left of each timeline, the device's FLOPs
- * over the heaviest device's and its peak memory (over capacity, or over the largest peak).
+ * grouped by pipeline stage; compute ops green, communication orange, merged runs of both grey.
+ * The same op on the devices of a stage (matched by the cluster analysis: a collective by group
+ * and sequence number, any other op by its name and rank among that name's ops in the step) is
+ * joined from one device's row to the next into a filled band, so an op long on every device is a
+ * wide band and a device slow on one op bulges it (the seed's fig. 6a and 6b).  Left of each
+ * timeline, three colour blocks: the device's FLOPs over the heaviest device's, its FLOP/s (FLOPs
+ * over its compute time in the step) over the fastest's, and its peak memory (over capacity, or
+ * over the largest peak).  Over each timeline, its FLOP/s (purple) and allocated memory (blue).
  *
- * Every interval is read from /api/job/marey (server/job_parallel.py, which keeps the longest ops
- * per stage and says how many it left out); the page only places them.  Drag to zoom, double-click
- * to reset, hover an op for its name and start/end on every device, click a device to open its
- * rank's timeline.
+ * Every item is read from /api/job/marey (server/job_parallel.py) at this chart's width in pixels:
+ * ops narrower than a pixel come merged into runs, never dropped.  A brushed window is asked for
+ * again, so its ops are drawn at full resolution; a double-click asks for the whole step.  The
+ * timelines are drawn on a canvas (a 32-device page holds tens of thousands of intervals); labels,
+ * blocks and stage headers are SVG.  Click a stage to fold or unfold it, hover an op for its name
+ * and its start/end on each device, click a device to open its rank's timeline.
  */
 import { get } from "../api";
 import type { components } from "../api-types";
@@ -24,13 +28,18 @@ import { stepPicker } from "./job-pipeline";
 
 type JobMarey = components["schemas"]["JobMarey"];
 type MareyOp = components["schemas"]["MareyOp"];
+type MareyLine = components["schemas"]["MareyLine"];
 
-const WIDTH = 1400;
-const LABEL = 166;
+const LABEL = 206;
+const RIGHT = 10;
 const LINE = 10;
 const GAP = 34;
 const STAGE_GAP = 18;
-const COLORS = { compute: "#2e9e5b", communication: "#f08c00" };
+const HEADER = 16;
+const TOP = 22;
+const COLORS: Record<string, string> = { compute: "#2e9e5b", communication: "#f08c00", mixed: "#8a94a6" };
+const FLOPS_COLOR = "#7b3fe4";
+const MEMORY_COLOR = "#1f6fd1";
 
 interface Layout {
   y: Map<number, number>;
@@ -39,43 +48,28 @@ interface Layout {
   height: number;
 }
 
-const HEADER = 16;
-
-/** Device rows grouped by stage under a header; a folded stage is one row instead of its devices. */
-function layout(data: JobMarey, folded: Set<number>): Layout {
+/** Stage headers in order; a folded stage is one row, an unfolded one its drawn devices. */
+function layout(data: JobMarey): Layout {
   const y = new Map<number, number>();
   const stages = new Map<number, { header: number; row: number | null; devices: number }>();
-  let at = 22; // below the colour blocks' heading
-  for (const d of data.devices) {
-    let group = stages.get(d.stage);
-    if (!group) {
-      if (stages.size) at += STAGE_GAP;
-      group = { header: at, row: null, devices: 0 };
-      stages.set(d.stage, group);
-      at += HEADER;
-      if (folded.has(d.stage)) {
-        group.row = at;
-        at += LINE + GAP;
-      }
+  let at = TOP;
+  for (const st of data.stages) {
+    if (stages.size) at += STAGE_GAP;
+    const group = { header: at, row: null as number | null, devices: st.devices };
+    stages.set(st.stage, group);
+    at += HEADER;
+    if (st.folded) {
+      group.row = at;
+      at += LINE + GAP;
+      continue;
     }
-    group.devices += 1;
-    if (group.row !== null) continue;
-    y.set(d.rank, at);
-    at += LINE + GAP;
+    for (const d of data.devices) {
+      if (d.stage !== st.stage) continue;
+      y.set(d.rank, at);
+      at += LINE + GAP;
+    }
   }
-  return { y, stages, height: at + 10 };
-}
-
-/** The union of intervals: overlapping ones merged (the folded stage row shows when any device ran the op). */
-function union(starts: number[], ends: number[]): [number, number][] {
-  const spans = starts.map((s, i) => [s, ends[i]] as [number, number]).sort((p, q) => p[0] - q[0]);
-  const out: [number, number][] = [];
-  for (const [s, e] of spans) {
-    const last = out[out.length - 1];
-    if (last && s <= last[1]) last[1] = Math.max(last[1], e);
-    else out.push([s, e]);
-  }
-  return out;
+  return { y, stages, height: at + 14 };
 }
 
 function share(v: number | null | undefined): string {
@@ -83,174 +77,340 @@ function share(v: number | null | undefined): string {
   return `rgb(${Math.round(235 - 150 * s)},${Math.round(240 - 120 * s)},${Math.round(250 - 60 * s)})`;
 }
 
-function draw(data: JobMarey, lay: Layout, view: [number, number]): string {
-  const [a, b] = view;
-  const span = Math.max(1, b - a);
-  const x = (ns: number) => LABEL + ((WIDTH - LABEL - 10) * (Math.min(Math.max(ns, a), b) - a)) / span;
-  const parts: string[] = [
-    `<text x="111" y="12" class="pv-sub" text-anchor="middle">${escapeHtml(t.parallel.marey.flopsShort)}</text>`,
-    `<text x="145" y="12" class="pv-sub" text-anchor="middle">${escapeHtml(t.parallel.marey.memoryShort)}</text>`,
+/** The SVG layer: block headings, stage headers, device labels and blocks, time ticks, brush. */
+function labels(data: JobMarey, lay: Layout, width: number): string {
+  const s = t.parallel.marey;
+  const blocks: [number, string][] = [
+    [110, s.flopsShort],
+    [149, s.rateShort],
+    [188, s.memoryShort],
   ];
+  const parts = blocks.map(([x, label]) => `<text x="${x}" y="12" class="pv-sub" text-anchor="middle">${escapeHtml(label)}</text>`);
   for (const [stage, group] of lay.stages) {
-    const label = group.row !== null ? t.parallel.marey.folded(stage, group.devices) : t.parallel.marey.unfolded(stage);
+    const label = group.row !== null ? s.folded(stage, group.devices) : s.unfolded(stage);
     parts.push(`<text x="4" y="${group.header + 11}" class="pv-sub mv-stage" data-stage="${stage}" data-folded="${group.row !== null}">${escapeHtml(label)}</text>`);
-    if (group.row !== null) {
-      parts.push(
-        `<g class="mv-stage-row" data-stage="${stage}"><line x1="${LABEL}" x2="${WIDTH - 10}" y1="${group.row + LINE / 2}" y2="${group.row + LINE / 2}" stroke="#d5dbe3"/></g>`,
-      );
-    }
+    if (group.row !== null) parts.push(`<g class="mv-stage-row" data-stage="${stage}"><rect x="0" y="${group.row - 2}" width="1" height="1" fill="none"/></g>`);
   }
   for (const d of data.devices) {
-    if (!lay.y.has(d.rank)) continue;
-    const y = lay.y.get(d.rank) as number;
+    const y = lay.y.get(d.rank);
+    if (y === undefined) continue;
     const memory = d.peak_share ?? d.peak_of_max;
+    const cell = (x: number, v: number | null | undefined, title: string) =>
+      `<rect x="${x - 16}" y="${y - 2}" width="32" height="${LINE + 4}" fill="${share(v)}" stroke="#cfd6e0"><title>${escapeHtml(`${title}: ${fmt.percent(v)}`)}</title></rect>`;
     parts.push(
       `<g class="mv-device" data-rank="${d.rank}" data-stage="${d.stage}">`,
-      `<text x="4" y="${y + LINE}" class="pv-label">${escapeHtml(t.parallel.marey.device(d.rank, d.stage))}</text>`,
-      `<rect x="98" y="${y - 2}" width="28" height="${LINE + 4}" fill="${share(d.flops_of_max)}" stroke="#cfd6e0"><title>${escapeHtml(`${t.parallel.marey.flops}: ${fmt.percent(d.flops_of_max)}`)}</title></rect>`,
-      `<rect x="132" y="${y - 2}" width="28" height="${LINE + 4}" fill="${share(memory)}" stroke="#cfd6e0"><title>${escapeHtml(`${t.parallel.marey.memory}: ${fmt.percent(memory)}`)}</title></rect>`,
-      `<line x1="${LABEL}" x2="${WIDTH - 10}" y1="${y + LINE / 2}" y2="${y + LINE / 2}" stroke="#d5dbe3"/>`,
+      `<text x="4" y="${y + LINE}" class="pv-label">${escapeHtml(s.device(d.rank, d.stage))}</text>`,
+      cell(110, d.flops_of_max, s.flops),
+      cell(149, d.flops_per_s_of_max, s.flopsRate),
+      cell(188, memory, s.memory),
       "</g>",
     );
   }
-  data.ops.forEach((op, i) => {
-    if (Math.max(...op.ends_ns) < a || Math.min(...op.starts_ns) > b) return;
-    const color = COLORS[op.category];
-    const shapes: string[] = [];
-    const row = lay.stages.get(op.stage)?.row ?? null;
-    if (row !== null) {
-      for (const [s, e] of union(op.starts_ns, op.ends_ns)) {
-        shapes.push(`<rect x="${x(s)}" y="${row}" width="${Math.max(0.8, x(e) - x(s))}" height="${LINE}" fill="${color}"/>`);
-      }
-      parts.push(`<g class="mv-op" data-i="${i}" data-key="${escapeHtml(op.key)}" data-category="${op.category}">${shapes.join("")}</g>`);
-      return;
-    }
-    const rows = op.ranks.map((r, k) => ({ y: lay.y.get(r) as number, s: op.starts_ns[k], e: op.ends_ns[k] }));
-    for (let k = 0; k < rows.length; k++) {
-      const r = rows[k];
-      shapes.push(`<rect x="${x(r.s)}" y="${r.y}" width="${Math.max(0.8, x(r.e) - x(r.s))}" height="${LINE}" fill="${color}"/>`);
-      if (k + 1 < rows.length) {
-        const n = rows[k + 1];
-        shapes.push(
-          `<polygon points="${x(r.s)},${r.y + LINE} ${x(r.e)},${r.y + LINE} ${x(n.e)},${n.y} ${x(n.s)},${n.y}" fill="${color}" fill-opacity="0.35"/>`,
-        );
-      }
-    }
-    parts.push(`<g class="mv-op" data-i="${i}" data-key="${escapeHtml(op.key)}" data-category="${op.category}">${shapes.join("")}</g>`);
-  });
+  const [a, b] = [data.window_start_ns, data.window_end_ns];
+  const plot = width - LABEL - RIGHT;
   const ticks = [0, 0.25, 0.5, 0.75, 1]
-    .map((f) => `<text x="${LABEL + (WIDTH - LABEL - 10) * f}" y="${lay.height - 2}" class="pv-sub" text-anchor="${f === 1 ? "end" : f === 0 ? "start" : "middle"}">${escapeHtml(`${fmt.ms(a + f * span, 2)} ${fmt.MS}`)}</text>`)
+    .map((f) => `<text x="${LABEL + plot * f}" y="${lay.height - 2}" class="pv-sub" text-anchor="${f === 1 ? "end" : f === 0 ? "start" : "middle"}">${escapeHtml(`${fmt.ms(a + f * (b - a), 3)} ${fmt.MS}`)}</text>`)
     .join("");
-  return `<svg viewBox="0 0 ${WIDTH} ${lay.height + 12}" width="100%" data-testid="marey-chart">${parts.join("")}${ticks}<rect class="mv-brush" x="0" y="0" width="0" height="${lay.height}" visibility="hidden"/></svg>`;
+  return `<svg width="${width}" height="${lay.height + 12}" data-testid="marey-chart">${parts.join("")}${ticks}<rect class="mv-brush" x="0" y="0" width="0" height="${lay.height}" visibility="hidden"/></svg>`;
+}
+
+/** One device's series as a step line in the gap under its row (values over ``top``, clamped). */
+function drawLine(g: CanvasRenderingContext2D, line: MareyLine, top: number | null | undefined, y: number, color: string, hold: boolean, plot: number, px: number): void {
+  if (!line.bins.length || !top) return;
+  const base = y + LINE + GAP - 6;
+  const height = GAP - 10;
+  const at = (v: number) => base - height * Math.min(1, Math.max(0, v / top));
+  const step = plot / px;
+  g.strokeStyle = color;
+  g.lineWidth = 1.2;
+  g.beginPath();
+  let last: number | null = null;
+  let lastBin = -2;
+  line.bins.forEach((bin, k) => {
+    const x0 = LABEL + Math.max(0, bin) * step;
+    const v = line.values[k];
+    if (last === null) g.moveTo(x0, at(v));
+    else if (hold || bin === lastBin + 1) g.lineTo(x0, at(last)), g.lineTo(x0, at(v));
+    else g.lineTo(LABEL + (lastBin + 1) * step, at(last)), g.lineTo(LABEL + (lastBin + 1) * step, at(0)), g.lineTo(x0, at(0)), g.lineTo(x0, at(v));
+    g.lineTo(LABEL + (bin + 1) * step, at(v));
+    last = v;
+    lastBin = bin;
+  });
+  if (hold && last !== null) g.lineTo(LABEL + plot, at(last));
+  g.stroke();
+}
+
+/** The canvas layer: each item's interval per device and the bands joining consecutive devices. */
+function paint(canvas: HTMLCanvasElement, data: JobMarey, lay: Layout, width: number, lines: boolean): void {
+  const ratio = window.devicePixelRatio || 1;
+  canvas.width = Math.round(width * ratio);
+  canvas.height = Math.round(lay.height * ratio);
+  canvas.style.width = `${width}px`;
+  canvas.style.height = `${lay.height}px`;
+  const g = canvas.getContext("2d");
+  if (!g) return;
+  g.scale(ratio, ratio);
+  const [a, b] = [data.window_start_ns, data.window_end_ns];
+  const plot = width - LABEL - RIGHT;
+  const x = (ns: number) => LABEL + (plot * (Math.min(Math.max(ns, a), b) - a)) / Math.max(1, b - a);
+  g.strokeStyle = "#d5dbe3";
+  g.lineWidth = 1;
+  const rows = [...lay.y.values(), ...[...lay.stages.values()].flatMap((s) => (s.row === null ? [] : [s.row]))];
+  for (const y of rows) {
+    g.beginPath();
+    g.moveTo(LABEL, y + LINE / 2);
+    g.lineTo(width - RIGHT, y + LINE / 2);
+    g.stroke();
+  }
+  for (const op of data.ops) {
+    const color = COLORS[op.category] ?? COLORS.mixed;
+    const folded = lay.stages.get(op.stage)?.row ?? null;
+    g.fillStyle = color;
+    if (folded !== null) {
+      g.fillRect(x(op.start_ns), folded, Math.max(0.8, x(op.end_ns) - x(op.start_ns)), LINE);
+      continue;
+    }
+    for (let k = 0; k < op.ranks.length; k++) {
+      const y = lay.y.get(op.ranks[k]);
+      if (y === undefined) continue;
+      g.globalAlpha = 1;
+      g.fillRect(x(op.starts_ns[k]), y, Math.max(0.8, x(op.ends_ns[k]) - x(op.starts_ns[k])), LINE);
+      const next = k + 1 < op.ranks.length ? lay.y.get(op.ranks[k + 1]) : undefined;
+      if (next === undefined) continue;
+      g.globalAlpha = 0.35;
+      g.beginPath();
+      g.moveTo(x(op.starts_ns[k]), y + LINE);
+      g.lineTo(x(op.ends_ns[k]), y + LINE);
+      g.lineTo(x(op.ends_ns[k + 1]), next);
+      g.lineTo(x(op.starts_ns[k + 1]), next);
+      g.closePath();
+      g.fill();
+    }
+    g.globalAlpha = 1;
+  }
+  if (!lines) return;
+  for (const d of data.devices) {
+    const y = lay.y.get(d.rank);
+    if (y === undefined) continue;
+    drawLine(g, d.flops_line, data.flops_line_max_per_s, y, FLOPS_COLOR, false, plot, data.px);
+    drawLine(g, d.memory_line, data.memory_line_max_bytes, y, MEMORY_COLOR, true, plot, data.px);
+  }
+}
+
+/** The item under the pointer: on a device row (or the band below it, which starts there), or a folded stage's row. */
+function itemAt(data: JobMarey, lay: Layout, width: number, px: number, py: number): { op: MareyOp; rank: number | null } | null {
+  const [a, b] = [data.window_start_ns, data.window_end_ns];
+  const ns = a + ((px - LABEL) / (width - LABEL - RIGHT)) * (b - a);
+  const slack = (b - a) / (width - LABEL - RIGHT); // one pixel
+  // the item under the pointer -- the last drawn, on top, where intervals overlap (a collective
+  // beside the host's compute) -- else the nearest within a pixel (a sub-pixel item is hard to hit)
+  let best: { op: MareyOp; rank: number | null } | null = null;
+  let bestGap = slack;
+  const consider = (op: MareyOp, rank: number | null, s: number, e: number): void => {
+    const gap = ns < s ? s - ns : ns > e ? ns - e : 0;
+    if (gap <= bestGap) [best, bestGap] = [{ op, rank }, gap];
+  };
+  for (const [stage, group] of lay.stages) {
+    if (group.row === null || py < group.row || py > group.row + LINE) continue;
+    for (const op of data.ops) if (op.stage === stage) consider(op, null, op.start_ns, op.end_ns);
+    return best;
+  }
+  for (const [rank, y] of lay.y) {
+    if (py < y || py > y + LINE) continue;
+    for (const op of data.ops) {
+      const k = op.ranks.indexOf(rank);
+      if (k >= 0) consider(op, rank, op.starts_ns[k], op.ends_ns[k]);
+    }
+    return best;
+  }
+  return best;
 }
 
 function hoverCard(op: MareyOp): Node[] {
+  const s = t.parallel.marey;
+  const head = op.ops > 1 ? [h("div", { class: "muted" }, s.merged(op.ops, op.category))] : [];
   return [
+    ...head,
     h("b", {}, op.name),
     h("div", { class: "muted" }, op.category),
-    ...op.ranks.map((r, k) =>
-      h("div", { "data-rank": r }, `${t.parallel.marey.opOn(r)}: ${fmt.ms(op.starts_ns[k], 3)} – ${fmt.ms(op.ends_ns[k], 3)} ${fmt.MS} (${fmt.duration(op.ends_ns[k] - op.starts_ns[k])})`),
+    ...op.ranks.slice(0, 16).map((r, k) =>
+      h(
+        "div",
+        { "data-rank": r },
+        `${op.ops > 1 ? s.opsOn(r, op.counts[k]) : s.opOn(r)}: ${fmt.ms(op.starts_ns[k], 3)} – ${fmt.ms(op.ends_ns[k], 3)} ${fmt.MS} (${fmt.duration(op.ends_ns[k] - op.starts_ns[k])})`,
+      ),
     ),
+    ...(op.ranks.length ? [] : [h("div", {}, `${fmt.ms(op.start_ns, 3)} – ${fmt.ms(op.end_ns, 3)} ${fmt.MS}`)]),
   ];
 }
 
 export async function jobMareyPage(ctx: PageContext): Promise<void> {
   const s = t.parallel.marey;
-  const data = await get<JobMarey>("job/marey", { run: ctx.run, step: ctx.params.get("step") });
-  const folded = new Set<number>();
-  let lay = layout(data, folded);
-  const full: [number, number] = [0, Math.max(1, data.span_ns)];
-  let view: [number, number] = full;
-  const box = h("div", { class: "pv-chart", "data-testid": "marey-box" });
+  const step = ctx.params.get("step");
+  const box = h("div", { class: "pv-chart mv-box", "data-testid": "marey-box" });
+  const canvas = h("canvas", { class: "mv-canvas", "data-testid": "marey-canvas" });
   const hover = h("div", { class: "mv-card", hidden: true, role: "tooltip", "data-testid": "marey-card" });
+  const shown = h("p", { class: "muted", "data-testid": "marey-shown" });
+  const pager = h("div", { class: "mv-pager", "data-testid": "marey-pager" });
+  const toggle = h("input", { type: "checkbox", checked: true, "data-testid": "marey-lines" });
+  const legend = h(
+    "div",
+    { class: "mv-legend muted" },
+    h("label", {}, toggle, ` ${s.lines} `),
+    h("span", { class: "mv-key", style: `background:${FLOPS_COLOR}` }),
+    " FLOP/s ",
+    h("span", { class: "mv-key", style: `background:${MEMORY_COLOR}` }),
+    ` ${s.memory}`,
+  );
+  const width = () => Math.max(600, Math.floor(ctx.root.clientWidth || 1400) - 40);
+  let data: JobMarey | null = null;
+  let lay: Layout | null = null;
+  let drawnWidth = width();
+  let unfold: number[] | null = null; // null: the server's default
+  let first = 0;
+  let window_: [number, number] | null = null; // null: the whole step
+  let asked = 0;
+
   const render = () => {
-    box.innerHTML = draw(data, lay, view); // names pass through escapeHtml
-    box.dataset.viewStart = String(Math.round(view[0]));
-    box.dataset.viewEnd = String(Math.round(view[1]));
+    if (!data) return;
+    lay = layout(data);
+    box.innerHTML = labels(data, lay, drawnWidth); // names pass through escapeHtml
+    box.prepend(canvas);
+    paint(canvas, data, lay, drawnWidth, toggle.checked);
+    box.dataset.viewStart = String(data.window_start_ns);
+    box.dataset.viewEnd = String(data.window_end_ns);
+    box.dataset.binNs = String(data.bin_ns);
+    box.dataset.px = String(data.px);
+    box.dataset.items = String(data.ops.length);
+    box.dataset.ops = String(data.ops.reduce((n, o) => n + o.ops, 0));
+    shown.textContent = s.shown(data.ops.length, data.window_ops, data.matched_ops, fmt.duration(data.bin_ns));
+    const folded = data.stages.every((st) => st.folded);
+    const parts: (Node | string)[] = [];
+    if (folded && data.stages.length) parts.push(s.allFolded);
+    if (data.device_rows > data.rows) {
+      const prev = h("button", { type: "button", disabled: data.first === 0, "data-testid": "marey-prev" }, s.previous);
+      const next = h("button", { type: "button", disabled: data.first + data.rows >= data.device_rows, "data-testid": "marey-next" }, s.next);
+      prev.addEventListener("click", () => void ask({ first: Math.max(0, data!.first - data!.rows) }));
+      next.addEventListener("click", () => void ask({ first: data!.first + data!.rows }));
+      parts.push(prev, ` ${s.rows(data.first + 1, Math.min(data.device_rows, data.first + data.rows), data.device_rows)} `, next);
+    }
+    replace(pager, parts);
   };
+
+  /** Ask the server for the chart at this width, window, fold and device page; draw the answer. */
+  const ask = async (change: { window?: [number, number] | null; unfold?: number[]; first?: number } = {}) => {
+    if ("window" in change) window_ = change.window ?? null;
+    if (change.unfold) unfold = change.unfold;
+    if (change.first !== undefined) first = change.first;
+    drawnWidth = width();
+    const mine = ++asked;
+    box.dataset.loading = "true";
+    const got = await get<JobMarey>("job/marey", {
+      run: ctx.run,
+      step,
+      px: Math.max(50, drawnWidth - LABEL - RIGHT),
+      start_ns: window_ ? Math.floor(window_[0]) : null,
+      end_ns: window_ ? Math.ceil(window_[1]) : null,
+      unfold: unfold === null ? null : unfold.length ? unfold.join(",") : "none",
+      first,
+    });
+    if (mine !== asked) return; // a later request superseded this one
+    data = got;
+    if (unfold === null) unfold = got.stages.filter((st) => !st.folded).map((st) => st.stage);
+    delete box.dataset.loading;
+    render();
+  };
+
+  /** Where the chart is on screen: the SVG and the canvas under it share its origin. */
+  const frame = (): DOMRect => (box.querySelector("svg") as SVGSVGElement).getBoundingClientRect();
+  const plotX = (clientX: number): number => clientX - frame().left;
   const toNs = (clientX: number): number => {
-    const svg = box.querySelector("svg") as SVGSVGElement;
-    const r = svg.getBoundingClientRect();
-    const px = ((clientX - r.left) / r.width) * WIDTH;
-    return view[0] + ((px - LABEL) / (WIDTH - LABEL - 10)) * (view[1] - view[0]);
+    const d = data as JobMarey;
+    const px = plotX(clientX);
+    return d.window_start_ns + ((px - LABEL) / (drawnWidth - LABEL - RIGHT)) * (d.window_end_ns - d.window_start_ns);
   };
   let brushFrom: number | null = null;
   let brushPx = 0;
   box.addEventListener("mousedown", (e) => {
-    const svg = box.querySelector("svg") as SVGSVGElement;
-    const r = svg.getBoundingClientRect();
-    if (((e.clientX - r.left) / r.width) * WIDTH < LABEL) return;
+    if (!data || plotX(e.clientX) < LABEL) return;
     brushFrom = toNs(e.clientX);
     brushPx = e.clientX;
     e.preventDefault();
   });
   box.addEventListener("mousemove", (e) => {
+    if (!data || !lay) return;
     const svg = box.querySelector("svg") as SVGSVGElement;
     if (brushFrom !== null) {
-      const r = svg.getBoundingClientRect();
       const brush = svg.querySelector(".mv-brush") as SVGRectElement;
-      const x1 = ((Math.min(brushPx, e.clientX) - r.left) / r.width) * WIDTH;
-      const x2 = ((Math.max(brushPx, e.clientX) - r.left) / r.width) * WIDTH;
+      const x1 = plotX(Math.min(brushPx, e.clientX));
+      const x2 = plotX(Math.max(brushPx, e.clientX));
       brush.setAttribute("x", String(x1));
       brush.setAttribute("width", String(x2 - x1));
       brush.setAttribute("visibility", "visible");
       return;
     }
-    const g = (e.target as Element).closest?.(".mv-op") as SVGGElement | null;
-    const op = g ? data.ops[Number(g.dataset.i)] : undefined;
-    if (!op) {
+    const r = frame();
+    const found = plotX(e.clientX) >= LABEL ? itemAt(data, lay, drawnWidth, e.clientX - r.left, e.clientY - r.top) : null;
+    if (!found) {
       hover.hidden = true;
+      delete box.dataset.hoverKey;
       return;
     }
-    replace(hover, hoverCard(op));
+    replace(hover, hoverCard(found.op));
+    box.dataset.hoverKey = found.op.key;
     hover.hidden = false;
     hover.style.left = `${Math.min(e.clientX + 12, window.innerWidth - 370)}px`;
-    hover.style.top = `${Math.min(e.clientY + 12, window.innerHeight - 40 - 18 * op.ranks.length)}px`;
+    hover.style.top = `${Math.min(e.clientY + 12, window.innerHeight - 60 - 18 * Math.min(16, found.op.ranks.length))}px`;
   });
   box.addEventListener("mouseup", (e) => {
-    if (brushFrom === null) return;
+    if (brushFrom === null || !data) return;
     const to = toNs(e.clientX);
     const [lo, hi] = [Math.min(brushFrom, to), Math.max(brushFrom, to)];
     brushFrom = null;
-    if (Math.abs(e.clientX - brushPx) > 4 && hi > lo) {
-      view = [Math.max(full[0], lo), Math.min(full[1], hi)];
-      render();
+    if (Math.abs(e.clientX - brushPx) > 4 && hi - lo >= 1) {
+      // the window again at full resolution: its sub-pixel runs come apart into their ops
+      void ask({ window: [Math.max(0, lo), Math.min(data.span_ns, hi)] });
       return;
     }
-    // a click, not a drag: leave the drawing in place (a double-click needs the same target twice)
     box.querySelector(".mv-brush")?.setAttribute("visibility", "hidden");
   });
   box.addEventListener("click", (e) => {
+    if (!data) return;
     const target = e.target as Element;
     const header = target.closest?.(".mv-stage") as SVGElement | null;
     if (header) {
-      // the stage tree: fold the stage's devices into one row (the union of each op), or unfold
+      // the stage tree: fold the stage's devices into one row, or draw them one by one
       const stage = Number(header.dataset.stage);
-      if (!folded.delete(stage)) folded.add(stage);
-      lay = layout(data, folded);
-      render();
+      const open = new Set(unfold ?? []);
+      if (!open.delete(stage)) open.add(stage);
+      void ask({ unfold: [...open].sort((p, q) => p - q), first: 0 });
       return;
     }
     // a device's label or colour blocks (left of the timelines) open its rank
     const device = target.closest?.(".mv-device") as SVGGElement | null;
-    if (device && target.tagName !== "line") window.location.hash = href("timeline", { run: ctx.run, rank: device.dataset.rank });
+    if (device) window.location.hash = href("timeline", { run: ctx.run, rank: device.dataset.rank });
   });
   box.addEventListener("mouseleave", () => {
     hover.hidden = true;
   });
   box.addEventListener("dblclick", () => {
-    view = full;
-    render();
+    if (window_ !== null) void ask({ window: null });
   });
-  render();
+  toggle.addEventListener("change", () => render());
+
+  drawnWidth = width();
+  await ask();
+  const d = data as unknown as JobMarey;
   replace(
     ctx.root,
     h(
       "div",
       { class: "grid" },
       card(
-        { title: s.title(data.step), hint: s.hint, full: true, testId: "card-marey", tools: [stepPicker("job-marey", ctx.run, data.steps, data.step)] },
-        h("p", { class: "muted", "data-testid": "marey-shown" }, s.shown(data.shown_ops, data.matched_ops, data.limit, fmt.duration(data.min_ns))),
+        { title: s.title(d.step), hint: s.hint, full: true, testId: "card-marey", tools: [stepPicker("job-marey", ctx.run, d.steps, d.step)] },
+        shown,
+        legend,
+        pager,
         box,
         hover,
       ),
