@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -123,7 +124,8 @@ class Server:
         self.base = base
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
-        self.log = base.parent / f"serve-{self.port}.log"
+        # beside the test's files, never beside ``base``: a test may serve a read-only input folder
+        self.log = Path(tempfile.mkdtemp(prefix="perfsight-serve-log-")) / f"serve-{self.port}.log"
         self._log_handle = open(self.log, "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "perfsight.cli", "serve", "--summary-base-dir", str(base)]
