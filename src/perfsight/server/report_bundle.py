@@ -248,7 +248,8 @@ def rank_pages(bundle: Bundle, rank: int, required: bool) -> RankPlan | None:
     run = bundle.run
     at = {"run": run, "rank": rank}
     overview = bundle.fetch("run/overview", at)
-    kinds = bundle.fetch("run/kernel-types", {**at, "limit": 1})
+    top_kinds = {**at, "limit": 20, "sort": "total_ns", "order": "desc"}  # as operators.ts asks
+    kinds = bundle.fetch("run/kernel-types", top_kinds)
     ov = overview.data if overview.status == 200 else {}
     top_by = ov.get("top_by", "host_self_ns")
     other = "host_self_ns" if top_by == "device_total_ns" else "device_total_ns"
@@ -258,7 +259,7 @@ def rank_pages(bundle: Bundle, rank: int, required: bool) -> RankPlan | None:
         ("run/overview", at),
         ("run/step-trace", at),
         ("run/memory", at),
-        ("run/kernel-types", {**at, "limit": 1}),
+        ("run/kernel-types", top_kinds),
         table("run/operator-types", at, top_by),
         ("run/operator-types", {**at, "limit": 20, "sort": other, "order": "desc"}),
         table("run/operators", at, "dur_ns"),
