@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 from perfsight import columns
 from perfsight.ingest import ascend_files as files
 from perfsight.ingest import assemble
+from perfsight.ingest import mindinsight_cluster as cluster_files
 from perfsight.ingest import mindinsight_minddata as minddata
 from perfsight.ingest import mindinsight_pipeline as pipeline_files
 from perfsight.ingest.ascend_timeline import TS_PATTERN, collective_of
@@ -157,6 +158,12 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
     ):
         if table.num_rows:
             vendor.tables[name] = _with_rank(table, the_rank)
+    if legacy.cluster_analyse is not None and legacy.cluster_analyse.num_rows:
+        vendor.tables[cluster_files.TABLE] = legacy.cluster_analyse.set_column(
+            0, "rank", pa.array(np.full(legacy.cluster_analyse.num_rows, the_rank, np.int32))
+        )
+        cluster_file = next(step_file.parent.glob(f"ascend_cluster_analyse_*_{legacy.device_id}.csv"))
+        problems.add(cluster_file, cluster_files.summary_text(legacy.cluster_analyse))
     world = legacy.parallel.get("ranks") if isinstance(legacy.parallel.get("ranks"), int) else None
     world_size = max(rank_table.num_rows or world or 1, the_rank + 1)
     sources = [str(step_file)] + [  # every file numbered like it (hccl_raw_{n}.csv, flops_{n}.txt, ...)
