@@ -119,3 +119,31 @@ def test_a_damaged_cluster_file_is_named_and_the_rest_loads(tmp_path: Path) -> N
     trace = read_trace(profiler / "step_trace_raw_1_detail_time.csv")
     assert any(w.startswith(f"{damaged}: none of the columns MindInsight reads") for w in trace.meta.warnings)
     assert "mindinsight_cluster_analyse" not in trace.vendor.tables and trace.steps.num_rows == 1
+
+
+def test_the_served_rank_states_mindspores_breakdown_and_the_folder_stays_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One rank of a two-rank job is not a job for the server (no job pages): its overview's warnings
+    carry MindSpore's numbers, labelled, as MindInsight showed them."""
+    from _ui import Server
+
+    base = tmp_path / "base"
+    shutil.copytree(require(MINDINSIGHT / "run_4"), base / "run_4")
+    before = _tree_hash(base)
+    monkeypatch.setenv("PERFSIGHT_CACHE_DIR", str(tmp_path / "server_cache"))
+    server = Server(base)
+    try:
+        run = "run_4/normal_run/profiler"
+        server.wait_ready(run)
+        warnings = server.get("run/overview", run=run)["warnings"]
+    finally:
+        server.stop()
+    [note] = [w for w in warnings if "MindSpore's cluster analysis (pipeline parallel" in w]
+    _, _, by_step = MINDINSIGHT_CLUSTER["run_4"]
+    _, computation, alone, stage, receive, collective = by_step[0]
+    assert (
+        f"computation {computation:.4f} ms, communication alone {alone:.4f} ms, stage {stage:.4f} ms, "
+        f"receive alone {receive:.4f} ms, collective communication alone {collective:.4f} ms"
+    ) in note
+    assert _tree_hash(base) == before
