@@ -13,6 +13,7 @@ for N in 2, 3, 4 and S in 0 (MindInsight's average) and 1 (step 1)."""
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 from pathlib import Path
 
@@ -52,10 +53,14 @@ BOTTLENECK_COLUMNS = [  # MindInsight's step_bottleneck_info order -> cluster_st
 
 
 def _cluster_rows(tmp_path: Path, run: str) -> tuple[Path, list[dict[str, str]]]:
-    """The run copied to tmp, analysed as a job (one rank of two here), its cluster step trace rows."""
+    """The run copied to tmp, analysed as a job (one rank of two here), its cluster step trace rows;
+    the job's summary names the ranks whose breakdown is the file's (model and pipeline parallel)."""
     copy = Path(shutil.copytree(require(MINDINSIGHT / run), tmp_path / run))
     result = analyse_job(copy, tmp_path / "out", executor="serial")
     folder = write_cluster_outputs(result, tmp_path / "out")
+    problems = json.loads((folder / "cluster_summary.json").read_text())["problems"]
+    from_file = [p for p in problems if "read from MindSpore's ascend_cluster_analyse file" in p]
+    assert from_file == (["ranks 1: " + from_file[0].split(": ", 1)[1]] if run != "run_2" else [])
     with (folder / "cluster_step_trace_time.csv").open(newline="") as handle:
         return copy, list(csv.DictReader(handle))
 

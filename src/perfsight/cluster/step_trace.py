@@ -173,6 +173,20 @@ def _from_vendor_file(out: pd.DataFrame, vendor: pa.Table) -> pd.DataFrame:
     return merged.drop(columns=[*(f"{p}_file" for p in phases), "_merge"])
 
 
+def source_notes(steps: pd.DataFrame) -> list[str]:
+    """One line naming the ranks whose breakdown is MindSpore's file's (empty when none is)."""
+    if "source" not in steps or not (from_file := steps["source"] == VENDOR_SOURCE).any():
+        return []
+    from perfsight.cluster.discovery import rank_ranges
+
+    ranks = rank_ranges(sorted(set(steps.loc[from_file, "rank"].astype(int))))
+    return [
+        f"ranks {ranks}: computing, communication not overlapped, stage, receive and collective "
+        f"communication not overlapped are read from MindSpore's ascend_cluster_analyse file (ms there), "
+        "not computed: no op timeline was recorded; overlapped, communication and free time are unknown (0)"
+    ]
+
+
 def split_bubble(steps: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
     """``steps`` (of :func:`rank_steps`) with each rank-step's receive-only time split into
     ``bubble_ns`` (waiting for the sender) and ``receive_not_overlapped_ns`` (transfer) by the share

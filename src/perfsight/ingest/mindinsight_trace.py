@@ -19,6 +19,9 @@ cache, cluster analysis and web UI as every other input.  What each file gives:
 * ``hccl_raw_{n}.csv`` has no timestamps per op, so it cannot become ``comm`` rows: its per-step
   communication/wait cost and per-link time, size and bandwidth are vendor tables
   (``Trace.vendor.tables``) ``mindinsight_hccl_steps`` / ``mindinsight_hccl_links`` (ns, bytes, bytes/s).
+* ``ascend_cluster_analyse_*_{n}.csv`` (MindSpore's own breakdown for MindInsight's cluster page) ->
+  vendor table ``mindinsight_cluster_analyse`` in ns (``perfsight.ingest.mindinsight_cluster``), and
+  a labelled note with the file's ms.
 * ``profiler_info_{n}.json`` (rank), the r1.3 rank table (global rank, world size), the
   ``ascend_cluster_analyse_*`` file name (parallel mode, rank count), ``flops_{n}.txt``,
   ``minddata_pipeline_raw_{n}.csv`` -> ``meta`` (``extra["mindinsight"]``).
