@@ -45,6 +45,7 @@ from perfsight.ingest import ascend_files as files
 from perfsight.ingest.ascend_events import read_ascend_events
 from perfsight.ingest.jsonstream import NotATraceError
 from perfsight.ingest.mindinsight_cluster import read_cluster_analyse
+from perfsight.ingest.mindinsight_cluster import summary_text as cluster_summary_text
 from perfsight.model import STEP_PHASES_SCHEMA
 from perfsight.units import BYTES_PER_KB, NS_PER_MS
 
@@ -357,6 +358,8 @@ def read_profiler_folder(folder: Path, index: int, rank: int, problems: files.Fi
             mode, stages, ranks, _ = match.groups()
             result.parallel = {"mode": mode, "stages": int(stages), "ranks": int(ranks)}
             result.cluster_analyse = read_cluster_analyse(path, mode, rank, problems)
+            if result.cluster_analyse.num_rows:
+                problems.add(path, cluster_summary_text(result.cluster_analyse))
     minddata = folder / f"minddata_pipeline_raw_{index}.csv"
     if minddata.is_file():
         result.tables[minddata.name] = files.read_csv(minddata, problems)

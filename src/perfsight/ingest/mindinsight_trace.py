@@ -165,8 +165,6 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
         vendor.tables[cluster_files.TABLE] = legacy.cluster_analyse.set_column(
             0, "rank", pa.array(np.full(legacy.cluster_analyse.num_rows, the_rank, np.int32))
         )
-        cluster_file = next(step_file.parent.glob(f"ascend_cluster_analyse_*_{legacy.device_id}.csv"))
-        problems.add(cluster_file, cluster_files.summary_text(legacy.cluster_analyse))
     world = legacy.parallel.get("ranks") if isinstance(legacy.parallel.get("ranks"), int) else None
     world_size = max(rank_table.num_rows or world or 1, the_rank + 1)
     sources = [str(step_file)] + [  # every file numbered like it (hccl_raw_{n}.csv, flops_{n}.txt, ...)
