@@ -152,3 +152,18 @@ def test_the_served_rank_states_mindspores_breakdown_and_the_folder_stays_unchan
         f"receive alone {receive:.4f} ms, collective communication alone {collective:.4f} ms"
     ) in note
     assert _tree_hash(base) == before
+
+
+def test_a_row_past_the_steps_is_mindinsights_average_not_a_step(tmp_path: Path) -> None:
+    """MindInsight: row k is step k, the last row its average ("step 0"); with one row more than the
+    step trace's steps, that row is no step of the cluster step trace."""
+    copy = Path(shutil.copytree(require(MINDINSIGHT / "run_3"), tmp_path / "run_3"))
+    file = copy / "normal_run/profiler/ascend_cluster_analyse_model-parallel_1_2_1.csv"
+    file.write_text(file.read_text() + "600.5,1200.25\n")
+    trace = read_trace(copy / "normal_run/profiler/step_trace_raw_1_detail_time.csv")
+    rows = trace.vendor.tables["mindinsight_cluster_analyse"].to_pylist()
+    assert [(r["step"], r["computing_ns"]) for r in rows] == [(1, 651_905_100), (0, 600_500_000)]
+    [note] = [w for w in trace.meta.warnings if "MindSpore's cluster analysis" in w]
+    assert "computation 600.5000 ms, communication alone 1200.2500 ms" in note
+    result = analyse_job(copy, None, executor="serial")
+    assert result.steps[["step", "computing_ns"]].values.tolist() == [[1, 651_905_100]]

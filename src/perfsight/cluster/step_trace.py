@@ -165,8 +165,9 @@ def _from_vendor_file(out: pd.DataFrame, vendor: pa.Table) -> pd.DataFrame:
     file_rows = file_rows.loc[file_rows["_merge"] == "left_only"].drop(columns="_merge")
     if file_rows.empty:
         return out
-    merged = out.merge(file_rows, on=keys, how="outer", suffixes=("", "_file"), indicator=True)
-    from_file = (merged["_merge"] != "left_only").to_numpy()
+    # only the rank's own steps: the file's average row (step 0) and rows past them are no step
+    merged = out.merge(file_rows, on=keys, how="left", suffixes=("", "_file"), indicator=True)
+    from_file = (merged["_merge"] == "both").to_numpy()
     for phase in phases:
         merged.loc[from_file, phase] = merged.loc[from_file, f"{phase}_file"]
     merged.loc[from_file, "source"] = VENDOR_SOURCE

@@ -57,10 +57,14 @@ SCHEMA = pa.schema(
 """One row per row of the file; a phase the file's mode does not have is null."""
 
 
-def read_cluster_analyse(path: Path, mode: str, rank: int, problems: files.FileProblems) -> pa.Table:
+def read_cluster_analyse(
+    path: Path, mode: str, rank: int, problems: files.FileProblems, steps: int | None = None
+) -> pa.Table:
     """The rows of ``path`` (parallel mode ``mode``, e.g. ``"model"``) as :data:`SCHEMA` rows.
 
-    A cell that is not a number is null, and the file is named in a warning with the column."""
+    Row ``k`` is step ``k``; when the file has one row more than the rank's ``steps``, that last row
+    is MindInsight's average and gets step 0 (its "step 0").  A cell that is not a number is null,
+    and the file is named in a warning with the column."""
     table = files.read_csv(path, problems)
     n = table.num_rows
     known = {
@@ -82,10 +86,18 @@ def read_cluster_analyse(path: Path, mode: str, rank: int, problems: files.FileP
         return SCHEMA.empty_table()
     arrays = [
         pa.array(np.full(n, rank, np.int32)),
-        pa.array(np.arange(1, n + 1, dtype=np.int32)),
+        pa.array(_step_numbers(n, steps)),
         pa.array([mode] * n, pa.string()),
     ] + [by_phase.get(phase, pa.nulls(n, pa.int64())) for phase in PHASES]
     return pa.Table.from_arrays(arrays, schema=SCHEMA)
+
+
+def _step_numbers(rows: int, steps: int | None) -> np.ndarray:
+    """1..rows, the last 0 when it is the average row (one row more than the steps)."""
+    numbers = np.arange(1, rows + 1, dtype=np.int32)
+    if steps is not None and rows == steps + 1 and rows > 1:
+        numbers[-1] = 0
+    return numbers
 
 
 def _numbers(values: pa.Array) -> pa.Array:

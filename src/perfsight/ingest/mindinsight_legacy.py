@@ -357,7 +357,9 @@ def read_profiler_folder(folder: Path, index: int, rank: int, problems: files.Fi
         if match:
             mode, stages, ranks, _ = match.groups()
             result.parallel = {"mode": mode, "stages": int(stages), "ranks": int(ranks)}
-            result.cluster_analyse = read_cluster_analyse(path, mode, rank, problems)
+            result.cluster_analyse = read_cluster_analyse(
+                path, mode, rank, problems, steps=result.step_trace.num_rows if step_file.is_file() else None
+            )
             if result.cluster_analyse.num_rows:
                 problems.add(path, cluster_summary_text(result.cluster_analyse))
     minddata = folder / f"minddata_pipeline_raw_{index}.csv"
