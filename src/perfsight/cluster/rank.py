@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import columns
+from perfsight.ingest import mindinsight_cluster as vendor_cluster
 from perfsight.model import RunMetadata, Trace
 from perfsight.pipeline import Options
 
@@ -187,6 +188,10 @@ def run_rank(item: RankInput, task: RankTask) -> RankDigest | RankFailure:
         from perfsight.summary import rank_summary
 
         summary = rank_summary(result)
+    # MindSpore's own per-step breakdown of a legacy rank (the cluster step trace's fallback)
+    tables[vendor_cluster.TABLE] = trace.vendor.tables.get(
+        vendor_cluster.TABLE, vendor_cluster.SCHEMA.empty_table()
+    )
     tables["step_ops"] = step_ops(trace)  # the parallel-execution views' ops (perfsight.cluster.execution)
     ranges = module_ranges(trace)  # nn.Module forwards, read once for the next two
     tables["op_context"] = op_context(

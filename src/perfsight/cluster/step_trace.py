@@ -35,10 +35,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from perfsight.analysis.step_trace import MIN_STEPS_TO_DROP_WARMUP
 from perfsight.cluster.matching import Matched
 from perfsight.cluster.rank import RankDigest, concat
+from perfsight.ingest import mindinsight_cluster as vendor_cluster
 
 PHASES = [
     "duration_ns",
@@ -57,6 +59,19 @@ PHASES = [
     "preparing_ns",
 ]
 """Per-step phases, in ns, in the order of cluster_step_trace_time.csv."""
+
+PERFSIGHT_SOURCE = "perfsight"
+VENDOR_SOURCE = "MindSpore ascend_cluster_analyse file"
+"""``source`` of a rank-step row: perfsight's own overlap breakdown, or MindSpore's file (ms there)."""
+VENDOR_PHASES = [
+    "computing_ns",
+    "communication_not_overlapped_ns",
+    "stage_ns",
+    "receive_not_overlapped_ns",
+    "communication_not_overlapped_exclude_receive_ns",
+]
+"""The phases MindSpore's model/pipeline-parallel file gives (its data-parallel one repeats the step
+trace, which perfsight reads itself)."""
 
 
 def stages(matched: Matched, ranks: list[int], same_stage: Sequence[Sequence[int]] = ()) -> dict[int, int]:
@@ -111,7 +126,7 @@ def rank_steps(digests: Mapping[int, RankDigest], stage_of: Mapping[int, int]) -
     trace_steps = concat(ordered, "step_trace")
     overlap = concat(ordered, "overlap_breakdown")
     if trace_steps.num_rows == 0 and overlap.num_rows == 0:
-        return pd.DataFrame(columns=["rank", "step", "stage", "averaged", "complete", *PHASES])
+        return pd.DataFrame(columns=["rank", "step", "stage", "averaged", "complete", *PHASES, "source"])
     keys = ["rank", "step"]
     out = (
         trace_steps.select([*keys, "duration_ns", "iteration_interval_ns", "fp_bp_ns", "tail_ns"])
@@ -121,6 +136,8 @@ def rank_steps(digests: Mapping[int, RankDigest], stage_of: Mapping[int, int]) -
     out["receive_not_overlapped_ns"] = (
         out["communication_not_overlapped_ns"] - out["communication_not_overlapped_exclude_receive_ns"]
     )
+    vendor = concat([d for d in ordered if vendor_cluster.TABLE in d.tables], vendor_cluster.TABLE)
+    out = _from_vendor_file(out, vendor)
     complete = concat(ordered, "steps").select([*keys, "complete"]).to_pandas()
     out = out.merge(complete, on=keys, how="left")
     out["complete"] = out["complete"].fillna(False).astype(bool)
@@ -128,7 +145,47 @@ def rank_steps(digests: Mapping[int, RankDigest], stage_of: Mapping[int, int]) -
     out["averaged"] = _after_warmup(out)
     for column in PHASES:
         out[column] = out[column].fillna(0).astype("int64")
-    return out[["rank", "step", "stage", "averaged", "complete", *PHASES]]
+    return out[["rank", "step", "stage", "averaged", "complete", *PHASES, "source"]]
+
+
+def _from_vendor_file(out: pd.DataFrame, vendor: pa.Table) -> pd.DataFrame:
+    """``out`` with the phases of MindSpore's ``ascend_cluster_analyse_*`` file (vendor table
+    ``mindinsight_cluster_analyse``, see ``perfsight.ingest.mindinsight_cluster``) on the rank-steps
+    that have no overlap breakdown of perfsight's own (a legacy rank without an op timeline);
+    ``source`` says which rows came from the file.  Its receive time stays as the file has it (it
+    does not split waiting from transfer), so ``split_bubble`` leaves those rows alone."""
+    out["source"] = PERFSIGHT_SOURCE
+    phases = [p for p in VENDOR_PHASES if p in vendor.column_names]
+    if vendor.num_rows == 0 or not phases:
+        return out
+    keys = ["rank", "step"]
+    file_rows = vendor.select([*keys, *phases]).to_pandas().dropna(subset=phases, how="all")
+    own = out.loc[out["computing_ns"].notna(), keys]
+    file_rows = file_rows.merge(own, on=keys, how="left", indicator=True)
+    file_rows = file_rows.loc[file_rows["_merge"] == "left_only"].drop(columns="_merge")
+    if file_rows.empty:
+        return out
+    # only the rank's own steps: the file's average row (step 0) and rows past them are no step
+    merged = out.merge(file_rows, on=keys, how="left", suffixes=("", "_file"), indicator=True)
+    from_file = (merged["_merge"] == "both").to_numpy()
+    for phase in phases:
+        merged.loc[from_file, phase] = merged.loc[from_file, f"{phase}_file"]
+    merged.loc[from_file, "source"] = VENDOR_SOURCE
+    return merged.drop(columns=[*(f"{p}_file" for p in phases), "_merge"])
+
+
+def source_notes(steps: pd.DataFrame) -> list[str]:
+    """One line naming the ranks whose breakdown is MindSpore's file's (empty when none is)."""
+    if "source" not in steps or not (from_file := steps["source"] == VENDOR_SOURCE).any():
+        return []
+    from perfsight.cluster.discovery import rank_ranges
+
+    ranks = rank_ranges(sorted(set(steps.loc[from_file, "rank"].astype(int))))
+    return [
+        f"ranks {ranks}: computing, communication not overlapped, stage, receive and collective "
+        f"communication not overlapped are read from MindSpore's ascend_cluster_analyse file (ms there), "
+        "not computed: no op timeline was recorded; overlapped, communication and free time are unknown (0)"
+    ]
 
 
 def split_bubble(steps: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
@@ -150,6 +207,11 @@ def split_bubble(steps: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
     out = steps.copy()
     out["bubble_ns"] = (receive_only * share).round().astype("int64")
     out["receive_not_overlapped_ns"] = receive_only - out["bubble_ns"]
+    from_file = (
+        (steps["source"] == VENDOR_SOURCE).to_numpy() if "source" in steps else np.zeros(len(steps), bool)
+    )
+    out.loc[from_file, "bubble_ns"] = 0  # the file's receive time, waiting included, as it has it
+    out.loc[from_file, "receive_not_overlapped_ns"] = steps.loc[from_file, "receive_not_overlapped_ns"]
     return out
 
 

@@ -15,6 +15,7 @@ import orjson
 
 from perfsight import advisor
 from perfsight.advisor.text import lead_lines
+from perfsight.cluster import step_trace
 from perfsight.cluster.discovery import rank_ranges
 from perfsight.terminal import printable_line
 from perfsight.units import bytes_text, ms_text
@@ -68,7 +69,7 @@ def cluster_summary(result: ClusterResult) -> dict[str, Any]:
         "set_aside": [
             {"source": a.source, "rank": a.rank, "reasons": list(a.reasons)} for a in job.set_aside
         ],
-        "problems": job.problems(),
+        "problems": job.problems() + step_trace.source_notes(result.steps),
         "executor": result.executor,
         "clock_alignment": {
             "method": result.alignment.method,

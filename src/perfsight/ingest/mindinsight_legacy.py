@@ -44,6 +44,8 @@ from perfsight import columns
 from perfsight.ingest import ascend_files as files
 from perfsight.ingest.ascend_events import read_ascend_events
 from perfsight.ingest.jsonstream import NotATraceError
+from perfsight.ingest.mindinsight_cluster import read_cluster_analyse
+from perfsight.ingest.mindinsight_cluster import summary_text as cluster_summary_text
 from perfsight.model import STEP_PHASES_SCHEMA
 from perfsight.units import BYTES_PER_KB, NS_PER_MS
 
@@ -120,6 +122,7 @@ class LegacyRank:
     hccl_ops: pa.Table = dataclasses.field(default_factory=HCCL_OP_SCHEMA.empty_table)
     tables: dict[str, pa.Table] = dataclasses.field(default_factory=dict)  # other CSVs, as read
     parallel: dict[str, Any] = dataclasses.field(default_factory=dict)  # mode, stages, ranks
+    cluster_analyse: pa.Table | None = None  # ascend_cluster_analyse_*.csv (mindinsight_cluster), ns
     flops: dict[str, float] = dataclasses.field(default_factory=dict)  # MindInsight's FLOPs summary
     flops_ops: pa.Table | None = None  # per-op FLOPs of flops_{rank}.txt (FLOP, FLOP/s)
     info: dict[str, Any] = dataclasses.field(default_factory=dict)  # profiler_info_{rank}.json
@@ -354,7 +357,11 @@ def read_profiler_folder(folder: Path, index: int, rank: int, problems: files.Fi
         if match:
             mode, stages, ranks, _ = match.groups()
             result.parallel = {"mode": mode, "stages": int(stages), "ranks": int(ranks)}
-            result.tables[path.name] = files.read_csv(path, problems)
+            result.cluster_analyse = read_cluster_analyse(
+                path, mode, rank, problems, steps=result.step_trace.num_rows if step_file.is_file() else None
+            )
+            if result.cluster_analyse.num_rows:
+                problems.add(path, cluster_summary_text(result.cluster_analyse))
     minddata = folder / f"minddata_pipeline_raw_{index}.csv"
     if minddata.is_file():
         result.tables[minddata.name] = files.read_csv(minddata, problems)

@@ -19,6 +19,9 @@ cache, cluster analysis and web UI as every other input.  What each file gives:
 * ``hccl_raw_{n}.csv`` has no timestamps per op, so it cannot become ``comm`` rows: its per-step
   communication/wait cost and per-link time, size and bandwidth are vendor tables
   (``Trace.vendor.tables``) ``mindinsight_hccl_steps`` / ``mindinsight_hccl_links`` (ns, bytes, bytes/s).
+* ``ascend_cluster_analyse_*_{n}.csv`` (MindSpore's own breakdown for MindInsight's cluster page) ->
+  vendor table ``mindinsight_cluster_analyse`` in ns (``perfsight.ingest.mindinsight_cluster``), and
+  a labelled note with the file's ms.
 * ``profiler_info_{n}.json`` (rank), the r1.3 rank table (global rank, world size), the
   ``ascend_cluster_analyse_*`` file name (parallel mode, rank count), ``flops_{n}.txt``,
   ``minddata_pipeline_raw_{n}.csv`` -> ``meta`` (``extra["mindinsight"]``).
@@ -37,6 +40,7 @@ import pyarrow.compute as pc
 from perfsight import columns
 from perfsight.ingest import ascend_files as files
 from perfsight.ingest import assemble
+from perfsight.ingest import mindinsight_cluster as cluster_files
 from perfsight.ingest import mindinsight_minddata as minddata
 from perfsight.ingest import mindinsight_pipeline as pipeline_files
 from perfsight.ingest.ascend_timeline import TS_PATTERN, collective_of
@@ -157,6 +161,10 @@ def read_legacy_trace(path: str | Path, rank: int | None = None) -> Trace:
     ):
         if table.num_rows:
             vendor.tables[name] = _with_rank(table, the_rank)
+    if legacy.cluster_analyse is not None and legacy.cluster_analyse.num_rows:
+        vendor.tables[cluster_files.TABLE] = legacy.cluster_analyse.set_column(
+            0, "rank", pa.array(np.full(legacy.cluster_analyse.num_rows, the_rank, np.int32))
+        )
     world = legacy.parallel.get("ranks") if isinstance(legacy.parallel.get("ranks"), int) else None
     world_size = max(rank_table.num_rows or world or 1, the_rank + 1)
     sources = [str(step_file)] + [  # every file numbered like it (hccl_raw_{n}.csv, flops_{n}.txt, ...)
