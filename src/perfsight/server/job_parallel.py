@@ -238,6 +238,11 @@ def marey(
     devices, else none); the others are one row each, an item's span on it from its first start
     to its last end on any device.  Of the unfolded stages' devices, :data:`MAREY_ROWS` from the
     ``first`` are drawn, each with its FLOPS and memory lines binned to the same pixels.
+
+    An item's per-device intervals are columns aligned with its stage's drawn devices (``starts``:
+    ns after the item's ``start_ns``; ``durs``: ns; ``counts`` only for a run): at 1,024 ranks a
+    page is 32 devices x ~1,100 items, and a rank, two absolute times and a count per device made
+    the answer 1.7 MiB, most of its time spent writing and reading those digits.
     """
     ops = _ops_file(root)
     tables = _marey_tables(ops, saved)
@@ -301,15 +306,35 @@ def marey(
                 max(longest) AS longest_ns, min(a) AS start_ns, max(b) AS end_ns
               FROM m GROUP BY stage, item),
         s AS (SELECT stage, rank, key, start_ns - ? AS a, end_ns - ? AS b FROM ({src}) WHERE level = 'op'),
-        per AS (SELECT stage, item, list(rank ORDER BY rank) AS ranks, list(a ORDER BY rank) AS starts_ns,
-                list(b ORDER BY rank) AS ends_ns, list(n ORDER BY rank) AS counts
-              FROM (SELECT m.stage, m.item, s.rank, min(s.a) AS a, max(s.b) AS b, count(*) AS n
-                    FROM s JOIN m USING (stage, key) GROUP BY m.stage, m.item, s.rank)
-              GROUP BY stage, item)
-        SELECT i.* EXCLUDE (item), coalesce(p.ranks, []) AS ranks, coalesce(p.starts_ns, []) AS starts_ns,
-            coalesce(p.ends_ns, []) AS ends_ns, coalesce(p.counts, []) AS counts
+        dev AS (SELECT m.stage, m.item, s.rank, min(s.a) AS a, max(s.b) AS b, count(*) AS n
+              FROM s JOIN m USING (stage, key) GROUP BY m.stage, m.item, s.rank),
+        drawn AS (SELECT unnest(?) AS rank, unnest(?) AS stage, unnest(?) AS at),
+        per AS (SELECT i.stage, i.item, list(d.a - i.start_ns ORDER BY w.at) AS starts,
+                list(d.b - d.a ORDER BY w.at) AS durs,
+                CASE WHEN i.ops > 1 THEN list(d.n ORDER BY w.at) END AS counts
+              FROM items i JOIN drawn w ON w.stage = i.stage
+              LEFT JOIN dev d ON d.stage = i.stage AND d.item = i.item AND d.rank = w.rank
+              GROUP BY i.stage, i.item, i.ops)
+        SELECT i.* EXCLUDE (item), coalesce(p.starts, []) AS starts, coalesce(p.durs, []) AS durs,
+            CASE WHEN i.ops > 1 THEN coalesce(p.counts, []) END AS counts
         FROM items i LEFT JOIN per p ON p.stage = i.stage AND p.item = i.item"""
-    items_params = [str(tables["keys"]), int(chosen), w0, w1, bin_ns, bin_ns, w0, w0, bin_ns, t0, t0, *params]
+    at = [sum(1 for e in shown[:k] if e["stage"] == d["stage"]) for k, d in enumerate(shown)]
+    drawn = [shown_ranks, [d["stage"] for d in shown], at]
+    items_params = [
+        str(tables["keys"]),
+        int(chosen),
+        w0,
+        w1,
+        bin_ns,
+        bin_ns,
+        w0,
+        w0,
+        bin_ns,
+        t0,
+        t0,
+        *params,
+        *drawn,
+    ]
     items = _json_rows(items_sql, items_params, 'stage, "order"')
     counts = queries.arrow(
         "SELECT count(*) AS matched, count(*) FILTER (WHERE b >= ? AND a <= ?) AS in_window "
