@@ -1205,8 +1205,8 @@ class MareyOp(BaseModel):
     )
     durs: list[int | None] = Field(description="per drawn device of the stage: last end less first start, ns")
     counts: list[int | None] | None = Field(
-        description="a run's: per drawn device of the stage, how many of its ops are merged here (empty when folded); null for "
-        "an op drawn alone (1 where the device ran it)"
+        description="a run's: per drawn device of the stage, how many of its ops are merged here (empty when "
+        "folded); null for an op drawn alone (1 where the device ran it)"
     )
 
 

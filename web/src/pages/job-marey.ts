@@ -11,7 +11,9 @@
  *
  * Every item is read from /api/job/marey (server/job_parallel.py) at this chart's width in pixels:
  * ops narrower than a pixel come merged into runs, never dropped.  A brushed window is asked for
- * again, so its ops are drawn at full resolution; a double-click asks for the whole step.  The
+ * again, so its ops are drawn at full resolution; a double-click asks for the whole step.  An
+ * item's intervals come as columns aligned with its stage's drawn devices (offsets from the item's
+ * start and durations, ns: a 32-device page at 1,024 ranks is ~1,100 items), decoded here.  The
  * timelines are drawn on a canvas (a 32-device page holds tens of thousands of intervals); labels,
  * blocks and stage headers are SVG.  Click a stage to fold or unfold it, hover an op for its name
  * and its start/end on each device, click a device to open its rank's timeline.
