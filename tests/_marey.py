@@ -6,6 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 
+def name(op: dict[str, Any]) -> str:
+    """The item's op name: sent as ``name``, or null where its key is ``<name>#<k>``."""
+    if op["name"] is None:
+        head, _, k = op["key"].rpartition("#")
+        assert head and k.isdigit(), op["key"]
+        return head
+    return op["name"]
+
+
 def intervals(data: dict[str, Any], op: dict[str, Any]) -> list[tuple[int, int, int, int]]:
     """(rank, start ns, end ns from the step's first op, ops merged) per drawn device that ran ``op``."""
     ranks = [d["rank"] for d in data["devices"] if d["stage"] == op["stage"]]

@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from _jobs import DDP_JOB, DDP_RANKS, OVERLOADED_STAGE, PP_JOB, SLOW_RANK, STRAGGLER_JOB, demo_base
-from _marey import intervals
+from _marey import intervals, name
 from _server_helpers import wait_ready
 from perfsight.server import create_app
 
@@ -152,7 +152,7 @@ def test_sub_pixel_ops_are_merged_into_runs_and_never_dropped(client: TestClient
     # the all-reduces, long enough to be drawn alone, keep their key: the group's matched instance
     collectives = [op for op in wide["ops"] if op["category"] == "communication" and op["ops"] == 1]
     assert collectives
-    assert all(op["name"] == "all_reduce" and op["key"].startswith("comm#") for op in collectives)
+    assert all(name(op) == "all_reduce" and op["key"].startswith("comm#") for op in collectives)
     assert all([r for r, *_ in intervals(wide, op)] == list(range(DDP_RANKS)) for op in collectives)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from _jobs import DDP_JOB, OVERLOADED_STAGE, PP_JOB, SLOW_RANK, STRAGGLER_JOB
-from _marey import intervals
+from _marey import intervals, name
 from _ui import Server, Watched, own_server_browser, served_demo, watched_page  # noqa: F401 - fixture
 
 
@@ -138,7 +138,7 @@ def test_the_marey_view_draws_every_op_merged_or_alone_and_shows_its_times_on_ho
     card = p.locator('[data-testid="marey-card"]')
     card.wait_for(state="visible")
     assert box.get_attribute("data-hover-key") == comm["key"]
-    assert comm["name"] in card.inner_text()
+    assert name(comm) in card.inner_text()
     assert card.locator("[data-rank]").count() == len(ran)
     _shot(p, "marey")
     assert not page.errors

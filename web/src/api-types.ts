@@ -2336,9 +2336,9 @@ export interface components {
             key: string;
             /**
              * Name
-             * @description the op's name (a run: its first op's)
+             * @description the op's name (a run: its first op's); null where key is "<name>#<k>": the name is the key up to its last #
              */
-            name: string;
+            name: string | null;
             /**
              * Category
              * @enum {string}

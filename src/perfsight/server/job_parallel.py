@@ -237,7 +237,8 @@ def marey(
     device (comma-separated; by default every stage when the job has at most :data:`MAREY_ROWS`
     devices, else none); the others are one row each, an item's span on it from its first start
     to its last end on any device.  Of the unfolded stages' devices, :data:`MAREY_ROWS` from the
-    ``first`` are drawn, each with its FLOPS and memory lines binned to the same pixels.
+    ``first`` are drawn, each with its FLOPS and memory lines binned to the same pixels.  An
+    item's ``name`` is null where its ``key`` is ``<name>#<k>`` (most ops: long kernel names sent once).
 
     An item's per-device intervals are columns aligned with its stage's drawn devices (``starts``:
     ns after the item's ``start_ns``; ``durs``: ns; ``counts`` only for a run): at 1,024 ranks a
@@ -321,7 +322,11 @@ def marey(
               FROM items i JOIN drawn w ON w.stage = i.stage
               LEFT JOIN dev d ON d.stage = i.stage AND d.item = i.item AND d.rank = w.rank
               GROUP BY i.stage, i.item, i.ops)
-        SELECT i.* EXCLUDE (item), coalesce(p.starts, []) AS starts, coalesce(p.durs, []) AS durs,
+        SELECT i.* EXCLUDE (item, name),
+            CASE WHEN starts_with(i.key, i.name || '#')
+                    AND NOT contains(substr(i.key, length(i.name) + 2), '#')
+                THEN NULL ELSE i.name END AS name,
+            coalesce(p.starts, []) AS starts, coalesce(p.durs, []) AS durs,
             CASE WHEN i.ops > 1 THEN coalesce(p.counts, []) END AS counts
         FROM items i LEFT JOIN per p ON p.stage = i.stage AND p.item = i.item"""
     at = [sum(1 for e in shown[:k] if e["stage"] == d["stage"]) for k, d in enumerate(shown)]

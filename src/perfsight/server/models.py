@@ -1192,7 +1192,10 @@ class MareyOp(BaseModel):
         description='what matches it: "comm#<instance>", "<name>#<k-th of that name in step>"; '
         'a run: "run:.."'
     )
-    name: str = Field(description="the op's name (a run: its first op's)")
+    name: str | None = Field(
+        description="the op's name (a run: its first op's); null where key is \"<name>#<k>\": the name is "
+        "the key up to its last #"
+    )
     category: Literal["compute", "communication", "mixed"]
     order: int
     ops: int = Field(description="matched ops merged into this item (1: an op drawn on its own)")

@@ -265,12 +265,17 @@ function itemAt(data: JobMarey, lay: Layout, width: number, px: number, py: numb
   return best;
 }
 
+/** An item's op name: sent only where its key does not hold it (a key "<name>#<k>" does). */
+function opName(op: MareyOp): string {
+  return op.name ?? op.key.slice(0, op.key.lastIndexOf("#"));
+}
+
 function hoverCard(op: MareyOp, ran: Interval[]): Node[] {
   const s = t.parallel.marey;
   const head = op.ops > 1 ? [h("div", { class: "muted" }, s.merged(op.ops, op.category))] : [];
   return [
     ...head,
-    h("b", {}, op.name),
+    h("b", {}, opName(op)),
     h("div", { class: "muted" }, op.category),
     ...ran.slice(0, 16).map((v) =>
       h(
