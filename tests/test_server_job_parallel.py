@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from _jobs import DDP_JOB, DDP_RANKS, OVERLOADED_STAGE, PP_JOB, SLOW_RANK, STRAGGLER_JOB, demo_base
+from _marey import intervals, name
 from _server_helpers import wait_ready
 from perfsight.server import create_app
 
@@ -133,10 +134,7 @@ def test_sub_pixel_ops_are_merged_into_runs_and_never_dropped(client: TestClient
         # and every op of every device: the per-device counts of the items sum to its ops
         for d in data["devices"]:
             assert d["ops"] == sum(
-                n
-                for op in data["ops"]
-                for r, n in zip(op["ranks"], op["counts"], strict=True)
-                if r == d["rank"]
+                n for op in data["ops"] for r, _, _, n in intervals(data, op) if r == d["rank"]
             )
         # an item drawn alone is at least a pixel long on some device; a run is made of ops that
         # are not (ops of both kinds in a run are marked "mixed")
@@ -144,7 +142,8 @@ def test_sub_pixel_ops_are_merged_into_runs_and_never_dropped(client: TestClient
             assert (op["ops"] == 1) or (op["key"].startswith("run:") and op["longest_ns"] < data["bin_ns"])
             assert op["category"] in ("compute", "communication", "mixed")
             assert all(
-                0 <= s <= e <= data["span_ns"] for s, e in zip(op["starts_ns"], op["ends_ns"], strict=True)
+                op["start_ns"] <= s <= e <= min(op["end_ns"], data["span_ns"])
+                for _, s, e, _ in intervals(data, op)
             )
     narrow = _get(client, "job/marey", run=DDP_JOB, px=50)
     wide = _get(client, "job/marey", run=DDP_JOB, px=8000)
@@ -153,8 +152,8 @@ def test_sub_pixel_ops_are_merged_into_runs_and_never_dropped(client: TestClient
     # the all-reduces, long enough to be drawn alone, keep their key: the group's matched instance
     collectives = [op for op in wide["ops"] if op["category"] == "communication" and op["ops"] == 1]
     assert collectives
-    assert all(op["name"] == "all_reduce" and op["key"].startswith("comm#") for op in collectives)
-    assert all(op["ranks"] == list(range(DDP_RANKS)) for op in collectives)
+    assert all(name(op) == "all_reduce" and op["key"].startswith("comm#") for op in collectives)
+    assert all([r for r, *_ in intervals(wide, op)] == list(range(DDP_RANKS)) for op in collectives)
 
 
 def test_a_brushed_window_is_drawn_again_at_a_finer_resolution(client: TestClient, base: Path) -> None:
@@ -191,7 +190,7 @@ def test_the_slowed_rank_computes_longer_and_the_other_waits_in_the_all_reduce(c
     # descheduled for 8.9 ms on CI's busy cores in one run)
     drawn: dict[int, list[int]] = {0: [], 1: []}
     for op in (op for op in data["ops"] if op["category"] == "compute"):
-        for r, s, e in zip(op["ranks"], op["starts_ns"], op["ends_ns"], strict=True):
+        for r, s, e, _ in intervals(data, op):
             drawn[r].append(e - s)
     assert sum(drawn[SLOW_RANK]) > sum(drawn[other])
     # the first all-reduce of the step: the punctual rank enters it early and waits for the slow one
@@ -199,7 +198,7 @@ def test_the_slowed_rank_computes_longer_and_the_other_waits_in_the_all_reduce(c
         (op for op in data["ops"] if op["category"] == "communication" and op["ops"] == 1),
         key=lambda op: op["start_ns"],
     )
-    length = {r: e - s for r, s, e in zip(first["ranks"], first["starts_ns"], first["ends_ns"], strict=True)}
+    length = {r: e - s for r, s, e, _ in intervals(data, first)}
     assert length[other] > length[SLOW_RANK]  # the other rank waits in it for the slowed one
     # FLOPs / max per device: the slow rank did the most work; FLOP/s over its compute time known
     assert device[SLOW_RANK]["flops_of_max"] == pytest.approx(1.0)
@@ -232,7 +231,7 @@ def test_a_stage_folds_to_one_row_and_a_large_job_pages_its_devices(client: Test
     assert [d["stage"] for d in data["devices"]] == [1]
     # the folded stage's items have their span and no device intervals; nothing is dropped
     stage0 = [op for op in data["ops"] if op["stage"] == 0]
-    assert stage0 and all(op["ranks"] == [] and op["start_ns"] <= op["end_ns"] for op in stage0)
+    assert stage0 and all(intervals(data, op) == [] and op["start_ns"] <= op["end_ns"] for op in stage0)
     assert sum(op["ops"] for op in data["ops"]) == data["matched_ops"]
     none = _get(client, "job/marey", run=PP_JOB, unfold="none")
     assert none["devices"] == [] and none["device_rows"] == 0

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+from _marey import intervals
 from _server_helpers import wait_ready
 from perfsight.server import create_app
 from shared_data import REPO
@@ -51,7 +52,7 @@ def test_a_job_larger_than_a_page_opens_folded_with_every_op(served: tuple[TestC
     data = _marey(client, run)
     assert data["stages"] == [{"stage": 0, "devices": RANKS, "folded": True}]
     assert data["devices"] == [] and data["device_rows"] == 0
-    assert all(op["ranks"] == [] and op["start_ns"] <= op["end_ns"] for op in data["ops"])
+    assert all(intervals(data, op) == [] and op["start_ns"] <= op["end_ns"] for op in data["ops"])
     assert sum(op["ops"] for op in data["ops"]) == data["matched_ops"] > 0
 
 
@@ -65,12 +66,7 @@ def test_an_unfolded_stage_pages_its_devices_and_each_page_holds_every_op(
         assert page["device_rows"] == RANKS and page["rows"] == ROWS
         assert sum(op["ops"] for op in page["ops"]) == page["matched_ops"]
         for d in page["devices"]:  # every op of every drawn device is in some item
-            counted = sum(
-                n
-                for op in page["ops"]
-                for r, n in zip(op["ranks"], op["counts"], strict=True)
-                if r == d["rank"]
-            )
+            counted = sum(n for op in page["ops"] for r, _, _, n in intervals(page, op) if r == d["rank"])
             assert counted == d["ops"]
             assert d["flops_line"]["bins"] and d["memory_line"]["bins"]
 
@@ -80,7 +76,7 @@ def test_the_slowed_rank_has_the_widest_compute_on_its_page(served: tuple[TestCl
     page = _marey(client, run, unfold="0")
     drawn = {d["rank"]: 0 for d in page["devices"]}
     for op in (op for op in page["ops"] if op["category"] == "compute"):
-        for r, s, e in zip(op["ranks"], op["starts_ns"], op["ends_ns"], strict=True):
+        for r, s, e, _ in intervals(page, op):
             drawn[r] += e - s
     assert max(drawn, key=lambda r: drawn[r]) == STRAGGLER
     device = {d["rank"]: d for d in page["devices"]}

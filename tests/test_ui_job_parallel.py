@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from _jobs import DDP_JOB, OVERLOADED_STAGE, PP_JOB, SLOW_RANK, STRAGGLER_JOB
+from _marey import intervals, name
 from _ui import Server, Watched, own_server_browser, served_demo, watched_page  # noqa: F401 - fixture
 
 
@@ -124,10 +125,11 @@ def test_the_marey_view_draws_every_op_merged_or_alone_and_shows_its_times_on_ho
         (op for op in api["ops"] if op["category"] == "communication" and op["ops"] == 1),
         key=lambda op: op["longest_ns"],
     )
-    k = comm["ranks"].index(SLOW_RANK)
+    ran = intervals(api, comm)
+    _, start, end, _ = next(v for v in ran if v[0] == SLOW_RANK)
     area = p.locator('[data-testid="marey-chart"]').bounding_box()
     plot = area["width"] - LABEL - RIGHT
-    x = area["x"] + LABEL + plot * (comm["starts_ns"][k] + comm["ends_ns"][k]) / 2 / api["span_ns"]
+    x = area["x"] + LABEL + plot * (start + end) / 2 / api["span_ns"]
     row = p.locator(f'.mv-device[data-rank="{SLOW_RANK}"] rect').first.bounding_box()
     y = row["y"] + row["height"] / 2
     r, g, b, _ = _pixel(p, x, y)
@@ -136,8 +138,8 @@ def test_the_marey_view_draws_every_op_merged_or_alone_and_shows_its_times_on_ho
     card = p.locator('[data-testid="marey-card"]')
     card.wait_for(state="visible")
     assert box.get_attribute("data-hover-key") == comm["key"]
-    assert comm["name"] in card.inner_text()
-    assert card.locator("[data-rank]").count() == len(comm["ranks"])
+    assert name(comm) in card.inner_text()
+    assert card.locator("[data-rank]").count() == len(ran)
     _shot(p, "marey")
     assert not page.errors
 

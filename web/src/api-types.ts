@@ -2322,7 +2322,9 @@ export interface components {
         /**
          * MareyOp
          * @description One op of a stage matched across its devices, or the sub-pixel ops merged into one run
-         *     (``ops`` > 1): one interval per drawn device (ns from the step start).
+         *     (``ops`` > 1).  Per drawn device of its stage (the answer's ``devices`` of that stage, in their
+         *     order), columns of small integers rather than an object or absolute times per device: a page
+         *     of 32 devices x ~1,100 items stays small to send and to decode.
          */
         MareyOp: {
             /** Stage */
@@ -2334,9 +2336,9 @@ export interface components {
             key: string;
             /**
              * Name
-             * @description the op's name (a run: its first op's)
+             * @description the op's name (a run: its first op's); null where key is "<name>#<k>": the name is the key up to its last #
              */
-            name: string;
+            name: string | null;
             /**
              * Category
              * @enum {string}
@@ -2362,19 +2364,20 @@ export interface components {
              */
             end_ns: number;
             /**
-             * Ranks
-             * @description the drawn devices that ran it (none when its stage is folded)
+             * Starts
+             * @description per drawn device of the stage: its first start, ns after start_ns (null: it ran none of the item's ops); empty when its stage is folded
              */
-            ranks: number[];
-            /** Starts Ns */
-            starts_ns: number[];
-            /** Ends Ns */
-            ends_ns: number[];
+            starts: (number | null)[];
+            /**
+             * Durs
+             * @description per drawn device of the stage: last end less first start, ns
+             */
+            durs: (number | null)[];
             /**
              * Counts
-             * @description per drawn device: how many of its ops are merged here
+             * @description a run's: per drawn device of the stage, how many of its ops are merged here (empty when folded); null for an op drawn alone (1 where the device ran it)
              */
-            counts: number[];
+            counts: (number | null)[] | null;
         };
         /** MareyStage */
         MareyStage: {

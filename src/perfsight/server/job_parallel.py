@@ -237,7 +237,13 @@ def marey(
     device (comma-separated; by default every stage when the job has at most :data:`MAREY_ROWS`
     devices, else none); the others are one row each, an item's span on it from its first start
     to its last end on any device.  Of the unfolded stages' devices, :data:`MAREY_ROWS` from the
-    ``first`` are drawn, each with its FLOPS and memory lines binned to the same pixels.
+    ``first`` are drawn, each with its FLOPS and memory lines binned to the same pixels.  An
+    item's ``name`` is null where its ``key`` is ``<name>#<k>`` (most ops: long kernel names sent once).
+
+    An item's per-device intervals are columns aligned with its stage's drawn devices (``starts``:
+    ns after the item's ``start_ns``; ``durs``: ns; ``counts`` only for a run): at 1,024 ranks a
+    page is 32 devices x ~1,100 items, and a rank, two absolute times and a count per device made
+    the answer 1.7 MiB, most of its time spent writing and reading those digits.
     """
     ops = _ops_file(root)
     tables = _marey_tables(ops, saved)
@@ -285,7 +291,13 @@ def marey(
         "SELECT * FROM read_parquet(?) WHERE step = ? AND rank BETWEEN ? AND ? AND rank IN (SELECT unnest(?))"
     )
     params = [str(ops), int(chosen), lo, hi, shown_ranks]
-    items_sql = f"""WITH g AS (SELECT stage, key, name, category, o, longest, a, b FROM read_parquet(?)
+    # read once, used by the items' and the lines' queries (three scans of the file cost more)
+    drawn_rows = queries.arrow(
+        f"SELECT stage, rank, key, level, start_ns - ? AS a, end_ns - ? AS b, value FROM ({src}) "
+        "WHERE level IN ('op', 'flops', 'memory')",
+        [t0, t0, *params],
+    )
+    items_sql = """WITH g AS (SELECT stage, key, name, category, o, longest, a, b FROM read_parquet(?)
               WHERE step = ? AND b >= ? AND a <= ?),
         k AS (SELECT *, longest >= ? AS wide,
                 sum(CAST(longest >= ? AS INT)) OVER (PARTITION BY stage ORDER BY o ROWS UNBOUNDED PRECEDING)
@@ -300,23 +312,33 @@ def marey(
                 CASE WHEN count(DISTINCT category) = 1 THEN any_value(category) ELSE 'mixed' END AS category,
                 max(longest) AS longest_ns, min(a) AS start_ns, max(b) AS end_ns
               FROM m GROUP BY stage, item),
-        s AS (SELECT stage, rank, key, start_ns - ? AS a, end_ns - ? AS b FROM ({src}) WHERE level = 'op'),
-        per AS (SELECT stage, item, list(rank ORDER BY rank) AS ranks, list(a ORDER BY rank) AS starts_ns,
-                list(b ORDER BY rank) AS ends_ns, list(n ORDER BY rank) AS counts
-              FROM (SELECT m.stage, m.item, s.rank, min(s.a) AS a, max(s.b) AS b, count(*) AS n
-                    FROM s JOIN m USING (stage, key) GROUP BY m.stage, m.item, s.rank)
-              GROUP BY stage, item)
-        SELECT i.* EXCLUDE (item), coalesce(p.ranks, []) AS ranks, coalesce(p.starts_ns, []) AS starts_ns,
-            coalesce(p.ends_ns, []) AS ends_ns, coalesce(p.counts, []) AS counts
+        s AS (SELECT stage, rank, key, a, b FROM drawn_rows WHERE level = 'op'),
+        dev AS (SELECT m.stage, m.item, s.rank, min(s.a) AS a, max(s.b) AS b, count(*) AS n
+              FROM s JOIN m USING (stage, key) GROUP BY m.stage, m.item, s.rank),
+        drawn AS (SELECT unnest(?) AS rank, unnest(?) AS stage, unnest(?) AS at),
+        per AS (SELECT i.stage, i.item, list(d.a - i.start_ns ORDER BY w.at) AS starts,
+                list(d.b - d.a ORDER BY w.at) AS durs,
+                CASE WHEN i.ops > 1 THEN list(d.n ORDER BY w.at) END AS counts
+              FROM items i JOIN drawn w ON w.stage = i.stage
+              LEFT JOIN dev d ON d.stage = i.stage AND d.item = i.item AND d.rank = w.rank
+              GROUP BY i.stage, i.item, i.ops)
+        SELECT i.* EXCLUDE (item, name),
+            CASE WHEN starts_with(i.key, i.name || '#')
+                    AND NOT contains(substr(i.key, length(i.name) + 2), '#')
+                THEN NULL ELSE i.name END AS name,
+            coalesce(p.starts, []) AS starts, coalesce(p.durs, []) AS durs,
+            CASE WHEN i.ops > 1 THEN coalesce(p.counts, []) END AS counts
         FROM items i LEFT JOIN per p ON p.stage = i.stage AND p.item = i.item"""
-    items_params = [str(tables["keys"]), int(chosen), w0, w1, bin_ns, bin_ns, w0, w0, bin_ns, t0, t0, *params]
-    items = _json_rows(items_sql, items_params, 'stage, "order"')
+    at = [sum(1 for e in shown[:k] if e["stage"] == d["stage"]) for k, d in enumerate(shown)]
+    drawn = [shown_ranks, [d["stage"] for d in shown], at]
+    items_params = [str(tables["keys"]), int(chosen), w0, w1, bin_ns, bin_ns, w0, w0, bin_ns, *drawn]
+    items = _json_rows(items_sql, items_params, 'stage, "order"', drawn_rows)
     counts = queries.arrow(
         "SELECT count(*) AS matched, count(*) FILTER (WHERE b >= ? AND a <= ?) AS in_window "
         "FROM read_parquet(?) WHERE step = ?",
         [w0, w1, str(tables["keys"]), int(chosen)],
     ).to_pylist()[0]
-    lines = _lines(src, params, t0, w0, w1, bin_ns, px, shown_ranks)
+    lines = _lines(drawn_rows, w0, w1, bin_ns, px, shown_ranks)
     for d in shown:  # a loop over the devices drawn (MAREY_ROWS at most)
         d["flops_line"], d["memory_line"] = lines.get(d["rank"], (_EMPTY_LINE, _EMPTY_LINE))
     memory_max, flops_max = info["memory_max"], info["flops_max"]
@@ -348,13 +370,27 @@ def marey(
 _EMPTY_LINE: dict[str, list[float]] = {"bins": [], "values": []}
 
 
-def _json_rows(sql: str, params: list[Any], order_by: str) -> Any:
+def _over(drawn_rows: Any, sql: str, params: list[Any]) -> Any:
+    """``sql`` with ``params`` as an Arrow table, where ``drawn_rows`` names the drawn devices' rows
+    (read once per request; its own cursor, as :func:`queries.arrow`)."""
+    cur = queries.database().cursor()
+    try:
+        cur.register("drawn_rows", drawn_rows)
+        relation = cur.sql(sql, params=params)
+        method = getattr(relation, "to_arrow_table", None) or relation.arrow  # DuckDB 2 / DuckDB 1
+        return method()
+    finally:
+        cur.close()
+
+
+def _json_rows(sql: str, params: list[Any], order_by: str, drawn_rows: Any) -> Any:
     """The rows of ``sql`` as a ready JSON array of objects, written by DuckDB (an item holds a list
     per device: building Python dicts for 32 devices x thousands of items would take longer)."""
     import orjson
 
     text = (
-        queries.arrow(
+        _over(
+            drawn_rows,
             f"SELECT coalesce(to_json(list(x ORDER BY {order_by})), '[]')::VARCHAR AS j FROM ({sql}) x",
             params,
         )
@@ -365,7 +401,7 @@ def _json_rows(sql: str, params: list[Any], order_by: str) -> Any:
 
 
 def _lines(
-    src: str, params: list[Any], t0: int, w0: int, w1: int, bin_ns: float, px: int, ranks: list[int]
+    drawn_rows: Any, w0: int, w1: int, bin_ns: float, px: int, ranks: list[int]
 ) -> dict[int, tuple[dict[str, list[float]], dict[str, list[float]]]]:
     """Per drawn device, its FLOPS and memory over the window, one value per pixel that has one.
 
@@ -376,49 +412,30 @@ def _lines(
     if not ranks:
         return {}
     flops = queries.records(
-        queries.arrow(
-            f"""WITH f AS (SELECT rank, start_ns - ? AS a, end_ns - ? AS b, value FROM ({src})
-                    WHERE level = 'flops' AND rank IN (SELECT unnest(?))),
-                f2 AS (SELECT * FROM f WHERE b >= ? AND a <= ?),
+        _over(
+            drawn_rows,
+            """WITH f2 AS (SELECT rank, a, b, value FROM drawn_rows
+                    WHERE level = 'flops' AND b >= ? AND a <= ?),
                 c AS (SELECT rank, a, b, value, unnest(range(CAST(floor((greatest(a, ?) - ?) / ?) AS BIGINT),
                         CAST(floor((least(b, ?) - ?) / ?) AS BIGINT) + 1)) AS i FROM f2),
                 o AS (SELECT rank, i, sum(value * CASE WHEN b > a THEN greatest(0, least(b, ? + (i + 1) * ?)
                         - greatest(a, ? + i * ?)) / (b - a) ELSE 1 END) / ? * 1e9 AS v
                       FROM c WHERE i >= 0 AND i < ? GROUP BY rank, i)
             SELECT rank, list(i ORDER BY i) AS bins, list(v ORDER BY i) AS "values" FROM o GROUP BY rank""",
-            [
-                t0,
-                t0,
-                *params,
-                ranks,
-                w0,
-                w1,
-                w0,
-                w0,
-                bin_ns,
-                w1,
-                w0,
-                bin_ns,
-                w0,
-                bin_ns,
-                w0,
-                bin_ns,
-                bin_ns,
-                px,
-            ],
+            [w0, w1, w0, w0, bin_ns, w1, w0, bin_ns, w0, bin_ns, w0, bin_ns, bin_ns, px],
         )
     )
     memory = queries.records(
-        queries.arrow(
-            f"""WITH m AS (SELECT rank, start_ns - ? AS a, value FROM ({src})
-                    WHERE level = 'memory' AND rank IN (SELECT unnest(?)) AND start_ns - ? <= ?),
+        _over(
+            drawn_rows,
+            """WITH m AS (SELECT rank, a, value FROM drawn_rows WHERE level = 'memory' AND a <= ?),
                 o AS (SELECT rank, -1 AS i, arg_max(value, a) AS v FROM m WHERE a < ? GROUP BY rank
                       UNION ALL
                       SELECT rank, CAST(floor((a - ?) / ?) AS BIGINT) AS i, max(value) AS v FROM m
                       WHERE a >= ? GROUP BY rank, i)
             SELECT rank, list(i ORDER BY i) AS bins, list(v ORDER BY i) AS "values" FROM o
             WHERE i < ? GROUP BY rank""",
-            [t0, *params, ranks, t0, w1, w0, w0, bin_ns, w0, px],
+            [w1, w0, w0, bin_ns, w0, px],
         )
     )
     out: dict[int, tuple[dict[str, list[float]], dict[str, list[float]]]] = {}

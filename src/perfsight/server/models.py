@@ -1183,24 +1183,34 @@ class MareyDevice(BaseModel):
 
 class MareyOp(BaseModel):
     """One op of a stage matched across its devices, or the sub-pixel ops merged into one run
-    (``ops`` > 1): one interval per drawn device (ns from the step start)."""
+    (``ops`` > 1).  Per drawn device of its stage (the answer's ``devices`` of that stage, in their
+    order), columns of small integers rather than an object or absolute times per device: a page
+    of 32 devices x ~1,100 items stays small to send and to decode."""
 
     stage: int
     key: str = Field(
         description='what matches it: "comm#<instance>", "<name>#<k-th of that name in step>"; '
         'a run: "run:.."'
     )
-    name: str = Field(description="the op's name (a run: its first op's)")
+    name: str | None = Field(
+        description="the op's name (a run: its first op's); null where key is \"<name>#<k>\": the name is "
+        "the key up to its last #"
+    )
     category: Literal["compute", "communication", "mixed"]
     order: int
     ops: int = Field(description="matched ops merged into this item (1: an op drawn on its own)")
     longest_ns: int
     start_ns: int = Field(description="first start on any device of the stage")
     end_ns: int = Field(description="last end on any device of the stage")
-    ranks: list[int] = Field(description="the drawn devices that ran it (none when its stage is folded)")
-    starts_ns: list[int]
-    ends_ns: list[int]
-    counts: list[int] = Field(description="per drawn device: how many of its ops are merged here")
+    starts: list[int | None] = Field(
+        description="per drawn device of the stage: its first start, ns after start_ns (null: it ran none of "
+        "the item's ops); empty when its stage is folded"
+    )
+    durs: list[int | None] = Field(description="per drawn device of the stage: last end less first start, ns")
+    counts: list[int | None] | None = Field(
+        description="a run's: per drawn device of the stage, how many of its ops are merged here (empty when "
+        "folded); null for an op drawn alone (1 where the device ran it)"
+    )
 
 
 class MareyStage(BaseModel):

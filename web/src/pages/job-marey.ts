@@ -11,7 +11,9 @@
  *
  * Every item is read from /api/job/marey (server/job_parallel.py) at this chart's width in pixels:
  * ops narrower than a pixel come merged into runs, never dropped.  A brushed window is asked for
- * again, so its ops are drawn at full resolution; a double-click asks for the whole step.  The
+ * again, so its ops are drawn at full resolution; a double-click asks for the whole step.  An
+ * item's intervals come as columns aligned with its stage's drawn devices (offsets from the item's
+ * start and durations, ns: a 32-device page at 1,024 ranks is ~1,100 items), decoded here.  The
  * timelines are drawn on a canvas (a 32-device page holds tens of thousands of intervals); labels,
  * blocks and stage headers are SVG.  Click a stage to fold or unfold it, hover an op for its name
  * and its start/end on each device, click a device to open its rank's timeline.
@@ -45,13 +47,37 @@ interface Layout {
   y: Map<number, number>;
   /** Per stage: where its header is, and its folded row (when folded). */
   stages: Map<number, { header: number; row: number | null; devices: number }>;
+  /** Per unfolded stage: its drawn devices' ranks, in the order of an item's ``starts``/``durs``/``counts``. */
+  members: Map<number, number[]>;
   height: number;
+}
+
+/** One drawn device's interval of an item: its rank, its index in the item's columns, start and end (ns from the step's first op), its ops. */
+interface Interval {
+  rank: number;
+  k: number;
+  start: number;
+  end: number;
+  count: number;
+}
+
+/** An item's intervals on the drawn devices that ran it (the answer's columns decoded). */
+function intervals(op: MareyOp, members: number[]): Interval[] {
+  const out: Interval[] = [];
+  for (let k = 0; k < op.starts.length && k < members.length; k++) {
+    const s = op.starts[k];
+    if (s === null || s === undefined) continue;
+    const start = op.start_ns + s;
+    out.push({ rank: members[k], k, start, end: start + (op.durs[k] ?? 0), count: op.counts ? (op.counts[k] ?? 0) : 1 });
+  }
+  return out;
 }
 
 /** Stage headers in order; a folded stage is one row, an unfolded one its drawn devices. */
 function layout(data: JobMarey): Layout {
   const y = new Map<number, number>();
   const stages = new Map<number, { header: number; row: number | null; devices: number }>();
+  const members = new Map<number, number[]>();
   let at = TOP;
   for (const st of data.stages) {
     if (stages.size) at += STAGE_GAP;
@@ -63,13 +89,16 @@ function layout(data: JobMarey): Layout {
       at += LINE + GAP;
       continue;
     }
+    const ranks: number[] = [];
     for (const d of data.devices) {
       if (d.stage !== st.stage) continue;
       y.set(d.rank, at);
+      ranks.push(d.rank);
       at += LINE + GAP;
     }
+    members.set(st.stage, ranks);
   }
-  return { y, stages, height: at + 14 };
+  return { y, stages, members, height: at + 14 };
 }
 
 function share(v: number | null | undefined): string {
@@ -170,21 +199,29 @@ function paint(canvas: HTMLCanvasElement, data: JobMarey, lay: Layout, width: nu
       g.fillRect(x(op.start_ns), folded, Math.max(0.8, x(op.end_ns) - x(op.start_ns)), LINE);
       continue;
     }
-    for (let k = 0; k < op.ranks.length; k++) {
-      const y = lay.y.get(op.ranks[k]);
-      if (y === undefined) continue;
+    // the item's columns, one entry per drawn device of its stage (null: that device ran none of
+    // it); each interval is joined by a band to the previous device's that ran it
+    const members = lay.members.get(op.stage) ?? [];
+    let prev: { y: number; x0: number; x1: number } | null = null;
+    for (let k = 0; k < op.starts.length && k < members.length; k++) {
+      const s = op.starts[k];
+      const y = lay.y.get(members[k]);
+      if (s === null || s === undefined || y === undefined) continue;
+      const x0 = x(op.start_ns + s);
+      const x1 = x(op.start_ns + s + (op.durs[k] ?? 0));
       g.globalAlpha = 1;
-      g.fillRect(x(op.starts_ns[k]), y, Math.max(0.8, x(op.ends_ns[k]) - x(op.starts_ns[k])), LINE);
-      const next = k + 1 < op.ranks.length ? lay.y.get(op.ranks[k + 1]) : undefined;
-      if (next === undefined) continue;
-      g.globalAlpha = 0.35;
-      g.beginPath();
-      g.moveTo(x(op.starts_ns[k]), y + LINE);
-      g.lineTo(x(op.ends_ns[k]), y + LINE);
-      g.lineTo(x(op.ends_ns[k + 1]), next);
-      g.lineTo(x(op.starts_ns[k + 1]), next);
-      g.closePath();
-      g.fill();
+      g.fillRect(x0, y, Math.max(0.8, x1 - x0), LINE);
+      if (prev) {
+        g.globalAlpha = 0.35;
+        g.beginPath();
+        g.moveTo(prev.x0, prev.y + LINE);
+        g.lineTo(prev.x1, prev.y + LINE);
+        g.lineTo(x1, y);
+        g.lineTo(x0, y);
+        g.closePath();
+        g.fill();
+      }
+      prev = { y, x0, x1 };
     }
     g.globalAlpha = 1;
   }
@@ -218,29 +255,36 @@ function itemAt(data: JobMarey, lay: Layout, width: number, px: number, py: numb
   for (const [rank, y] of lay.y) {
     if (py < y || py > y + LINE) continue;
     for (const op of data.ops) {
-      const k = op.ranks.indexOf(rank);
-      if (k >= 0) consider(op, rank, op.starts_ns[k], op.ends_ns[k]);
+      const members = lay.members.get(op.stage);
+      const k = members ? members.indexOf(rank) : -1;
+      const s = k >= 0 ? op.starts[k] : null;
+      if (s !== null && s !== undefined) consider(op, rank, op.start_ns + s, op.start_ns + s + (op.durs[k] ?? 0));
     }
     return best;
   }
   return best;
 }
 
-function hoverCard(op: MareyOp): Node[] {
+/** An item's op name: sent only where its key does not hold it (a key "<name>#<k>" does). */
+function opName(op: MareyOp): string {
+  return op.name ?? op.key.slice(0, op.key.lastIndexOf("#"));
+}
+
+function hoverCard(op: MareyOp, ran: Interval[]): Node[] {
   const s = t.parallel.marey;
   const head = op.ops > 1 ? [h("div", { class: "muted" }, s.merged(op.ops, op.category))] : [];
   return [
     ...head,
-    h("b", {}, op.name),
+    h("b", {}, opName(op)),
     h("div", { class: "muted" }, op.category),
-    ...op.ranks.slice(0, 16).map((r, k) =>
+    ...ran.slice(0, 16).map((v) =>
       h(
         "div",
-        { "data-rank": r },
-        `${op.ops > 1 ? s.opsOn(r, op.counts[k]) : s.opOn(r)}: ${fmt.ms(op.starts_ns[k], 3)} – ${fmt.ms(op.ends_ns[k], 3)} ${fmt.MS} (${fmt.duration(op.ends_ns[k] - op.starts_ns[k])})`,
+        { "data-rank": v.rank },
+        `${op.ops > 1 ? s.opsOn(v.rank, v.count) : s.opOn(v.rank)}: ${fmt.ms(v.start, 3)} – ${fmt.ms(v.end, 3)} ${fmt.MS} (${fmt.duration(v.end - v.start)})`,
       ),
     ),
-    ...(op.ranks.length ? [] : [h("div", {}, `${fmt.ms(op.start_ns, 3)} – ${fmt.ms(op.end_ns, 3)} ${fmt.MS}`)]),
+    ...(ran.length ? [] : [h("div", {}, `${fmt.ms(op.start_ns, 3)} – ${fmt.ms(op.end_ns, 3)} ${fmt.MS}`)]),
   ];
 }
 
@@ -356,11 +400,12 @@ export async function jobMareyPage(ctx: PageContext): Promise<void> {
       delete box.dataset.hoverKey;
       return;
     }
-    replace(hover, hoverCard(found.op));
+    const ran = intervals(found.op, lay.members.get(found.op.stage) ?? []);
+    replace(hover, hoverCard(found.op, ran));
     box.dataset.hoverKey = found.op.key;
     hover.hidden = false;
     hover.style.left = `${Math.min(e.clientX + 12, window.innerWidth - 370)}px`;
-    hover.style.top = `${Math.min(e.clientY + 12, window.innerHeight - 60 - 18 * Math.min(16, found.op.ranks.length))}px`;
+    hover.style.top = `${Math.min(e.clientY + 12, window.innerHeight - 60 - 18 * Math.min(16, ran.length))}px`;
   });
   box.addEventListener("mouseup", (e) => {
     if (brushFrom === null || !data) return;
