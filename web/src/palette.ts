@@ -71,3 +71,18 @@ export const COMM_COLORS = {
 export const HEAT_RAMP = ["#440154", "#414487", "#2a788e", "#22a884", "#7ad151", "#fde725"] as const;
 /** An empty cell of the matrix (no link). */
 export const HEAT_EMPTY = "#eef1f5";
+
+/** Op categories of the parallel-execution views (seed 000: compute green, communication orange),
+ * the same on the Marey view, the pipeline chart and the parallel-strategy graph. */
+export const OP_CATEGORY_COLORS: Record<string, string> = {
+  compute: "#2e9e5b",
+  communication: "#f08c00",
+  collective: "#f08c00",
+  p2p: "#e8590c",
+  "memory copy": "#4c8bd9",
+  optimizer: "#8e5cc4",
+  mixed: "#8a94a6",
+};
+
+/** A pipeline stage's micro-batch blocks (pipeline chart): forward light, backward dark. */
+export const PIPELINE_PHASE_COLORS = { forward: "#7fb3e6", backward: "#2f6fb0", idle: "#eef1f5" } as const;

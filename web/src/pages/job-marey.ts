@@ -24,6 +24,7 @@ import { card } from "../components/card";
 import type { PageContext } from "../context";
 import { escapeHtml, h, replace } from "../dom";
 import * as fmt from "../format";
+import { OP_CATEGORY_COLORS } from "../palette";
 import { t } from "../i18n";
 import { href } from "../router";
 import { stepPicker } from "./job-pipeline";
@@ -39,7 +40,6 @@ const GAP = 34;
 const STAGE_GAP = 18;
 const HEADER = 16;
 const TOP = 22;
-const COLORS: Record<string, string> = { compute: "#2e9e5b", communication: "#f08c00", mixed: "#8a94a6" };
 const FLOPS_COLOR = "#7b3fe4";
 const MEMORY_COLOR = "#1f6fd1";
 
@@ -192,7 +192,7 @@ function paint(canvas: HTMLCanvasElement, data: JobMarey, lay: Layout, width: nu
     g.stroke();
   }
   for (const op of data.ops) {
-    const color = COLORS[op.category] ?? COLORS.mixed;
+    const color = OP_CATEGORY_COLORS[op.category] ?? OP_CATEGORY_COLORS.mixed;
     const folded = lay.stages.get(op.stage)?.row ?? null;
     g.fillStyle = color;
     if (folded !== null) {

@@ -15,6 +15,7 @@ import { card } from "../components/card";
 import type { PageContext } from "../context";
 import { escapeHtml, h, replace } from "../dom";
 import * as fmt from "../format";
+import { OP_CATEGORY_COLORS, PIPELINE_PHASE_COLORS } from "../palette";
 import { t } from "../i18n";
 import { href } from "../router";
 
@@ -23,7 +24,7 @@ type JobPipeline = components["schemas"]["JobPipeline"];
 const WIDTH = 1400;
 const LABEL = 110;
 const ROW = 56;
-const COLORS = { forward: "#7fb3e6", backward: "#2f6fb0", p2p: "#f39c12", idle: "#eef1f5" };
+const COLORS = { ...PIPELINE_PHASE_COLORS, p2p: OP_CATEGORY_COLORS.p2p };
 
 /** A step picker that keeps the step in the URL (shared with the Marey view). */
 export function stepPicker(page: "job-pipeline" | "job-marey", run: string, steps: string[], step: string): HTMLElement {

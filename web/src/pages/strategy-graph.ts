@@ -15,6 +15,7 @@ import { get } from "../api";
 import type { components } from "../api-types";
 import { h, replace } from "../dom";
 import * as fmt from "../format";
+import { OP_CATEGORY_COLORS } from "../palette";
 import { t } from "../i18n";
 
 type Graph = components["schemas"]["JobStrategyGraph"];
@@ -27,13 +28,6 @@ const GAP = 10;
 const LANE = 120;
 const LABEL = 96;
 const VIEW_H_MIN = 150;
-export const CATEGORY_COLORS: Record<string, string> = {
-  compute: "#3aa757",
-  collective: "#f39c12",
-  p2p: "#e8590c",
-  "memory copy": "#4c8bd9",
-  optimizer: "#8e5cc4",
-};
 const SPECIAL_BADGE: Record<string, string> = { sharded: "S", redistribution: "R", gradient_aggregation: "G" };
 
 function svg<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Record<string, string | number> = {}, ...kids: (Node | string)[]): SVGElementTagNameMap[K] {
@@ -135,7 +129,7 @@ export function strategyGraph(data: Graph): HTMLElement {
         tabindex: 0,
       });
       g.append(
-        svg("rect", { width: NODE_W, height: NODE_H, rx: 4, fill: CATEGORY_COLORS[n.category] ?? "#999" }),
+        svg("rect", { width: NODE_W, height: NODE_H, rx: 4, fill: OP_CATEGORY_COLORS[n.category] ?? "#999" }),
         svg("text", { x: NODE_W / 2, y: NODE_H + 12, class: "sg-node-label" }, shortName(n.name).slice(0, 8)),
         svg("title", {}, `${n.name}\n${n.category}${special ? ` · ${special}` : ""}\n${fmt.duration(n.mean_ns)}`),
       );
@@ -181,7 +175,7 @@ export function strategyGraph(data: Graph): HTMLElement {
   const mini = svg(
     "svg",
     { class: "sg-minimap", "data-testid": "strategy-minimap", width: MINI_W, height: miniH, viewBox: `0 0 ${MINI_W} ${miniH}` },
-    ...placed.map((p) => svg("rect", { x: p.x * miniScale, y: p.y * miniScale, width: Math.max(1, NODE_W * miniScale), height: Math.max(1, NODE_H * miniScale), fill: CATEGORY_COLORS[p.node.category] ?? "#999" })),
+    ...placed.map((p) => svg("rect", { x: p.x * miniScale, y: p.y * miniScale, width: Math.max(1, NODE_W * miniScale), height: Math.max(1, NODE_H * miniScale), fill: OP_CATEGORY_COLORS[p.node.category] ?? "#999" })),
     frame,
   );
 
@@ -279,7 +273,7 @@ export function strategyGraph(data: Graph): HTMLElement {
   const legend = h(
     "div",
     { class: "sg-legend", "data-testid": "strategy-legend" },
-    data.categories.map((c) => h("span", { class: "sg-key", "data-category": c }, h("i", { style: `background: ${CATEGORY_COLORS[c] ?? "#999"}` }), c)),
+    data.categories.map((c) => h("span", { class: "sg-key", "data-category": c }, h("i", { style: `background: ${OP_CATEGORY_COLORS[c] ?? "#999"}` }), c)),
     Object.entries(SPECIAL_BADGE).map(([k2, badge]) =>
       h("span", { class: `sg-key special ${k2}`, "data-special": k2 }, h("b", {}, badge), `${s.special[k2 as keyof typeof s.special]} (${data.specials[k2] ?? 0})`),
     ),
