@@ -14,7 +14,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "mindinsight_legacy"
 
 def test_step_trace_ticks_become_nanoseconds_in_perfsights_step_trace_columns() -> None:
     run = read_legacy(FIXTURES / "single")
-    assert run.warnings == [] and is_legacy_folder(FIXTURES / "single" / "profiler")
+    # nothing is wrong with the folder: its only note says where the cluster numbers come from
+    problems = [w for w in run.warnings if "MindSpore's cluster analysis" not in w]
+    assert problems == [] and is_legacy_folder(FIXTURES / "single" / "profiler")
     [rank] = run.ranks
     assert rank.step_trace.schema == STEP_PHASES_SCHEMA
     first = rank.step_trace.to_pylist()[0]
