@@ -200,3 +200,12 @@ def test_a_many_rank_node_comes_without_its_lists_and_is_asked_for_alone(client:
         "/api/job/strategy/node", params={"run": DP_PP_JOB, "step": full["step"], "stage": 1, "node": 99999}
     )
     assert missing.status_code == 404
+
+
+def test_the_graphs_span_is_the_latest_end_of_any_op_on_any_rank(client: TestClient) -> None:
+    """The span the page scales its lanes to: read from the nodes' latest ends, it must equal the
+    maximum of start + duration over every rank of every node (what the lists hold)."""
+    for run in (DP_PP_JOB, DDP_JOB):
+        graph = _get(client, "job/strategy/graph", run=run, per_rank_limit=100_000)
+        ends = [s + d for n in _nodes(graph) for s, d in zip(n["starts_ns"], n["durations_ns"], strict=True)]
+        assert ends and graph["span_ns"] == max(ends)

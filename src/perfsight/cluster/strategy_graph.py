@@ -46,11 +46,13 @@ CATEGORIES = ("compute", "collective", "p2p", "memory copy", "optimizer")
 NODE_COLUMNS = [
     "step", "stage", "node", "order", "key", "name", "category", "special", "module", "modules",
     "input_dims", "collective", "group", "group_ranks", "bytes", "ranks", "starts_ns", "durations_ns",
-    "mean_ns", "min_ns", "max_ns", "slowest_rank",
+    "mean_ns", "min_ns", "max_ns", "slowest_rank", "last_end_ns",
 ]  # fmt: skip
 """``node``: index of the node in its stage and step, in execution order (0, 1, ...); ``order``:
 the op's smallest position among its ranks' ops of the step; ``starts_ns``: per rank (as
-``ranks``), the op's start since the step's first op on the job (common clock, ns)."""
+``ranks``), the op's start since the step's first op on the job (common clock, ns);
+``last_end_ns``: the latest end of the op on any rank, on that clock (the view's span is their
+maximum: a scalar column, so that drawing the graph need not read every rank's lists)."""
 EDGE_COLUMNS = ["step", "kind", "src_stage", "src_node", "dst_stage", "dst_node", "pairs", "bytes"]
 """``kind``: ``order`` (the next op of the stage) or ``p2p`` (a send and its receive; ``pairs``:
 the rank pairs ``"0->1"`` that exchanged it, ``bytes`` the message size)."""
@@ -148,6 +150,7 @@ def _nodes(ops: pd.DataFrame) -> pd.DataFrame:
             "rank": ops["rank"].astype("int64"),
             "since_ns": ops["since_ns"],
             "dur_ns": ops["dur_ns"],
+            "end_ns": ops["since_ns"] + ops["dur_ns"],
             "order": ops["order"].astype("int64"),
         }
     )
@@ -163,6 +166,7 @@ def _nodes(ops: pd.DataFrame) -> pd.DataFrame:
                 ("dur_ns", "mean"),
                 ("dur_ns", "min"),
                 ("dur_ns", "max"),
+                ("end_ns", "max"),
             ]
         )  # fmt: skip
         .to_pandas()
@@ -171,6 +175,7 @@ def _nodes(ops: pd.DataFrame) -> pd.DataFrame:
         columns={
             "rank_list": "ranks", "since_ns_list": "starts_ns", "dur_ns_list": "durations_ns",
             "order_min": "order", "dur_ns_mean": "mean_ns", "dur_ns_min": "min_ns", "dur_ns_max": "max_ns",
+            "end_ns_max": "last_end_ns",
         }
     )  # fmt: skip
     first = ops.drop_duplicates(["step", "stage", "key"])[

@@ -47,6 +47,22 @@ def _file(root: Path | None, name: str, what: str) -> Path:
     return path
 
 
+_SPAN_SQL = "SELECT coalesce(max(last_end_ns), 0) AS span FROM read_parquet(?) WHERE step = ?"
+_SPAN_FROM_LISTS_SQL = (
+    "SELECT coalesce(max(s + d), 0) AS span FROM "
+    "(SELECT unnest(starts_ns) AS s, unnest(durations_ns) AS d FROM read_parquet(?) WHERE step = ?)"
+)
+"""The graph's span: the nodes' latest end, or (an analysis written before ``last_end_ns`` was a
+column) every rank's start + duration, which reads lists of nodes x ranks values."""
+
+
+def _has_last_end(nodes_file: Path) -> bool:
+    found = queries.arrow(
+        "SELECT count(*) AS n FROM parquet_schema(?) WHERE name = 'last_end_ns'", [str(nodes_file)]
+    )
+    return bool(found.column("n")[0].as_py())
+
+
 def graph(
     run: str, root: Path | None, step: str | None, per_rank_limit: int = PER_RANK_LIMIT
 ) -> dict[str, Any]:
@@ -104,16 +120,10 @@ def graph(
     shown = [s for _, s in sorted(stages.items())]
     modules = sorted({m for n in nodes for m in (n["modules"] or [])})
     specials = {k: sum(1 for n in nodes if n["special"] == k) for k in SPECIALS}
-    span = (
-        queries.arrow(
-            "SELECT coalesce(max(s + d), 0) AS span FROM "
-            "(SELECT unnest(starts_ns) AS s, unnest(durations_ns) AS d "
-            "FROM read_parquet(?) WHERE step = ?)",
-            [str(nodes_file), int(chosen)],
-        )
-        .column("span")[0]
-        .as_py()
+    span = queries.arrow(
+        _SPAN_SQL if _has_last_end(nodes_file) else _SPAN_FROM_LISTS_SQL, [str(nodes_file), int(chosen)]
     )
+    span = span.column("span")[0].as_py()
     return {
         "run": run,
         "step": chosen,
