@@ -1,0 +1,238 @@
+"""Cut one rank's :class:`~perfsight.model.Trace` into chunks of whole steps.
+
+Why: a trace of 10 GB does not fit in memory as one ``Trace``, but one training step of it does.
+The bounded-memory path (issue 21) reads the trace into chunks of a few steps, runs the analyses
+chunk by chunk and merges what they give.  This module is the one definition of a chunk, so that
+the spilled reader (which builds chunks from disk) and the in-memory splitter here (which the
+tests use to check every chunked result against the whole trace's) cut at the same places.
+
+The rule:
+
+* a slice belongs to its ``step``; a slice outside every step (``NO_ID``) belongs to the step
+  whose host window starts last at or before it (the first step when it starts before all);
+* consecutive steps go into one chunk while its slices stay within ``max_slices`` (a chunk holds
+  at least one step, however large);
+* a launch flow never crosses chunks: a device slice launched from another chunk moves to its
+  launcher's chunk (the model already gives launched work its launcher's step, so this is rare);
+* a communication row goes with its slice; memory, data-loader and HCCL task rows go by time,
+  into the chunk whose time range holds them (a chunk's range starts at its first step's start
+  and ends where the next chunk's begins; the first and last ranges are open-ended);
+* every chunk keeps the rank's whole track list, metadata and vendor results (all small), and
+  only its own steps' rows of the step table.
+
+Within a chunk, rows keep their order in the whole trace; ``TraceChunk.slice_rows`` maps a
+chunk's slice back to its row in the whole trace, so per-row results can be put back in order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from perfsight.model import NO_ID, Trace
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceChunk:
+    """One chunk of a rank's trace: whole steps, with everything that belongs to them."""
+
+    trace: Trace
+    """The chunk's rows in :class:`Trace` form; row indices (flows, comm, HCCL tasks) are the chunk's own."""
+    slice_rows: np.ndarray
+    """Each chunk slice's row in the whole trace (int64, increasing)."""
+    steps: tuple[int, ...]
+    """The step numbers this chunk owns, in host-window order."""
+    number: int
+    """0 for the first chunk, counting up."""
+    count: int
+    """How many chunks the trace was cut into."""
+
+    @property
+    def is_last(self) -> bool:
+        return self.number == self.count - 1
+
+
+def slice_steps(trace: Trace) -> np.ndarray:
+    """The step each slice is counted in for chunking: its own, or the step window it follows."""
+    step = trace.slices.column("step").to_numpy().astype(np.int32, copy=True)
+    outside = np.flatnonzero(step == NO_ID)
+    if len(outside) and trace.steps.num_rows:
+        starts, numbers = _step_starts(trace)
+        start = trace.slices.column("start_ns").to_numpy()[outside]
+        pos = np.maximum(np.searchsorted(starts, start, side="right") - 1, 0)
+        step[outside] = numbers[pos]
+    return step
+
+
+def chunk_numbers(trace: Trace, max_slices: int) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """The chunk of each slice, and each chunk's steps (see the module's rule)."""
+    if max_slices < 1:
+        raise ValueError(f"max_slices must be at least 1, not {max_slices}")
+    step = slice_steps(trace)
+    if not trace.steps.num_rows:
+        return np.zeros(len(step), np.int32), [()]
+    starts, numbers = _step_starts(trace)
+    slot = np.searchsorted(np.sort(numbers), step)
+    slot = np.minimum(slot, len(numbers) - 1)
+    by_number = np.argsort(numbers)
+    known = np.sort(numbers)[slot] == step
+    per_slot = np.zeros(len(numbers), np.int64)  # slices per step, in window order
+    np.add.at(per_slot, by_number[slot[known]], 1)
+    step_chunk = np.zeros(len(numbers), np.int32)
+    chunks: list[list[int]] = [[]]
+    filled = 0
+    for i, n in enumerate(numbers):  # one pass over the steps (a few thousand), not the slices
+        if chunks[-1] and filled + per_slot[i] > max_slices:
+            chunks.append([])
+            filled = 0
+        chunks[-1].append(int(n))
+        filled += int(per_slot[i])
+        step_chunk[i] = len(chunks) - 1
+    chunk = np.zeros(len(step), np.int32)  # a step the table lacks: the first chunk
+    chunk[known] = step_chunk[by_number[slot[known]]]
+    chunk = _launches_follow_launcher(trace, chunk)
+    return chunk, [tuple(c) for c in chunks]
+
+
+def split_by_steps(trace: Trace, max_slices: int) -> Iterator[TraceChunk]:
+    """``trace`` as chunks of whole steps of at most ``max_slices`` slices each (one step may exceed it)."""
+    chunk, steps_of = chunk_numbers(trace, max_slices)
+    bounds = _chunk_starts(trace, steps_of)
+    comm_chunk = (
+        chunk[trace.comm.column("slice").to_numpy()] if trace.comm.num_rows else np.zeros(0, np.int32)
+    )
+    for number, owned in enumerate(steps_of):
+        rows = np.flatnonzero(chunk == number)
+        low = bounds[number] if number else None
+        high = bounds[number + 1] if number + 1 < len(bounds) else None
+        yield TraceChunk(
+            trace=_take(trace, rows, np.flatnonzero(comm_chunk == number), owned, low, high),
+            slice_rows=rows.astype(np.int64),
+            steps=owned,
+            number=number,
+            count=len(steps_of),
+        )
+
+
+def _step_starts(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Step host-window starts and numbers, in window order."""
+    starts = trace.steps.column("start_ns").to_numpy()
+    numbers = trace.steps.column("step").to_numpy()
+    order = np.argsort(starts, kind="stable")
+    return starts[order], numbers[order]
+
+
+def _chunk_starts(trace: Trace, steps_of: list[tuple[int, ...]]) -> list[int]:
+    """The host start of each chunk's first step (the time boundaries of memory and other timed rows)."""
+    if not trace.steps.num_rows:
+        return [0]
+    start_of = dict(
+        zip(trace.steps.column("step").to_pylist(), trace.steps.column("start_ns").to_pylist(), strict=True)
+    )
+    return [int(start_of[owned[0]]) for owned in steps_of]
+
+
+def _launches_follow_launcher(trace: Trace, chunk: np.ndarray) -> np.ndarray:
+    """Move a launched slice into its launcher's chunk when they differ (flows stay in one chunk)."""
+    if not trace.flows.num_rows:
+        return chunk
+    src = trace.flows.column("src").to_numpy()
+    dst = trace.flows.column("dst").to_numpy()
+    crossing = chunk[src] != chunk[dst]
+    if crossing.any():
+        chunk = chunk.copy()
+        chunk[dst[crossing]] = chunk[src[crossing]]
+    return chunk
+
+
+def _local_rows(global_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Each of ``global_rows`` (all members of ``rows``, or NO_ID) as an index into ``rows``."""
+    local = np.searchsorted(rows, global_rows)
+    local = np.minimum(local, max(len(rows) - 1, 0))
+    found = (global_rows != NO_ID) & (len(rows) > 0)
+    if len(rows):
+        found &= rows[local] == global_rows
+    return np.where(found, local, NO_ID).astype(np.int64)
+
+
+def _in_window(times: np.ndarray, low: int | None, high: int | None) -> np.ndarray:
+    keep = np.ones(len(times), bool)
+    if low is not None:
+        keep &= times >= low
+    if high is not None:
+        keep &= times < high
+    return keep
+
+
+def _take(
+    trace: Trace,
+    rows: np.ndarray,
+    comm_rows: np.ndarray,
+    owned: tuple[int, ...],
+    low: int | None,
+    high: int | None,
+) -> Trace:
+    """The chunk's :class:`Trace`: ``rows`` of the slices and whatever belongs with them."""
+    index = pa.array(rows, pa.int64())
+    slices = trace.slices.take(index)
+    flows = trace.flows
+    if flows.num_rows:
+        src = _local_rows(flows.column("src").to_numpy(), rows)
+        keep = src != NO_ID
+        dst = _local_rows(flows.column("dst").to_numpy()[keep], rows)
+        flows = flows.filter(pa.array(keep))
+        flows = flows.set_column(
+            flows.schema.get_field_index("src"), flows.schema.field("src"), pa.array(src[keep], pa.int64())
+        )
+        flows = flows.set_column(
+            flows.schema.get_field_index("dst"), flows.schema.field("dst"), pa.array(dst, pa.int64())
+        )
+    comm = trace.comm.take(pa.array(comm_rows, pa.int64()))
+    if comm.num_rows:
+        local = _local_rows(comm.column("slice").to_numpy(), rows)
+        comm = comm.set_column(
+            comm.schema.get_field_index("slice"), comm.schema.field("slice"), pa.array(local, pa.int64())
+        )
+    memory = trace.memory.filter(pa.array(_in_window(trace.memory.column("ts_ns").to_numpy(), low, high)))
+    dataloader = trace.dataloader.filter(
+        pa.array(_in_window(trace.dataloader.column("start_ns").to_numpy(), low, high))
+    )
+    comm_tasks = _tasks(trace, comm_rows, rows, low, high)
+    steps = trace.steps.filter(
+        pa.array(np.isin(trace.steps.column("step").to_numpy(), np.array(owned, np.int64)))
+    )
+    return dataclasses.replace(
+        trace,
+        slices=slices,
+        flows=flows,
+        comm=comm,
+        memory=memory,
+        dataloader=dataloader,
+        comm_tasks=comm_tasks,
+        steps=steps,
+    )
+
+
+def _tasks(
+    trace: Trace, comm_rows: np.ndarray, rows: np.ndarray, low: int | None, high: int | None
+) -> pa.Table:
+    """HCCL task rows of the chunk, their ``op`` and ``slice`` as chunk rows (by time when unmatched)."""
+    tasks = trace.comm_tasks
+    if not tasks.num_rows:
+        return tasks
+    op = tasks.column("op").to_numpy()
+    keep = _in_window(tasks.column("start_ns").to_numpy(), low, high)
+    matched = op != NO_ID
+    keep[matched] = np.isin(op[matched], comm_rows)
+    tasks = tasks.filter(pa.array(keep))
+    local_op = _local_rows(tasks.column("op").to_numpy(), comm_rows.astype(np.int64))
+    local_slice = _local_rows(tasks.column("slice").to_numpy(), rows)
+    tasks = tasks.set_column(
+        tasks.schema.get_field_index("op"), tasks.schema.field("op"), pa.array(local_op, pa.int64())
+    )
+    return tasks.set_column(
+        tasks.schema.get_field_index("slice"), tasks.schema.field("slice"), pa.array(local_slice, pa.int64())
+    )
