@@ -96,27 +96,39 @@ def default_output_root(path: Path) -> Path:
     return path / "perfsight_output"
 
 
-def _rank_dirs(traces: Iterable[tuple[Path, Trace]], root: Path) -> list[tuple[Trace, Path]]:
-    traces = list(traces)
-    if len(traces) == 1 and run_folder.is_run_folder(root):
-        return [(traces[0][1], root)]
-    seen: dict[int, int] = {}
-    placed = []
-    for source, trace in traces:
-        rank = trace.rank
-        seen[rank] = seen.get(rank, 0) + 1
+class _RankDirs:
+    """Where each rank's outputs go under ``root``: ``rank<N>/`` (a second window of one rank gets
+    its file's or run folder's name after it), or ``root`` itself for a run folder's one trace."""
+
+    def __init__(self, root: Path, traces: int) -> None:
+        self.root = root
+        self.single_run = traces == 1 and run_folder.is_run_folder(root)
+        self.seen: dict[int, int] = {}
+
+    def place(self, source: Path, rank: int) -> Path:
+        if self.single_run:
+            return self.root
+        self.seen[rank] = self.seen.get(rank, 0) + 1
         # several windows of one rank: each run folder's name is unique, its trace file's is not
         label = source.parent.name if run_folder.is_run_folder(source.parent) else source.name
-        name = f"rank{rank}" if seen[rank] == 1 else f"rank{rank}_{_TRACE_SUFFIX.sub('', label)}"
-        placed.append((trace, root / name))
-    return placed
+        name = f"rank{rank}" if self.seen[rank] == 1 else f"rank{rank}_{_TRACE_SUFFIX.sub('', label)}"
+        return self.root / name
 
 
-def read_all(path: Path, options: Options, progress: Any = None) -> list[tuple[Path, Trace]]:
-    """Read every trace under ``path``; an unreadable file is a warning, not a failure, when others read."""
+def _rank_dirs(traces: Iterable[tuple[Path, Trace]], root: Path) -> list[tuple[Trace, Path]]:
+    traces = list(traces)
+    dirs = _RankDirs(root, len(traces))
+    return [(trace, dirs.place(source, trace.rank)) for source, trace in traces]
+
+
+def read_all(
+    path: Path, options: Options, progress: Any = None, files: list[Path] | None = None
+) -> list[tuple[Path, Trace]]:
+    """Read every trace under ``path`` (or ``files`` of it); an unreadable file is a warning, not a
+    failure, when others read."""
     traces = []
     errors = []
-    files = trace_files(path)
+    files = trace_files(path) if files is None else files
     for file in files:
         try:
             traces.append((file, read_trace(file, rank=options.rank)))
@@ -144,10 +156,14 @@ def analyse(
     bp_point: str | None = None,
     export_types: Iterable[str] = ("text",),
     rank: int | None = None,
+    memory_limit: int | None = None,
     progress: Any = None,
 ) -> Analysis:
     """Analyse a trace (or a folder of per-rank traces) and write the outputs; returns the tables.
 
+    ``memory_limit`` (bytes): a Kineto trace whose whole-trace analysis would need more is
+    analysed chunk of steps by chunk within it (``pipeline_bounded.py``; same outputs).  Without
+    it, a trace that would need more than half the memory available is analysed so within that.
     ``progress`` is an optional tqdm-like object: ``update(1)`` is called per stage.
     """
     path = Path(path)
@@ -159,12 +175,48 @@ def analyse(
         raise InputError(f"unknown export type(s) {sorted(unknown)}; choose from text, db")
     root = Path(out) if out is not None else default_output_root(path)
     ranks: dict[int, RankResult] = {}
+    files = trace_files(path)
+    budgets = {file: _budget(file, memory_limit) for file in files}
+    dirs = _RankDirs(root, len(files))
     with pandas_deferred():  # reading, analyses and writers never need pandas: keep its 32 MB out
-        for trace, rank_dir in _rank_dirs(read_all(path, options, progress), root):
+        whole = [file for file in files if budgets[file] is None]
+        for source, trace in read_all(path, options, progress, whole) if whole else ():
+            rank_dir = dirs.place(source, trace.rank)
             with OutputError.naming(rank_dir):
                 result = analyse_and_write(trace, rank_dir, options, progress)
             ranks.setdefault(result.trace.rank, result)
+        for file in files:
+            budget = budgets[file]
+            if budget is not None:
+                result = _analyse_bounded(file, dirs, options, budget, progress)
+                ranks.setdefault(result.trace.rank, result)
     return Analysis(ranks=ranks, output_root=root)
+
+
+def _budget(file: Path, memory_limit: int | None) -> int | None:
+    """The memory budget ``file`` is analysed within, or None for the whole-trace path."""
+    from perfsight import memory_budget
+    from perfsight.ingest import is_plain_kineto
+
+    if not is_plain_kineto(file):
+        if memory_limit is not None:
+            log.info("%s: read whole (the memory limit applies to single Kineto trace files)", file)
+        return None
+    if memory_limit is None:
+        return memory_budget.automatic_budget(file)
+    needed = memory_budget.BASE_BYTES + memory_budget.expected_slices(file) * memory_budget.BYTES_PER_SLICE
+    return memory_limit if needed > memory_limit else None
+
+
+def _analyse_bounded(file: Path, dirs: _RankDirs, options: Options, budget: int, progress: Any) -> RankResult:
+    """One trace through the bounded path (its rank folder is known once the reader has its rank)."""
+    from perfsight.pipeline_bounded import analyse_and_write_bounded
+
+    if progress is not None:
+        progress.update(1)  # the reading stage of the progress bar: the bounded path reads as it goes
+    return analyse_and_write_bounded(
+        file, dirs.root, lambda rank: dirs.place(file, rank), options, budget, progress
+    )
 
 
 def _in_staging(folder: Path, root: Path) -> bool:

@@ -92,6 +92,9 @@ class RankResult:
     """What the analyses found wrong with the options (a named FP/BP point missing from steps) or
     the source's own results (a vendor step trace that differs from perfsight's); the reader's
     warnings stay in ``trace.meta.warnings``, which the cache saves."""
+    findings: list | None = None
+    """The advisor's findings when the analysis computed them without a whole trace (the bounded
+    path: ``pipeline_bounded.py``); None means ask ``advisor.rank_findings(tables, trace)``."""
 
 
 AnalysisFunction = Callable[[Trace, Options, dict[str, pa.Table]], pa.Table]

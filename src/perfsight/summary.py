@@ -67,7 +67,9 @@ def rank_summary(result: RankResult) -> dict[str, Any]:
         "flops": flops_rows,
         "output_dir": str(result.output_dir) if result.output_dir else None,
         "warnings": [*meta.warnings, *result.warnings],
-        "findings": advisor.rank_findings(t, result.trace),
+        "findings": result.findings
+        if result.findings is not None
+        else advisor.rank_findings(t, result.trace),
     }
 
 

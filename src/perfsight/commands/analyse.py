@@ -29,6 +29,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--bp-point", help="op name where backward ends (default: detected; env PERFSIGHT_BP_POINT)"
     )
     analyse.add_argument("--export-type", default="text", help="comma-separated: text, db (default: text)")
+    analyse.add_argument(
+        "--memory-limit",
+        type=_size,
+        metavar="SIZE",
+        help="keep the analysis of a large Kineto trace within SIZE (e.g. 2G): it is read and analysed a "
+        "few steps at a time, spilling under the output folder; same outputs (default: half the memory "
+        "available, for a trace that would need more)",
+    )
     analyse.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     analyse.add_argument(
         "-v", "--verbose", action="store_true", help="also print reader warnings as they happen"
@@ -99,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
                     bp_point=args.bp_point,
                     export_types=export_types,
                     rank=args.rank,
+                    memory_limit=args.memory_limit,
                     progress=bar,
                 )
         except (InputError, OutputError, TraceReadError) as exc:
@@ -133,3 +142,13 @@ def _rank(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"a rank is 0 or more, not {value}")
     return value
+
+
+def _size(text: str) -> int:
+    """A memory size such as 2G or 1536M (argparse turns the error into a one-line usage error)."""
+    from perfsight.memory_budget import BudgetError, parse_size
+
+    try:
+        return parse_size(text)
+    except BudgetError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

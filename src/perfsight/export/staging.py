@@ -57,6 +57,11 @@ def staged(folder: Path, names: tuple[str, ...]) -> Iterator[Path]:
     _remove(stage)
 
 
+def remove_folder(path: Path) -> None:
+    """Delete a scratch folder (a spill) completely, even when a Ctrl-C lands during it."""
+    _remove(path)
+
+
 def _remove(path: Path) -> None:
     """Delete ``path`` (a folder tree or a file), finishing even when a Ctrl-C lands during it
     (the interrupt is raised once it is gone).

@@ -17,7 +17,7 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 ASCEND_OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 """Ascend/MindSpore profiler output: its trace_view.json stands for the whole rank folder."""
 
-__all__ = ["TraceReadError", "find_traces", "read_trace"]
+__all__ = ["TraceReadError", "find_traces", "is_plain_kineto", "read_trace"]
 
 
 def read_trace(path: str | Path, rank: int | None = None) -> Trace:
@@ -42,6 +42,18 @@ def read_trace(path: str | Path, rank: int | None = None) -> Trace:
         return read_kineto(path, rank=rank)
     trace = read_kineto(path, rank=rank if rank is not None else info.rank)
     return run_folder.apply(trace, info, rank_from_option=rank is not None)
+
+
+def is_plain_kineto(path: Path) -> bool:
+    """Whether ``read_trace`` reads ``path`` as a Kineto file alone (no vendor folder, no run-folder
+    side files): the inputs the bounded-memory path (``pipeline_bounded.py``) can take."""
+    if _legacy_step_file(path) or path.parent.name == ASCEND_OUTPUT_DIR:
+        return False
+    if not path.name.endswith(TRACE_SUFFIXES):
+        return False
+    from perfsight.ingest import run_folder
+
+    return run_folder.info_for(path) is None
 
 
 def find_traces(folder: str | Path) -> list[Path]:

@@ -1,0 +1,89 @@
+"""How much memory an analysis may use, and how many slices a chunk may then hold.
+
+Why a module: ``perfsight analyse --memory-limit`` and the automatic choice of the bounded path
+both turn a byte budget into a chunk size, and the cluster path does the same per rank; the
+figures behind the conversion (measured, see docs/BENCHMARKS.md "Traces of any size") live here
+once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+BASE_BYTES = 320 << 20
+"""What a bounded analysis holds whatever the chunk size: the interpreter and libraries (≈ 80 MB
+after imports), the reader's batch buffers, one batch per spilled run while merging, and the
+writers' buffers."""
+
+BYTES_PER_SLICE = 700
+"""Peak bytes per slice of a chunk while it is analysed: the chunk's model (≈ 140 B a slice),
+the shared trace index and the per-row results alive at the end of the analyses (1 GB trace:
+1.09 GB at 1.8 M slices, 1.8 M slices → ≈ 600 B a slice above the base, plus headroom)."""
+
+MIN_SLICES = 10_000
+"""The smallest chunk worth its overhead (a budget below what this needs is raised to it)."""
+
+AUTO_FRACTION = 0.5
+"""Without ``--memory-limit``, a trace whose in-memory analysis is expected to need more than
+this share of the memory available goes the bounded way, within that share."""
+
+JSON_BYTES_PER_SLICE = 560
+"""Bytes of Kineto JSON per slice (generated and real GPU traces: 1 GB → 1.8 M slices), to
+guess a trace's slices from its size before reading it."""
+
+GZIP_RATIO = 9
+"""Typical inflation of a gzip-compressed Kineto trace (gzip -6: 8-10×)."""
+
+
+class BudgetError(ValueError):
+    """A memory limit that cannot be read (the message says what was given and what is expected)."""
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``"2G"``, ``"512MiB"``, ``"1.5GB"`` or a plain number of bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
+    if not match:
+        raise BudgetError(f"a memory limit is a size such as 2G, 1536M or 2GiB, not {text!r}")
+    value = int(float(match.group(1)) * _UNITS[match.group(2)])
+    if value <= 0:
+        raise BudgetError(f"a memory limit must be more than 0, not {text!r}")
+    return value
+
+
+def slices_per_chunk(budget: int) -> int:
+    """The most slices a chunk may hold for the analysis to stay within ``budget`` bytes."""
+    return max(MIN_SLICES, (budget - BASE_BYTES) // BYTES_PER_SLICE)
+
+
+def expected_slices(path: Path) -> int:
+    """A guess of a trace file's slices from its size (compressed files by a typical ratio)."""
+    size = path.stat().st_size
+    if path.suffix == ".gz":
+        size *= GZIP_RATIO
+    return size // JSON_BYTES_PER_SLICE
+
+
+def available_bytes() -> int:
+    """Memory the system can give now (``MemAvailable``), or the physical memory where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError):
+        return 8 << 30
+
+
+def automatic_budget(path: Path) -> int | None:
+    """A budget for ``path`` when its whole-trace analysis would not fit comfortably, else None."""
+    share = int(available_bytes() * AUTO_FRACTION)
+    needed = BASE_BYTES + expected_slices(path) * BYTES_PER_SLICE
+    return share if needed > share else None
