@@ -90,3 +90,52 @@ def aggregate(
         result, has = _reduced(values, valid, codes, k, function)
         arrays[f"{column}_{function}"] = pa.array(result, out_type, mask=None if has.all() else ~has)
     return pa.table(arrays)
+
+
+MERGED_BY = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
+"""How a partial aggregate of one part of a table combines with the same aggregate of the other
+parts (``mean`` has no such rule: keep a ``sum`` and a ``count`` and divide after merging)."""
+
+
+def merge_partials(
+    partials: Sequence[pa.Table], keys: Sequence[str], aggregations: Sequence[tuple[str, str]]
+) -> pa.Table:
+    """The :func:`aggregate` of a whole table from the :func:`aggregate` results of its parts.
+
+    Why: the bounded-memory path (issue 21) aggregates a trace chunk by chunk; each chunk's
+    result is a partial that merges exactly (counts and integer sums add, minima and maxima
+    compare).  The result has :func:`aggregate`'s columns and types; groups come in order of first
+    appearance over the partials in the order given.  A float ``sum`` merges exactly only when
+    every addition is exact (integer values whose absolute sum stays below 2**53): the caller
+    checks that (:func:`exact_float_sum`).
+    """
+    names = [f"{column}_{function}" for column, function in aggregations]
+    for (_, function), name in zip(aggregations, names, strict=True):
+        if function not in MERGED_BY:
+            raise ValueError(f"{name}: a {function!r} aggregate does not merge from partials")
+    whole = pa.concat_tables(partials)
+    merging = [(name, MERGED_BY[f]) for name, (_, f) in zip(names, aggregations, strict=True)]
+    merged = aggregate(whole, keys, merging)
+    arrays = [merged.column(k) for k in keys]
+    for name, (_, function) in zip(names, aggregations, strict=True):
+        column = merged.column(f"{name}_{MERGED_BY[function]}")
+        arrays.append(column.cast(whole.schema.field(name).type))
+    return pa.table(dict(zip([*keys, *names], arrays, strict=True)))
+
+
+def exact_float_sum(values: pa.Array | pa.ChunkedArray) -> float | None:
+    """The sum of the absolute values when every value is an integer (nulls skipped), else None.
+
+    Floating-point additions of integers are exact while every partial sum stays below 2**53 in
+    magnitude, whatever their order; so sums merged from partials equal the one-pass sum when the
+    absolute sum of all values, over all parts, stays below 2**53.
+    """
+    data = columns.numpy(columns.combined(values), null=0).astype(np.float64)
+    if not np.all(np.isfinite(data)) or not np.all(data == np.round(data)):
+        return None
+    return float(np.abs(data).sum())
+
+
+EXACT_FLOAT_LIMIT = float(2**52)
+"""Below this absolute sum (2**53 with a margin for the float sum that measures it), integer-valued
+float sums are exact in any order."""

@@ -1,0 +1,642 @@
+"""Every single-rank analysis of a trace read as chunks of whole steps, in bounded memory (issue 21).
+
+:func:`analyse_chunks` takes the chunks of one rank (:class:`~perfsight.model_chunks.TraceChunk`,
+from the spilled reader or :func:`~perfsight.model_chunks.split_by_steps`), runs the analyses of
+:data:`perfsight.pipeline.ANALYSES` chunk by chunk and merges what they give, so that every table
+equals the one :func:`perfsight.pipeline.analyse_trace` gives on the whole trace (same rows, order,
+values, schema).  Tables whose rows grow with the events (:data:`ROW_TABLES`) are never held
+whole: each chunk's rows go to a :class:`~perfsight.sorted_runs.RunSpill` keyed by their place in
+the whole table and come back merged, a batch at a time.  Every number is computed by the analysis
+modules' own functions; this module only cuts, carries, keys and merges.
+
+How each table is made (chunk-local: the analysis on the chunk, the chunks' results concatenated;
+partials: per-chunk aggregates merged exactly; re-run: the same function on the merged small input):
+
+=============================  ==============================================================
+table                          how
+=============================  ==============================================================
+step_trace, overlap_breakdown  chunk-local (one row per step, steps in window order)
+flops_by_step                  chunk-local (FLOPs of a step's own ops)
+vendor_step_differences        re-run on the merged step_trace
+time_shares                    re-run on the merged overlap_breakdown
+overlap_intervals              rows: per lane (lane-major, by start), an interval that touches
+                               the chunk boundary merged with the next chunk's first one
+operator_instances             rows: key = the slice's row in the whole trace (``slice`` too)
+operator_stats                 partials (counts, integer sums, min, max); the FLOPs float sum
+                               merges exactly only for integer FLOPs whose absolute sum stays
+                               below 2**52, else it is re-run on the spilled instances' narrow
+                               columns (exact, memory grows with the instances)
+operator_ranking               re-run on operator_stats
+kernel_details                 rows: key = start_ns (within a chunk, its start/stream order);
+                               ``wait_ns`` carries each stream's latest end from chunk to chunk
+kernel_stats, op_statistic     partials, groups put back in order of first appearance
+memory_curve                   rows: per device (in device order), key = ts_ns (memory rows
+                               go to chunks by time, so a device's rows never interleave)
+memory_peaks                   re-run on each chunk's peaks (max of maxima, first instant)
+operator_memory                rows with state: an allocation with no later event at its
+                               address in its chunk is carried to the next chunks, until its
+                               release (or another allocation there) is seen; key = its
+                               ordinal in time order
+communication_ops, _links      rows: key = the op's slice row in the whole trace; ``op`` and
+                               ``comm_row`` renumbered as the rows come back
+communication_sizes, _peers    chunk-local with ``op``/``comm_row`` renumbered, stable-sorted
+communication_steps/_links     re-run of step_times / step_links on the chunks' own results
+communication_step_sizes       re-run of step_sizes on the merged communication_sizes
+data_* (data preparation)      re-run on a small trace: the whole step table, the data-loader
+                               rows and the data-loading / synchronisation slices
+=============================  ==============================================================
+
+A Kineto rank's op instances are its device communication rows when it has any
+(:func:`perfsight.analysis.communication.primary_rows`): a chunk without device rows keeps its
+host-row results apart, used only when no chunk had device rows.
+
+Assumptions the chunks' rule makes true (checked by the tests on the shared traces): a step's
+device work starts in a later-or-equal place on its stream than the previous chunk's (stream
+order), ``Trace.comm`` is ordered by slice row, and work of one chunk does not run inside the
+step windows of another.  The advisor's findings read the narrow columns of two per-row tables
+(operator instances and allocations) back from their spills: that part still grows with the
+trace (about 40 bytes per operator call).
+
+This module must not compute a metric itself, and must not hold a per-row table of the whole trace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from perfsight import advisor, columns, heap, pipeline
+from perfsight.analysis import communication, grouping, index, kernels, memory, operators, overlap
+from perfsight.analysis.op_statistic import op_statistic_groups, op_statistic_of_groups
+from perfsight.model import NO_ID, SliceKind, Trace
+from perfsight.model_chunks import TraceChunk
+from perfsight.sorted_runs import RunSpill
+
+ROW_TABLES = (
+    "overlap_intervals",
+    "operator_instances",
+    "kernel_details",
+    "memory_curve",
+    "operator_memory",
+    "communication_ops",
+    "communication_links",
+)
+"""The tables whose rows scale with the events: spilled, merged back in order."""
+
+CHUNK_LOCAL = ("step_trace", "overlap_breakdown", "flops_by_step")
+"""Per-step tables each chunk computes for its own steps."""
+
+DATA_TABLES = (
+    "data_wait",
+    "data_queue",
+    "data_stages",
+    "data_workers",
+    "data_stage_batches",
+    "data_cpu_utilization",
+    "data_stage_queues",
+    "data_pipeline_summary",
+)
+"""Data-preparation tables, re-run on the small trace of :class:`_SmallTrace`."""
+
+ADVISOR_COLUMNS = {
+    "operator_instances": ("rank", "name", "step", "thread", "start_ns", "dur_ns", "device_ns"),
+    "operator_memory": ("rank", "name", "size_bytes", "alloc_ns"),
+}
+"""The columns of the per-row tables the rank rules read (``advisor.rank_rules``)."""
+
+SMALL_TRACE_KINDS = (SliceKind.DATA_LOADING.value, SliceKind.SYNC.value)
+"""Host slice kinds the data analyses and the rank rules read from the trace itself."""
+
+
+@dataclasses.dataclass
+class ChunkedTables:
+    """One rank's analysis, as :func:`perfsight.pipeline.analyse_trace` gives it, per-row tables spilled."""
+
+    tables: dict[str, pa.Table]
+    """Every table but :data:`ROW_TABLES`, final (aggregates, per-step, data-preparation, vendor)."""
+    rows: dict[str, RunSpill]
+    """Each of :data:`ROW_TABLES`: ``rows[name].merged()`` yields it in the in-memory order."""
+    steps: pa.Table
+    """The whole step table (the chunks' own steps, concatenated)."""
+    warnings: list[str]
+    findings: list
+    """``advisor.rank_findings`` for the whole trace."""
+
+    def table(self, name: str) -> pa.Table:
+        """Table ``name`` whole (a per-row one read back from its spill: for small traces and tests)."""
+        if name not in self.rows:
+            return self.tables[name]
+        spill = self.rows[name]
+        batches = list(spill.merged())
+        if batches:
+            return pa.concat_tables(batches)
+        assert spill.schema is not None
+        return spill.schema.empty_table()
+
+    def remove(self) -> None:
+        """Delete the spilled runs."""
+        for spill in self.rows.values():
+            spill.remove()
+
+
+def analyse_chunks(chunks: Iterable[TraceChunk], options: pipeline.Options, spill_dir: Path) -> ChunkedTables:
+    """All analysis tables of one rank from its chunks in order; per-row tables spill under ``spill_dir``."""
+    state = _Merge(Path(spill_dir), options)
+    for chunk in chunks:
+        try:
+            state.add(chunk)
+        finally:
+            index.release(chunk.trace)
+        heap.return_freed_memory()
+    return state.finish()
+
+
+# ---------------------------------------------------------------------------------------------- spills
+
+
+class _GroupedSpill(RunSpill):
+    """A :class:`RunSpill` whose rows come back group by group (groups in sorted order), each
+    group in its own key order: a table ordered by a group column first (lane, device)."""
+
+    def __init__(self, folder: Path, name: str) -> None:
+        super().__init__(folder, name)
+        self.groups: dict[Any, RunSpill] = {}
+
+    def add_group(self, group: Any, table: pa.Table, key: np.ndarray) -> None:
+        if self.schema is None:
+            self.schema = table.schema
+        if table.num_rows == 0:
+            return
+        if group not in self.groups:
+            self.groups[group] = RunSpill(self.folder, f"{self.name}.g{len(self.groups)}", self.batch_rows)
+        self.groups[group].add(table, key)
+        self.rows += table.num_rows
+
+    def add(self, table: pa.Table, key: np.ndarray) -> None:
+        raise TypeError(f"{self.name}: rows go in by group (add_group)")
+
+    def merged(self) -> Iterator[pa.Table]:
+        for group in sorted(self.groups):
+            yield from self.groups[group].merged()
+
+    def remove(self) -> None:
+        for spill in self.groups.values():
+            spill.remove()
+
+
+class _MappedSpill(RunSpill):
+    """A :class:`RunSpill` whose batches pass through ``transform`` as they come back (the
+    communication tables' ``op`` and ``comm_row``, known only once every chunk was seen)."""
+
+    transform: Callable[[pa.Table], pa.Table] | None = None
+
+    def merged(self) -> Iterator[pa.Table]:
+        for batch in super().merged():
+            yield batch if self.transform is None else self.transform(batch)
+
+
+def _set(table: pa.Table, name: str, values: np.ndarray | pa.Array) -> pa.Table:
+    """``table`` with column ``name`` replaced by ``values`` (same type)."""
+    i = table.schema.get_field_index(name)
+    field = table.schema.field(i)
+    array = values if isinstance(values, pa.Array | pa.ChunkedArray) else pa.array(values)
+    return table.set_column(i, field, array.cast(field.type))
+
+
+# ---------------------------------------------------------------------------------------------- merge
+
+
+class _Merge:
+    """What is carried from chunk to chunk, and the partial results so far."""
+
+    def __init__(self, folder: Path, options: pipeline.Options) -> None:
+        self.folder, self.options = folder, options
+        self.first: Trace | None = None
+        self.local: dict[str, list[pa.Table]] = {name: [] for name in CHUNK_LOCAL}
+        self.steps: list[pa.Table] = []
+        self.intervals = _GroupedSpill(folder, "overlap_intervals")
+        self.held: dict[int, pa.Table] = {}  # per lane, the last interval (may touch the next chunk's)
+        self.instances = RunSpill(folder, "operator_instances")
+        self.operator_groups: pa.Table | None = None
+        self.flops_abs: float | None = 0.0
+        self.details = RunSpill(folder, "kernel_details")
+        self.stream_reach: dict[int, int] = {}
+        self.kernel_groups: pa.Table | None = None
+        self.statistic_groups: pa.Table | None = None
+        self.curve = _GroupedSpill(folder, "memory_curve")
+        self.peaks: list[pa.Table] = []
+        self.allocations = _Allocations(folder)
+        self.comm = {bucket: _Communication(folder, bucket) for bucket in ("device", "host")}
+        self.comm_keys: list[np.ndarray] = []
+        self.small = _SmallTrace()
+
+    # -- one chunk
+
+    def add(self, chunk: TraceChunk) -> None:
+        trace = chunk.trace
+        if self.first is None:
+            self.first = trace
+        self.steps.append(trace.steps)
+        done: dict[str, pa.Table] = {}
+        for name in CHUNK_LOCAL:
+            self.local[name].append(pipeline.ANALYSES[name](trace, self.options, done))
+        self._intervals(overlap.overlap_intervals(trace))
+        self._operators(chunk)
+        self._kernels(trace)
+        self._memory(trace)
+        self.allocations.add(trace)
+        self._communication(chunk)
+        self.small.add(chunk)
+
+    def _intervals(self, table: pa.Table) -> None:
+        """Spill each lane's intervals but its last, which waits for the next chunk's first one."""
+        for code, lane in enumerate(overlap.LANES):
+            rows = table.filter(pc.equal(table.column("lane"), lane))
+            if self.intervals.schema is None:
+                self.intervals.schema = table.schema
+            if rows.num_rows == 0:
+                continue
+            held = self.held.pop(code, None)
+            if held is not None:
+                first_start = rows.column("start_ns")[0].as_py()
+                held_end = held.column("end_ns")[0].as_py()
+                if first_start <= held_end:  # touching or overlapping: one merged interval (iv.union)
+                    end = max(held_end, rows.column("end_ns")[0].as_py())
+                    joined = _set(held, "end_ns", np.array([end], np.int64))
+                    rows = pa.concat_tables([joined, rows.slice(1)])
+                else:
+                    self._spill_interval(code, held)
+            self._spill_interval(code, rows.slice(0, rows.num_rows - 1))
+            self.held[code] = rows.slice(rows.num_rows - 1)
+
+    def _spill_interval(self, lane: int, rows: pa.Table) -> None:
+        self.intervals.add_group(lane, rows, columns.int64(rows.column("start_ns")))
+
+    def _operators(self, chunk: TraceChunk) -> None:
+        trace = chunk.trace
+        instances = operators.operator_instances(trace)
+        key = chunk.slice_rows[columns.int64(instances.column("slice"))] if instances.num_rows else []
+        instances = _set(instances, "slice", np.asarray(key, np.int64))
+        self.instances.add(instances, np.asarray(key, np.int64))
+        if instances.num_rows == 0:
+            return
+        part = operators.operator_groups(instances)
+        self.operator_groups = _merged(
+            self.operator_groups, part, operators.OPERATOR_KEYS, operators.OPERATOR_AGGREGATES
+        )
+        exact = grouping.exact_float_sum(instances.column("flops"))
+        self.flops_abs = None if exact is None or self.flops_abs is None else self.flops_abs + exact
+
+    def _kernels(self, trace: Trace) -> None:
+        details = kernels.kernel_details(trace, self.stream_reach)
+        self.details.add(details, columns.int64(details.column("start_ns")) if details.num_rows else [])
+        if details.num_rows == 0:
+            return
+        first = (("start_ns", "min"),)
+        self.kernel_groups = _merged(
+            self.kernel_groups,
+            kernels.kernel_groups(details, first_start=True),
+            kernels.KERNEL_KEYS,
+            kernels.KERNEL_AGGREGATES + first,
+        )
+        from perfsight.analysis.op_statistic import OP_STATISTIC_AGGREGATES, OP_STATISTIC_KEYS
+
+        self.statistic_groups = _merged(
+            self.statistic_groups,
+            op_statistic_groups(details, first_start=True),
+            OP_STATISTIC_KEYS,
+            OP_STATISTIC_AGGREGATES + first,
+        )
+
+    def _memory(self, trace: Trace) -> None:
+        curve = memory.memory_curve(trace)
+        if self.curve.schema is None:
+            self.curve.schema = curve.schema
+        if curve.num_rows == 0:
+            return
+        keys = ["rank", "device_type", "device_index"]
+        code, first = grouping.group_codes(curve, keys)
+        devices = curve.select(keys).take(pa.array(first, pa.int64())).to_pylist()
+        for i, device in enumerate(devices):  # a loop over devices (one or two)
+            rows = curve if len(devices) == 1 else curve.filter(pa.array(code == i))
+            self.curve.add_group(
+                _device_key(tuple(device.values())), rows, columns.int64(rows.column("ts_ns"))
+            )
+        self.peaks.append(memory.memory_peaks(trace, curve))
+
+    def _communication(self, chunk: TraceChunk) -> None:
+        comm = chunk.trace.comm
+        if comm.num_rows == 0:
+            return
+        local = columns.int64(comm.column("slice"), NO_ID)
+        if np.any(local < 0):
+            raise ValueError("a communication row without its slice cannot be placed in the whole trace")
+        keys = chunk.slice_rows[local]
+        self.comm_keys.append(keys)
+        device = bool(columns.numpy(comm.column("is_device"), null=False).any())
+        self.comm["device" if device else "host"].add(chunk.trace, keys)
+
+    # -- the end
+
+    def finish(self) -> ChunkedTables:
+        if self.first is None:
+            raise ValueError("no chunks to analyse")
+        options, trace = self.options, self.first
+        tables: dict[str, pa.Table] = {name: _concat(parts) for name, parts in self.local.items()}
+        steps = _concat(self.steps)
+        small = self.small.trace(trace, steps)
+        done = dict(tables)
+        for name in ("vendor_step_differences",):
+            tables[name] = pipeline.ANALYSES[name](small, options, done)
+        tables["time_shares"] = overlap.time_shares(tables["overlap_breakdown"])
+        for name in DATA_TABLES:
+            done[name] = tables[name] = pipeline.ANALYSES[name](small, options, done)
+        index.release(small)
+        for code, held in self.held.items():
+            self._spill_interval(code, held)
+        tables["operator_stats"] = self._operator_stats()
+        tables["operator_ranking"] = operators.operator_ranking(tables["operator_stats"])
+        tables["kernel_stats"] = (
+            kernels.kernel_stats_of_groups(_first_seen(self.kernel_groups))
+            if self.kernel_groups is not None
+            else kernels.KERNEL_STATS_SCHEMA.empty_table()
+        )
+        tables["op_statistic"] = op_statistic_of_groups(
+            _first_seen(self.statistic_groups), tables["operator_stats"]
+        )
+        tables["memory_peaks"] = _peaks(self.peaks)
+        comm_keys = np.sort(np.concatenate(self.comm_keys)) if self.comm_keys else np.zeros(0, np.int64)
+        bucket = self.comm["device"] if self.comm["device"].seen else self.comm["host"]
+        other = self.comm["host"] if bucket is self.comm["device"] else self.comm["device"]
+        other.remove()
+        comm_tables, comm_rows = bucket.finish(comm_keys)
+        tables.update(comm_tables)
+        rows: dict[str, RunSpill] = {
+            "overlap_intervals": self.intervals,
+            "operator_instances": self.instances,
+            "kernel_details": self.details,
+            "memory_curve": self.curve,
+            "operator_memory": self.allocations.finish(),
+            **comm_rows,
+        }
+        for name, table in trace.vendor.named_tables().items():
+            tables.setdefault(name, table)
+        ordered = {name: tables[name] for name in pipeline.ANALYSES if name in tables}
+        ordered.update({k: v for k, v in tables.items() if k not in ordered})
+        warnings = pipeline.analysis_warnings(ordered, options, trace)
+        findings = advisor.rank_findings({**ordered, **_advisor_rows(rows)}, small)
+        return ChunkedTables(tables=ordered, rows=rows, steps=steps, warnings=warnings, findings=findings)
+
+    def _operator_stats(self) -> pa.Table:
+        """Merged from partials when the FLOPs sums are exact that way, else re-run on the spilled
+        instances' narrow columns (see the module docstring)."""
+        if self.operator_groups is None:
+            return operators.OPERATOR_STATS_SCHEMA.empty_table()
+        if self.flops_abs is not None and self.flops_abs < grouping.EXACT_FLOAT_LIMIT:
+            return operators.operator_stats_of_groups(self.operator_groups)
+        wanted = ["rank", "name", "dur_ns", "self_ns", "device_ns", "flops"]
+        narrow = pa.concat_tables(batch.select(wanted) for batch in self.instances.merged())
+        return operators.operator_stats_of_groups(operators.operator_groups(narrow))
+
+
+def _device_key(device: tuple) -> tuple:
+    """Sort key of a (rank, device type, device index): the order of ``memory._device_groups``."""
+    rank, dtype, dindex = device
+    return (rank, dtype.encode() if dtype is not None else b"", dindex)
+
+
+def _merged(
+    so_far: pa.Table | None, part: pa.Table, keys: Iterable[str], aggregations: Iterable[tuple[str, str]]
+) -> pa.Table:
+    if so_far is None:
+        return part
+    return grouping.merge_partials([so_far, part], list(keys), list(aggregations))
+
+
+def _first_seen(groups: pa.Table | None) -> pa.Table | None:
+    """Merged groups in the whole table's order of first appearance (by their first start)."""
+    if groups is None:
+        return None
+    order = np.argsort(columns.int64(groups.column("start_ns_min")), kind="stable")
+    return groups.take(pa.array(order, pa.int64()))
+
+
+def _peaks(peaks: list[pa.Table]) -> pa.Table:
+    """memory_peaks re-run on the chunks' peaks, each standing as one point of its device's curve."""
+    parts = [p for p in peaks if p.num_rows]
+    if not parts:
+        return memory.MEMORY_PEAKS_SCHEMA.empty_table()
+    points = pa.concat_tables(parts).rename_columns(
+        ["rank", "device_type", "device_index", "allocated_bytes", "reserved_bytes", "ts_ns"]
+    )
+    return memory.memory_peaks(None, points)  # type: ignore[arg-type]  # the curve is given
+
+
+def _concat(parts: list[pa.Table]) -> pa.Table:
+    return pa.concat_tables(parts) if len(parts) != 1 else parts[0]
+
+
+def _advisor_rows(rows: dict[str, RunSpill]) -> dict[str, pa.Table]:
+    """The narrow columns of the per-row tables the rank rules read (see the module docstring)."""
+    out = {}
+    for name, wanted in ADVISOR_COLUMNS.items():
+        spill = rows[name]
+        batches = [batch.select(list(wanted)) for batch in spill.merged()]
+        assert spill.schema is not None
+        out[name] = pa.concat_tables(batches) if batches else spill.schema.empty_table().select(list(wanted))
+    return out
+
+
+# ---------------------------------------------------------------------------------------- allocations
+
+
+class _Allocations:
+    """operator_memory chunk by chunk: allocations whose address sees no later event in their
+    chunk wait (with their operator's name) for the chunks that may release them."""
+
+    def __init__(self, folder: Path) -> None:
+        self.spill = RunSpill(folder, "operator_memory")
+        self.open: pa.Table | None = None  # raw memory rows of the waiting allocations, by time
+        self.open_names = pa.array([], pa.string())
+        self.open_keys = np.zeros(0, np.int64)
+        self.next_key = 0
+
+    def add(self, trace: Trace) -> None:
+        if trace.memory.num_rows == 0:
+            return
+        carried = 0 if self.open is None else self.open.num_rows
+        rows = trace.memory if self.open is None else pa.concat_tables([self.open, trace.memory])
+        alloc, following = memory.allocations(rows)
+        new = alloc >= carried  # allocations sort by time: the carried (earlier) ones come first
+        names = pa.concat_arrays(
+            [
+                self.open_names,
+                columns.combined(memory.allocating_ops(trace, trace.memory, alloc[new] - carried)),
+            ]
+        )
+        keys = np.concatenate([self.open_keys, self.next_key + np.arange(int(new.sum()), dtype=np.int64)])
+        self.next_key += int(new.sum())
+        waiting = following < 0
+        self._emit(
+            rows, alloc[~waiting], following[~waiting], names.filter(pa.array(~waiting)), keys[~waiting]
+        )
+        self.open = rows.take(pa.array(alloc[waiting], pa.int64()))
+        self.open_names = names.filter(pa.array(waiting))
+        self.open_keys = keys[waiting]
+
+    def _emit(
+        self, rows: pa.Table, alloc: np.ndarray, following: np.ndarray, names: pa.Array, keys: np.ndarray
+    ) -> None:
+        table = memory.allocation_rows(rows, alloc, following, names)
+        order = np.argsort(keys, kind="stable")
+        self.spill.add(table.take(pa.array(order, pa.int64())), keys[order])
+
+    def finish(self) -> RunSpill:
+        if self.open is not None and self.open.num_rows:
+            none = np.full(self.open.num_rows, -1, np.int64)
+            self._emit(self.open, np.arange(self.open.num_rows), none, self.open_names, self.open_keys)
+        if self.spill.schema is None:
+            self.spill.schema = memory.OPERATOR_MEMORY_SCHEMA
+        return self.spill
+
+
+# -------------------------------------------------------------------------------------- communication
+
+
+class _Communication:
+    """The communication tables of the chunks of one kind (with device rows, or host rows only)."""
+
+    def __init__(self, folder: Path, bucket: str) -> None:
+        self.ops = _MappedSpill(folder, f"communication_ops.{bucket}")
+        self.links = _MappedSpill(folder, f"communication_links.{bucket}")
+        self.sizes: list[pa.Table] = []
+        self.peers: list[pa.Table] = []
+        self.step_times: list[pa.Table] = []
+        self.step_links: list[pa.Table] = []
+        self.primary: list[np.ndarray] = []
+        self.seen = False
+
+    def add(self, trace: Trace, keys: np.ndarray) -> None:
+        """One chunk's tables, its ops named by ``keys`` (each comm row's slice row in the whole trace)."""
+        self.seen = True
+        primary = keys[communication.primary_rows(trace.comm)]
+        self.primary.append(primary)
+        ops = communication.communication_ops(trace)
+        links = communication.communication_links(trace)
+        self.step_times.append(communication.step_times(ops))
+        self.step_links.append(communication.step_links(links))
+        op_key = keys[columns.int64(ops.column("comm_row"))] if ops.num_rows else np.zeros(0, np.int64)
+        self.ops.add(_set(_set(ops, "op", op_key), "comm_row", op_key), op_key)
+        link_key = primary[columns.int64(links.column("op"))] if links.num_rows else np.zeros(0, np.int64)
+        per_op = len(communication.LINK_TYPES)
+        self.links.add(_set(links, "op", link_key), link_key * per_op + np.arange(len(link_key)) % per_op)
+        sizes = communication.communication_sizes(trace)
+        self.sizes.append(
+            _set(sizes, "op", primary[columns.int64(sizes.column("op"))]) if sizes.num_rows else sizes
+        )
+        peers = communication.communication_peers(trace)
+        self.peers.append(
+            _set(peers, "comm_row", keys[columns.int64(peers.column("comm_row"))])
+            if peers.num_rows
+            else peers
+        )
+
+    def remove(self) -> None:
+        self.ops.remove()
+        self.links.remove()
+
+    def finish(self, comm_keys: np.ndarray) -> tuple[dict[str, pa.Table], dict[str, RunSpill]]:
+        """The tables once every chunk was seen: keys become ``op`` (place among the op instances)
+        and ``comm_row`` (place in ``Trace.comm``, ordered by slice row)."""
+        primary = np.sort(np.concatenate(self.primary)) if self.primary else np.zeros(0, np.int64)
+
+        def op_of(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
+            return np.searchsorted(primary, columns.int64(values))
+
+        def row_of(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
+            return np.searchsorted(comm_keys, columns.int64(values))
+
+        self.ops.transform = lambda t: _set(
+            _set(t, "op", op_of(t.column("op"))), "comm_row", row_of(t.column("comm_row"))
+        )
+        self.links.transform = lambda t: _set(t, "op", op_of(t.column("op")))
+        for spill, schema in (
+            (self.ops, communication.OP_TIME_SCHEMA),
+            (self.links, communication.LINK_SCHEMA),
+        ):
+            spill.schema = spill.schema or schema
+        sizes = _renumbered(self.sizes, "op", op_of, communication.SIZE_SCHEMA)
+        peers = _renumbered(self.peers, "comm_row", row_of, communication.PEER_SCHEMA)
+        tables = {
+            "communication_sizes": sizes,
+            "communication_peers": peers,
+            "communication_steps": communication.step_times(
+                _concat_or(self.step_times, communication.STEP_TIME_SCHEMA)
+            ),
+            "communication_step_links": communication.step_links(
+                _concat_or(self.step_links, communication.LINK_SCHEMA)
+            ),
+            "communication_step_sizes": communication.step_sizes(sizes),
+        }
+        return tables, {"communication_ops": self.ops, "communication_links": self.links}
+
+
+def _concat_or(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+def _renumbered(
+    parts: list[pa.Table], column: str, number: Callable[[pa.ChunkedArray], np.ndarray], schema: pa.Schema
+) -> pa.Table:
+    """The chunks' rows with ``column`` renumbered, stable-sorted by it (each chunk's rows are
+    already in the whole table's order within one op)."""
+    table = _concat_or([p for p in parts if p.num_rows], schema)
+    if table.num_rows == 0:
+        return schema.empty_table()
+    values = number(table.column(column))
+    table = _set(table, column, values)
+    return table.take(pa.array(np.argsort(values, kind="stable"), pa.int64()))
+
+
+# ------------------------------------------------------------------------------------------ small trace
+
+
+class _SmallTrace:
+    """What the data analyses and the rank rules read from the trace itself, gathered from the
+    chunks: data-loader rows, and host slices of :data:`SMALL_TRACE_KINDS` (by row in the whole trace)."""
+
+    def __init__(self) -> None:
+        self.slices: list[pa.Table] = []
+        self.keys: list[np.ndarray] = []
+        self.dataloader: list[pa.Table] = []
+
+    def add(self, chunk: TraceChunk) -> None:
+        ix = index.index_of(chunk.trace)
+        rows = np.flatnonzero(ix.kind_mask(SMALL_TRACE_KINDS, is_device=False))
+        self.slices.append(chunk.trace.slices.take(pa.array(rows, pa.int64())))
+        self.keys.append(chunk.slice_rows[rows])
+        self.dataloader.append(chunk.trace.dataloader)
+
+    def trace(self, first: Trace, steps: pa.Table) -> Trace:
+        keys = np.concatenate(self.keys) if self.keys else np.zeros(0, np.int64)
+        slices = _concat(self.slices) if self.slices else first.slices.slice(0, 0)
+        slices = slices.take(pa.array(np.argsort(keys, kind="stable"), pa.int64()))
+        return dataclasses.replace(
+            first,
+            slices=slices,
+            flows=first.flows.slice(0, 0),
+            comm=first.comm.slice(0, 0),
+            memory=first.memory.slice(0, 0),
+            comm_tasks=first.comm_tasks.slice(0, 0),
+            dataloader=_concat(self.dataloader) if self.dataloader else first.dataloader,
+            steps=steps,
+        )
+
+
+__all__ = ["ROW_TABLES", "ChunkedTables", "analyse_chunks"]
