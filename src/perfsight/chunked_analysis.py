@@ -72,7 +72,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import advisor, columns, heap, pipeline
-from perfsight.analysis import communication, grouping, index, kernels, memory, operators, overlap
+from perfsight.analysis import clock, communication, grouping, index, kernels, memory, operators, overlap
 from perfsight.analysis.op_statistic import op_statistic_groups, op_statistic_of_groups
 from perfsight.model import NO_ID, SliceKind, Trace
 from perfsight.model_chunks import TraceChunk
@@ -89,8 +89,8 @@ ROW_TABLES = (
 )
 """The tables whose rows scale with the events: spilled, merged back in order."""
 
-CHUNK_LOCAL = ("step_trace", "overlap_breakdown", "flops_by_step")
-"""Per-step tables each chunk computes for its own steps."""
+CLOCKED = ("step_trace", "overlap_breakdown")
+"""Per-step tables each chunk computes for its own steps on its whole trace's clock (:class:`_Timeline`)."""
 
 DATA_TABLES = (
     "data_wait",
@@ -218,10 +218,10 @@ class _Merge:
     def __init__(self, folder: Path, options: pipeline.Options) -> None:
         self.folder, self.options = folder, options
         self.first: Trace | None = None
-        self.local: dict[str, list[pa.Table]] = {name: [] for name in CHUNK_LOCAL}
+        self.timelines = {name: _Timeline(folder, name) for name in ("host", "device")}
+        self.on_device = False  # a chunk had device work: the whole trace is judged on the device clock
+        self.flops_by_step: list[pa.Table] = []
         self.steps: list[pa.Table] = []
-        self.intervals = _GroupedSpill(folder, "overlap_intervals")
-        self.held: dict[int, pa.Table] = {}  # per lane, the last interval (may touch the next chunk's)
         self.instances = RunSpill(folder, "operator_instances")
         self.operator_groups: pa.Table | None = None
         self.flops_abs: float | None = 0.0
@@ -239,44 +239,26 @@ class _Merge:
     # -- one chunk
 
     def add(self, chunk: TraceChunk) -> None:
-        trace = chunk.trace
         if self.first is None:
-            self.first = trace
+            self.first = chunk.trace
+        if not self.on_device and clock.choose_clock(chunk.trace) == "device":
+            self.on_device = True
+            self.timelines.pop("host").remove()
+        index.release(chunk.trace)
+        judged = [timeline.add(chunk.trace, self.options) for timeline in self.timelines.values()]
+        for other in judged[:-1]:
+            index.release(other)
+        trace = judged[-1]  # the device clock's (only the clocked tables differ)
+        chunk = dataclasses.replace(chunk, trace=trace)
         self.steps.append(trace.steps)
-        done: dict[str, pa.Table] = {}
-        for name in CHUNK_LOCAL:
-            self.local[name].append(pipeline.ANALYSES[name](trace, self.options, done))
-        self._intervals(overlap.overlap_intervals(trace))
+        self.flops_by_step.append(pipeline.ANALYSES["flops_by_step"](trace, self.options, {}))
         self._operators(chunk)
         self._kernels(trace)
         self._memory(trace)
         self.allocations.add(trace)
         self._communication(chunk)
         self.small.add(chunk)
-
-    def _intervals(self, table: pa.Table) -> None:
-        """Spill each lane's intervals but its last, which waits for the next chunk's first one."""
-        for code, lane in enumerate(overlap.LANES):
-            rows = table.filter(pc.equal(table.column("lane"), lane))
-            if self.intervals.schema is None:
-                self.intervals.schema = table.schema
-            if rows.num_rows == 0:
-                continue
-            held = self.held.pop(code, None)
-            if held is not None:
-                first_start = rows.column("start_ns")[0].as_py()
-                held_end = held.column("end_ns")[0].as_py()
-                if first_start <= held_end:  # touching or overlapping: one merged interval (iv.union)
-                    end = max(held_end, rows.column("end_ns")[0].as_py())
-                    joined = _set(held, "end_ns", np.array([end], np.int64))
-                    rows = pa.concat_tables([joined, rows.slice(1)])
-                else:
-                    self._spill_interval(code, held)
-            self._spill_interval(code, rows.slice(0, rows.num_rows - 1))
-            self.held[code] = rows.slice(rows.num_rows - 1)
-
-    def _spill_interval(self, lane: int, rows: pa.Table) -> None:
-        self.intervals.add_group(lane, rows, columns.int64(rows.column("start_ns")))
+        index.release(trace)
 
     def _operators(self, chunk: TraceChunk) -> None:
         trace = chunk.trace
@@ -348,7 +330,12 @@ class _Merge:
         if self.first is None:
             raise ValueError("no chunks to analyse")
         options, trace = self.options, self.first
-        tables: dict[str, pa.Table] = {name: _concat(parts) for name, parts in self.local.items()}
+        timeline = self.timelines["device" if self.on_device else "host"]
+        for other in self.timelines.values():
+            if other is not timeline:
+                other.remove()
+        tables = timeline.finish()
+        tables["flops_by_step"] = _concat(self.flops_by_step)
         steps = _concat(self.steps)
         small = self.small.trace(trace, steps)
         done = dict(tables)
@@ -358,8 +345,6 @@ class _Merge:
         for name in DATA_TABLES:
             done[name] = tables[name] = pipeline.ANALYSES[name](small, options, done)
         index.release(small)
-        for code, held in self.held.items():
-            self._spill_interval(code, held)
         tables["operator_stats"] = self._operator_stats()
         tables["operator_ranking"] = operators.operator_ranking(tables["operator_stats"])
         tables["kernel_stats"] = (
@@ -378,7 +363,7 @@ class _Merge:
         comm_tables, comm_rows = bucket.finish(comm_keys)
         tables.update(comm_tables)
         rows: dict[str, RunSpill] = {
-            "overlap_intervals": self.intervals,
+            "overlap_intervals": timeline.intervals,
             "operator_instances": self.instances,
             "kernel_details": self.details,
             "memory_curve": self.curve,
@@ -451,6 +436,68 @@ def _advisor_rows(rows: dict[str, RunSpill]) -> dict[str, pa.Table]:
         assert spill.schema is not None
         out[name] = pa.concat_tables(batches) if batches else spill.schema.empty_table().select(list(wanted))
     return out
+
+
+class _Timeline:
+    """The clock-dependent tables (:data:`CLOCKED`, overlap_intervals) of the chunks judged on one
+    clock, and where their step windows end.  Until a chunk with device work is seen, the chunks
+    are judged on both clocks (the host clock's results are dropped once one is)."""
+
+    def __init__(self, folder: Path, clock_name: str) -> None:
+        self.clock = clock_name
+        self.parts: dict[str, list[pa.Table]] = {name: [] for name in CLOCKED}
+        self.intervals = _GroupedSpill(folder, f"overlap_intervals.{clock_name}")
+        self.held: dict[int, pa.Table] = {}  # per lane, the last interval (may touch the next chunk's)
+        self.reach: int | None = None
+
+    def add(self, trace: Trace, options: pipeline.Options) -> Trace:
+        """Analyse one chunk on this clock; returns the chunk as judged (its index is kept)."""
+        extra = {**trace.meta.extra, clock.CLOCK_KEY: self.clock}
+        if self.reach is not None:
+            extra[clock.REACH_KEY] = self.reach
+        judged = dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, extra=extra))
+        done: dict[str, pa.Table] = {}
+        for name in CLOCKED:
+            self.parts[name].append(pipeline.ANALYSES[name](judged, options, done))
+        self._intervals(overlap.overlap_intervals(judged))
+        windows = clock.step_windows(judged)
+        if windows.num_rows:
+            self.reach = int(pc.max(windows.column("end_ns")).as_py())
+        return judged
+
+    def _intervals(self, table: pa.Table) -> None:
+        """Spill each lane's intervals but its last, which waits for the next chunk's first one."""
+        if self.intervals.schema is None:
+            self.intervals.schema = table.schema
+        for code, lane in enumerate(overlap.LANES):
+            rows = table.filter(pc.equal(table.column("lane"), lane))
+            if rows.num_rows == 0:
+                continue
+            held = self.held.pop(code, None)
+            if held is not None:
+                first_start = rows.column("start_ns")[0].as_py()
+                held_end = held.column("end_ns")[0].as_py()
+                if first_start <= held_end:  # touching or overlapping: one merged interval (iv.union)
+                    end = max(held_end, rows.column("end_ns")[0].as_py())
+                    joined = _set(held, "end_ns", np.array([end], np.int64))
+                    rows = pa.concat_tables([joined, rows.slice(1)])
+                else:
+                    self._spill(code, held)
+            self._spill(code, rows.slice(0, rows.num_rows - 1))
+            self.held[code] = rows.slice(rows.num_rows - 1)
+
+    def _spill(self, lane: int, rows: pa.Table) -> None:
+        self.intervals.add_group(lane, rows, columns.int64(rows.column("start_ns")))
+
+    def finish(self) -> dict[str, pa.Table]:
+        """The clocked tables, the held intervals spilled."""
+        for code, held in self.held.items():
+            self._spill(code, held)
+        self.held.clear()
+        return {name: _concat(parts) for name, parts in self.parts.items()}
+
+    def remove(self) -> None:
+        self.intervals.remove()
 
 
 # ---------------------------------------------------------------------------------------- allocations
