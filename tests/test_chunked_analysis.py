@@ -1,0 +1,152 @@
+"""The chunked analysis (issue 21) gives every table and finding the whole-trace analysis gives.
+
+Each real trace is analysed whole (``pipeline.analyse_trace``, the oracle) and as chunks of whole
+steps (``model_chunks.split_by_steps``): one step per chunk, and a medium budget of about a third
+of the slices.  A small hand-made trace covers what the shared traces never do: an allocation
+released in a later step, and device work running on across a step boundary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from _trace_builder import make_trace
+from conftest import DATA, KINETO, read_real
+from perfsight import advisor, pipeline
+from perfsight.chunked_analysis import ROW_TABLES, ChunkedTables, analyse_chunks
+from perfsight.ingest import find_traces, read_trace
+from perfsight.model import MEMORY_SCHEMA, Trace, conform
+from perfsight.model_chunks import split_by_steps
+
+TRACES = {
+    "df_index_resolver": KINETO / "df_index_resolver" / "df_index_resolver.json.gz",
+    "nccl_data": KINETO / "nccl_parser_config" / "nccl_data.json.gz",
+    "ascend_level1_rank0": DATA / "ascend_pt" / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    / "trace_view.json",
+    "cpu_only": KINETO / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+    "two_ranks_ws128_rank0": KINETO / "two_ranks_ws128" / "sampled_rank-0.json.gz",
+    # five steps, device behind the host: a chunk's first window starts where the last one ended
+    "ns_resolution": KINETO / "ns_resolution_trace" / "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+    # a step without device work: its chunk is judged on the whole trace's device clock
+    "amd_mi250": KINETO / "amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+}  # fmt: skip
+
+BUDGETS = ("one_step", "medium")
+
+
+@pytest.fixture(scope="module")
+def traces() -> dict[str, Trace]:
+    return {}
+
+
+def _trace(traces: dict[str, Trace], name: str) -> Trace:
+    if name not in traces:
+        traces[name] = read_real(TRACES[name])
+    return traces[name]
+
+
+def _max_slices(trace: Trace, budget: str) -> int:
+    return 1 if budget == "one_step" else max(trace.slices.num_rows // 3, 1)
+
+
+def assert_same_table(name: str, got: pa.Table, want: pa.Table) -> None:
+    """Equal schema, rows, order and values; else a message naming the table and its first differing row."""
+    assert got.schema == want.schema, f"{name}: schema\n{got.schema}\nvs whole trace's\n{want.schema}"
+    assert got.num_rows == want.num_rows, (
+        f"{name}: {got.num_rows} rows, the whole trace's has {want.num_rows}"
+    )
+    if got.equals(want):
+        return
+    for column in want.column_names:
+        mine, theirs = got.column(column).to_pylist(), want.column(column).to_pylist()
+        for row, (a, b) in enumerate(zip(mine, theirs, strict=True)):
+            if a != b and not (a != a and b != b):  # NaN equals NaN here
+                pytest.fail(f"{name}: row {row}, column {column}: chunked {a!r}, whole trace {b!r}")
+
+
+def assert_same_analysis(trace: Trace, max_slices: int, spill_dir: Path) -> ChunkedTables:
+    whole = pipeline.analyse_trace(trace, pipeline.Options())
+    chunked = analyse_chunks(split_by_steps(trace, max_slices), pipeline.Options(), spill_dir)
+    assert set(chunked.tables) | set(chunked.rows) == set(whole.tables)
+    assert set(chunked.rows) == set(ROW_TABLES)
+    for name, want in whole.tables.items():
+        assert_same_table(name, chunked.table(name), want)
+    assert chunked.findings == advisor.rank_findings(whole.tables, trace)
+    assert chunked.warnings == whole.warnings
+    assert_same_table("steps", chunked.steps, trace.steps)
+    return chunked
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+@pytest.mark.parametrize("name", list(TRACES))
+def test_every_table_and_finding_equals_the_whole_trace_analysis(
+    traces: dict[str, Trace], name: str, budget: str, tmp_path: Path
+) -> None:
+    trace = _trace(traces, name)
+    max_slices = _max_slices(trace, budget)
+    if trace.steps.num_rows > 2 or (budget == "one_step" and trace.steps.num_rows > 1):
+        assert len(list(split_by_steps(trace, max_slices))) > 1  # the trace is really cut
+    chunked = assert_same_analysis(trace, max_slices, tmp_path / "spill")
+    chunked.remove()
+    assert not list((tmp_path / "spill").glob("*.parquet")) if (tmp_path / "spill").exists() else True
+
+
+def test_a_mindinsight_runs_data_pipeline_tables_equal_the_whole_trace_analysis(tmp_path: Path) -> None:
+    run = Path(shutil.copytree(DATA / "mindinsight" / "run_2" / "normal_run", tmp_path / "run"))
+    trace = read_trace(find_traces(run)[0])
+    chunked = assert_same_analysis(trace, 1, tmp_path / "spill")
+    assert chunked.tables["data_stages"].num_rows  # the MindData pipeline was really analysed
+
+
+def _memory(rows: list[dict[str, Any]]) -> pa.Table:
+    defaults = {"rank": 0, "device_type": "cuda", "device_index": 0, "tid": 1, "reserved_bytes": 4096}
+    rows = [{**defaults, **r} for r in rows]
+    return conform(pa.table({k: [r.get(k) for r in rows] for k in rows[0]}), MEMORY_SCHEMA)
+
+
+def _across_steps() -> Trace:
+    """Two steps [0, 1000) and [1000, 2000) on thread 1; a kernel of step 0 runs until 1000, where
+    step 1's kernel starts (one stretch of device compute across the boundary); ``aten::empty`` in
+    step 0 allocates 0xA, freed in step 1; 0xB allocated in step 1 is never freed."""
+    step = {"kind": "step", "track": 0, "tid": 1, "dur_ns": 1000}
+    op = {"kind": "cpu_op", "track": 0, "tid": 1, "depth": 1}
+    kernel = {"kind": "kernel", "track": 1, "tid": 7, "pid": 0, "is_device": True}
+    slices = [
+        {**step, "name": "ProfilerStep#0", "start_ns": 0, "step": 0},
+        {**op, "name": "aten::empty", "start_ns": 100, "dur_ns": 50, "step": 0},
+        {**kernel, "name": "gemm", "start_ns": 500, "dur_ns": 500, "step": 0},
+        {**step, "name": "ProfilerStep#1", "start_ns": 1000, "step": 1},
+        {**op, "name": "aten::zeros", "start_ns": 1100, "dur_ns": 300, "step": 1},
+        {**kernel, "name": "gemm", "start_ns": 1000, "dur_ns": 400, "step": 1},
+    ]  # fmt: skip
+    steps = [{"step": 0, "start_ns": 0, "end_ns": 1000}, {"step": 1, "start_ns": 1000, "end_ns": 2000}]
+    memory = _memory(
+        [
+            {"ts_ns": 120, "addr": 0xA, "bytes": 256, "allocated_bytes": 256},
+            {"ts_ns": 1200, "addr": 0xB, "bytes": 64, "allocated_bytes": 320},
+            {"ts_ns": 1500, "addr": 0xA, "bytes": -256, "allocated_bytes": 64},
+        ]
+    )
+    return dataclasses.replace(make_trace(slices, steps), memory=memory)
+
+
+def test_an_allocation_freed_in_a_later_step_keeps_its_release_and_operator(tmp_path: Path) -> None:
+    chunked = assert_same_analysis(_across_steps(), 1, tmp_path)
+    rows = chunked.table("operator_memory").to_pylist()
+    assert [(r["name"], r["alloc_ns"], r["release_ns"]) for r in rows] == [
+        ("aten::empty", 120, 1500),
+        ("aten::zeros", 1200, None),
+    ]
+
+
+def test_device_compute_running_across_a_step_boundary_is_one_interval(tmp_path: Path) -> None:
+    chunked = assert_same_analysis(_across_steps(), 1, tmp_path)
+    lanes = chunked.table("overlap_intervals").to_pylist()
+    computing = [(r["start_ns"], r["end_ns"]) for r in lanes if r["lane"] == "Computing"]
+    assert computing == [(500, 1400)]
