@@ -19,6 +19,8 @@ import pytest
 from _trace_builder import make_trace
 from conftest import DATA, KINETO, read_real
 from perfsight import advisor, pipeline
+from perfsight.advisor.rank_rules.allocation_steps import ALLOCATION_STEPS, allocation_steps
+from perfsight.advisor.rank_rules.view import OP_STEPS, op_steps
 from perfsight.chunked_analysis import ROW_TABLES, ChunkedTables, analyse_chunks
 from perfsight.ingest import find_traces, read_trace
 from perfsight.model import MEMORY_SCHEMA, Trace, conform
@@ -70,6 +72,28 @@ def assert_same_table(name: str, got: pa.Table, want: pa.Table) -> None:
                 pytest.fail(f"{name}: row {row}, column {column}: chunked {a!r}, whole trace {b!r}")
 
 
+def _sorted(table: pa.Table | None) -> pa.Table | None:
+    return None if table is None else table.sort_by([("step", "ascending"), ("name", "ascending")])
+
+
+def assert_same_extracts(chunked: ChunkedTables, whole: dict[str, pa.Table]) -> None:
+    """The rank rules' extracts (calls and times per operator and step, bytes allocated per step and
+    charged operator) merged from the chunks equal those of the whole tables, rule or no finding."""
+    instances, allocations = whole["operator_instances"], whole["operator_memory"]
+    want = {
+        OP_STEPS: op_steps(instances) if instances.num_rows else None,
+        ALLOCATION_STEPS: allocation_steps(allocations, instances, whole["step_trace"])
+        if allocations.num_rows
+        else None,
+    }
+    for key, table in want.items():
+        got = _sorted(chunked.extracts.get(key))
+        if table is None or got is None:
+            assert got is None and table is None, key
+        else:
+            assert_same_table(key, got, _sorted(table))
+
+
 def assert_same_analysis(trace: Trace, max_slices: int, spill_dir: Path) -> ChunkedTables:
     whole = pipeline.analyse_trace(trace, pipeline.Options())
     chunked = analyse_chunks(split_by_steps(trace, max_slices), pipeline.Options(), spill_dir)
@@ -78,6 +102,7 @@ def assert_same_analysis(trace: Trace, max_slices: int, spill_dir: Path) -> Chun
     for name, want in whole.tables.items():
         assert_same_table(name, chunked.table(name), want)
     assert chunked.findings == advisor.rank_findings(whole.tables, trace)
+    assert_same_extracts(chunked, whole.tables)
     assert chunked.warnings == whole.warnings
     assert_same_table("steps", chunked.steps, trace.steps)
     return chunked
@@ -111,26 +136,36 @@ def _memory(rows: list[dict[str, Any]]) -> pa.Table:
 
 
 def _across_steps() -> Trace:
-    """Two steps [0, 1000) and [1000, 2000) on thread 1; a kernel of step 0 runs until 1000, where
-    step 1's kernel starts (one stretch of device compute across the boundary); ``aten::empty`` in
-    step 0 allocates 0xA, freed in step 1; 0xB allocated in step 1 is never freed."""
+    """Four steps of 1000 ns on thread 1, each its own chunk.  A kernel of step 0 runs until 1000,
+    where step 1's kernel starts (one stretch of device compute across the boundary).
+    ``aten::empty`` (step 0, thread 1) allocates 0xA, freed in step 1.  Thread 3, the main thread
+    by operator count but silent in step 0, runs ``aten::cat`` from step 1 through step 2 (where it
+    runs nothing else) into step 3, then ``aten::zeros`` (starting inside cat, so not outermost) and
+    ``aten::mul``; thread 2 allocates 0xB during cat in step 2 and 0xC after cat, inside zeros, in
+    step 3, and frees neither."""
     step = {"kind": "step", "track": 0, "tid": 1, "dur_ns": 1000}
     op = {"kind": "cpu_op", "track": 0, "tid": 1, "depth": 1}
+    main = {"kind": "cpu_op", "track": 2, "tid": 3}
     kernel = {"kind": "kernel", "track": 1, "tid": 7, "pid": 0, "is_device": True}
     slices = [
         {**step, "name": "ProfilerStep#0", "start_ns": 0, "step": 0},
         {**op, "name": "aten::empty", "start_ns": 100, "dur_ns": 50, "step": 0},
         {**kernel, "name": "gemm", "start_ns": 500, "dur_ns": 500, "step": 0},
         {**step, "name": "ProfilerStep#1", "start_ns": 1000, "step": 1},
-        {**op, "name": "aten::zeros", "start_ns": 1100, "dur_ns": 300, "step": 1},
         {**kernel, "name": "gemm", "start_ns": 1000, "dur_ns": 400, "step": 1},
+        {**main, "name": "aten::cat", "start_ns": 1500, "dur_ns": 1600, "step": 1},
+        {**step, "name": "ProfilerStep#2", "start_ns": 2000, "step": 2},
+        {**step, "name": "ProfilerStep#3", "start_ns": 3000, "step": 3},
+        {**main, "name": "aten::zeros", "start_ns": 3050, "dur_ns": 350, "step": 3},
+        {**main, "name": "aten::mul", "start_ns": 3500, "dur_ns": 100, "step": 3},
     ]  # fmt: skip
-    steps = [{"step": 0, "start_ns": 0, "end_ns": 1000}, {"step": 1, "start_ns": 1000, "end_ns": 2000}]
+    steps = [{"step": i, "start_ns": 1000 * i, "end_ns": 1000 * (i + 1)} for i in range(4)]
     memory = _memory(
         [
             {"ts_ns": 120, "addr": 0xA, "bytes": 256, "allocated_bytes": 256},
-            {"ts_ns": 1200, "addr": 0xB, "bytes": 64, "allocated_bytes": 320},
-            {"ts_ns": 1500, "addr": 0xA, "bytes": -256, "allocated_bytes": 64},
+            {"ts_ns": 1550, "addr": 0xA, "bytes": -256, "allocated_bytes": 0},
+            {"ts_ns": 2080, "addr": 0xB, "bytes": 64, "allocated_bytes": 64, "tid": 2},
+            {"ts_ns": 3300, "addr": 0xC, "bytes": 32, "allocated_bytes": 96, "tid": 2},
         ]
     )
     return dataclasses.replace(make_trace(slices, steps), memory=memory)
@@ -140,8 +175,9 @@ def test_an_allocation_freed_in_a_later_step_keeps_its_release_and_operator(tmp_
     chunked = assert_same_analysis(_across_steps(), 1, tmp_path)
     rows = chunked.table("operator_memory").to_pylist()
     assert [(r["name"], r["alloc_ns"], r["release_ns"]) for r in rows] == [
-        ("aten::empty", 120, 1500),
-        ("aten::zeros", 1200, None),
+        ("aten::empty", 120, 1550),
+        (None, 2080, None),
+        (None, 3300, None),
     ]
 
 
@@ -150,3 +186,15 @@ def test_device_compute_running_across_a_step_boundary_is_one_interval(tmp_path:
     lanes = chunked.table("overlap_intervals").to_pylist()
     computing = [(r["start_ns"], r["end_ns"]) for r in lanes if r["lane"] == "Computing"]
     assert computing == [(500, 1400)]
+
+
+def test_allocations_are_charged_to_the_main_threads_outermost_op_across_chunks(tmp_path: Path) -> None:
+    """What the memory-churn rule charges: the outermost op of the main thread (thread 3) running
+    at the allocation, carried from the chunk it started in, else the allocating op."""
+    chunked = assert_same_analysis(_across_steps(), 1, tmp_path)
+    charged = chunked.extracts[ALLOCATION_STEPS].to_pylist()
+    assert sorted((r["name"], r["bytes_sum"]) for r in charged) == [
+        ("None", 32),  # 0xC: after cat, inside zeros, which is not outermost; thread 2 has no op
+        ("aten::cat", 64),  # 0xB: during cat, which began a chunk earlier
+        ("aten::empty", 256),  # 0xA: the main thread has no op yet
+    ]

@@ -72,6 +72,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import advisor, columns, heap, pipeline
+from perfsight.advisor.rank_rules import allocation_steps
+from perfsight.advisor.rank_rules.allocation_steps import ALLOCATION_STEPS
+from perfsight.advisor.rank_rules.view import OP_STEP_AGGREGATES, OP_STEP_KEYS, OP_STEPS, op_steps
 from perfsight.analysis import clock, communication, grouping, index, kernels, memory, operators, overlap
 from perfsight.analysis.op_statistic import op_statistic_groups, op_statistic_of_groups
 from perfsight.model import NO_ID, SliceKind, Trace
@@ -104,12 +107,6 @@ DATA_TABLES = (
 )
 """Data-preparation tables, re-run on the small trace of :class:`_SmallTrace`."""
 
-ADVISOR_COLUMNS = {
-    "operator_instances": ("rank", "name", "step", "thread", "start_ns", "dur_ns", "device_ns"),
-    "operator_memory": ("rank", "name", "size_bytes", "alloc_ns"),
-}
-"""The columns of the per-row tables the rank rules read (``advisor.rank_rules``)."""
-
 SMALL_TRACE_KINDS = (SliceKind.DATA_LOADING.value, SliceKind.SYNC.value)
 """Host slice kinds the data analyses and the rank rules read from the trace itself."""
 
@@ -127,6 +124,9 @@ class ChunkedTables:
     warnings: list[str]
     findings: list
     """``advisor.rank_findings`` for the whole trace."""
+    extracts: dict[str, pa.Table | None] = dataclasses.field(default_factory=dict)
+    """What the rank rules read of the per-row tables (``advisor.rank_rules``: ``OP_STEPS``,
+    ``ALLOCATION_STEPS``), merged from the chunks' own."""
 
     def table(self, name: str) -> pa.Table:
         """Table ``name`` whole (a per-row one read back from its spill: for small traces and tests)."""
@@ -235,6 +235,7 @@ class _Merge:
         self.comm = {bucket: _Communication(folder, bucket) for bucket in ("device", "host")}
         self.comm_keys: list[np.ndarray] = []
         self.small = _SmallTrace()
+        self.advice = _Advice()
 
     # -- one chunk
 
@@ -252,28 +253,34 @@ class _Merge:
         chunk = dataclasses.replace(chunk, trace=trace)
         self.steps.append(trace.steps)
         self.flops_by_step.append(pipeline.ANALYSES["flops_by_step"](trace, self.options, {}))
-        self._operators(chunk)
+        instances = self._operators(chunk)
         self._kernels(trace)
         self._memory(trace)
-        self.allocations.add(trace)
+        made = self.allocations.add(trace)
+        self.advice.add_operators(instances)
+        if made is not None and made.num_rows:
+            names = self.advice.names(made)
+            for timeline in self.timelines.values():
+                timeline.add_allocations(names, made)
         self._communication(chunk)
         self.small.add(chunk)
         index.release(trace)
 
-    def _operators(self, chunk: TraceChunk) -> None:
+    def _operators(self, chunk: TraceChunk) -> pa.Table:
         trace = chunk.trace
         instances = operators.operator_instances(trace)
         key = chunk.slice_rows[columns.int64(instances.column("slice"))] if instances.num_rows else []
         instances = _set(instances, "slice", np.asarray(key, np.int64))
         self.instances.add(instances, np.asarray(key, np.int64))
         if instances.num_rows == 0:
-            return
+            return instances
         part = operators.operator_groups(instances)
         self.operator_groups = _merged(
             self.operator_groups, part, operators.OPERATOR_KEYS, operators.OPERATOR_AGGREGATES
         )
         exact = grouping.exact_float_sum(instances.column("flops"))
         self.flops_abs = None if exact is None or self.flops_abs is None else self.flops_abs + exact
+        return instances
 
     def _kernels(self, trace: Trace) -> None:
         details = kernels.kernel_details(trace, self.stream_reach)
@@ -375,8 +382,12 @@ class _Merge:
         ordered = {name: tables[name] for name in pipeline.ANALYSES if name in tables}
         ordered.update({k: v for k, v in tables.items() if k not in ordered})
         warnings = pipeline.analysis_warnings(ordered, options, trace)
-        findings = advisor.rank_findings({**ordered, **_advisor_rows(rows)}, small)
-        return ChunkedTables(tables=ordered, rows=rows, steps=steps, warnings=warnings, findings=findings)
+        extracts = {
+            OP_STEPS: self.advice.op_steps_table(),
+            ALLOCATION_STEPS: timeline.allocation_steps(self.advice.main_thread()),
+        }
+        findings = advisor.rank_findings({**ordered, **extracts}, small)
+        return ChunkedTables(ordered, rows, steps, warnings, findings, extracts)
 
     def _operator_stats(self) -> pa.Table:
         """Merged from partials when the FLOPs sums are exact that way, else re-run on the spilled
@@ -427,17 +438,6 @@ def _concat(parts: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(parts) if len(parts) != 1 else parts[0]
 
 
-def _advisor_rows(rows: dict[str, RunSpill]) -> dict[str, pa.Table]:
-    """The narrow columns of the per-row tables the rank rules read (see the module docstring)."""
-    out = {}
-    for name, wanted in ADVISOR_COLUMNS.items():
-        spill = rows[name]
-        batches = [batch.select(list(wanted)) for batch in spill.merged()]
-        assert spill.schema is not None
-        out[name] = pa.concat_tables(batches) if batches else spill.schema.empty_table().select(list(wanted))
-    return out
-
-
 class _Timeline:
     """The clock-dependent tables (:data:`CLOCKED`, overlap_intervals) of the chunks judged on one
     clock, and where their step windows end.  Until a chunk with device work is seen, the chunks
@@ -449,6 +449,9 @@ class _Timeline:
         self.intervals = _GroupedSpill(folder, f"overlap_intervals.{clock_name}")
         self.held: dict[int, pa.Table] = {}  # per lane, the last interval (may touch the next chunk's)
         self.reach: int | None = None
+        self.step_starts = np.zeros(0, np.int64)
+        self.step_numbers = np.zeros(0, np.int64)
+        self.allocated: dict[int | None, pa.Table] = {}  # per candidate main thread (None: no operators)
 
     def add(self, trace: Trace, options: pipeline.Options) -> Trace:
         """Analyse one chunk on this clock; returns the chunk as judged (its index is kept)."""
@@ -460,10 +463,33 @@ class _Timeline:
         for name in CLOCKED:
             self.parts[name].append(pipeline.ANALYSES[name](judged, options, done))
         self._intervals(overlap.overlap_intervals(judged))
+        steps = self.parts["step_trace"][-1]
+        self.step_starts = np.concatenate([self.step_starts, columns.int64(steps.column("start_ns"))])
+        self.step_numbers = np.concatenate([self.step_numbers, columns.int64(steps.column("step"))])
         windows = clock.step_windows(judged)
         if windows.num_rows:
             self.reach = int(pc.max(windows.column("end_ns")).as_py())
         return judged
+
+    def add_allocations(self, names: dict[int | None, np.ndarray], made: pa.Table) -> None:
+        """Bytes the chunk allocated per (step on this clock, operator), for each candidate main thread
+        (``names``: the operator charged per allocation, by thread; see ``allocation_steps``)."""
+        at = columns.int64(made.column("alloc_ns"))
+        steps = allocation_steps.step_of(self.step_starts, self.step_numbers, at)
+        size = columns.int64(made.column("size_bytes"))
+        for thread in names:  # a new thread had no operators before: charged as with none
+            if thread is not None and thread not in self.allocated and None in self.allocated:
+                self.allocated[thread] = self.allocated[None]
+        for thread, charged in names.items():  # a loop over threads
+            part = allocation_steps.allocation_bytes(steps, charged, size)
+            self.allocated[thread] = _merged(
+                self.allocated.get(thread), part, allocation_steps.KEYS, allocation_steps.AGGREGATES
+            )
+
+    def allocation_steps(self, main: int | None) -> pa.Table | None:
+        """The rules' allocation extract for the main thread (None: the rank has no operators);
+        None without allocations."""
+        return self.allocated.get(main, self.allocated.get(None))  # main: no operators while allocating
 
     def _intervals(self, table: pa.Table) -> None:
         """Spill each lane's intervals but its last, which waits for the next chunk's first one."""
@@ -500,6 +526,56 @@ class _Timeline:
         self.intervals.remove()
 
 
+class _Advice:
+    """The rank rules' extracts of operator_instances, chunk by chunk (``advisor.rank_rules``):
+    calls and times per (name, step), calls per thread, and each thread's outermost operators
+    (carried across chunks: an allocation is charged to the one running when it is made)."""
+
+    def __init__(self) -> None:
+        self.op_steps: pa.Table | None = None
+        self.calls: dict[int, int] = {}
+        self.outer: dict[int, allocation_steps.OuterOps] = {}  # per thread, this chunk's and the last before
+        self.last: dict[int, allocation_steps.OuterOps] = {}
+        self.reach: dict[int, int | None] = {}
+
+    def add_operators(self, instances: pa.Table) -> None:
+        self.outer = {thread: last for thread, last in self.last.items()}
+        if instances.num_rows == 0:
+            return
+        self.op_steps = _merged(self.op_steps, op_steps(instances), OP_STEP_KEYS, OP_STEP_AGGREGATES)
+        thread, start, end, name = allocation_steps.thread_ops(instances)
+        threads, counts = np.unique(thread, return_counts=True)
+        for t, n in zip(threads.tolist(), counts.tolist(), strict=True):  # a loop over threads
+            self.calls[t] = self.calls.get(t, 0) + n
+            mine = thread == t
+            outer, self.reach[t] = allocation_steps.outermost_ops(
+                start[mine], end[mine], name[mine], self.reach.get(t)
+            )
+            before = self.last.get(t, allocation_steps.OuterOps.none())
+            self.outer[t] = before.then(outer)
+            if len(self.outer[t].start):
+                self.last[t] = self.outer[t].last()
+
+    def names(self, made: pa.Table) -> dict[int | None, np.ndarray]:
+        """The operator each allocation of ``made`` is charged to, were each known thread the main one."""
+        at = columns.int64(made.column("alloc_ns"))
+        fallback = allocation_steps.allocating_names(made)
+        out: dict[int | None, np.ndarray] = {None: fallback}
+        for thread, outer in self.outer.items():
+            charged = allocation_steps.names_at(outer, at)
+            out[thread] = np.where(charged == "", fallback, charged)
+        return out
+
+    def op_steps_table(self) -> pa.Table | None:
+        return self.op_steps
+
+    def main_thread(self) -> int | None:
+        if not self.calls:
+            return None
+        threads = np.array(sorted(self.calls), np.int64)
+        return allocation_steps.main_thread(threads, np.array([self.calls[t] for t in threads.tolist()]))
+
+
 # ---------------------------------------------------------------------------------------- allocations
 
 
@@ -514,9 +590,10 @@ class _Allocations:
         self.open_keys = np.zeros(0, np.int64)
         self.next_key = 0
 
-    def add(self, trace: Trace) -> None:
+    def add(self, trace: Trace) -> pa.Table | None:
+        """Spill what the chunk settles; returns the allocations it made (time, size, operator)."""
         if trace.memory.num_rows == 0:
-            return
+            return None
         carried = 0 if self.open is None else self.open.num_rows
         rows = trace.memory if self.open is None else pa.concat_tables([self.open, trace.memory])
         alloc, following = memory.allocations(rows)
@@ -536,6 +613,14 @@ class _Allocations:
         self.open = rows.take(pa.array(alloc[waiting], pa.int64()))
         self.open_names = names.filter(pa.array(waiting))
         self.open_keys = keys[waiting]
+        made = alloc[new]
+        return pa.table(
+            {
+                "alloc_ns": pa.array(columns.int64(rows.column("ts_ns"))[made], pa.int64()),
+                "size_bytes": pa.array(columns.int64(rows.column("bytes"))[made], pa.int64()),
+                "name": names.slice(carried),
+            }
+        )
 
     def _emit(
         self, rows: pa.Table, alloc: np.ndarray, following: np.ndarray, names: pa.Array, keys: np.ndarray
