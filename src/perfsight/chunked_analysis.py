@@ -107,6 +107,18 @@ DATA_TABLES = (
 )
 """Data-preparation tables, re-run on the small trace of :class:`_SmallTrace`."""
 
+MERGE_ROWS = 1 << 20
+"""Rows buffered over all runs of a table while it is merged back (one batch per run): a table
+of many chunks is read back in smaller batches (at least :data:`MIN_BATCH_ROWS`)."""
+MIN_BATCH_ROWS = 1024
+
+
+def _merge_in_bounded_batches(spill: RunSpill) -> None:
+    """Size ``spill``'s read-back batches so that one batch per run stays within :data:`MERGE_ROWS`."""
+    for part in spill.groups.values() if isinstance(spill, _GroupedSpill) else [spill]:
+        part.batch_rows = max(MIN_BATCH_ROWS, min(part.batch_rows, MERGE_ROWS // max(len(part.runs), 1)))
+
+
 SMALL_TRACE_KINDS = (SliceKind.DATA_LOADING.value, SliceKind.SYNC.value)
 """Host slice kinds the data analyses and the rank rules read from the trace itself."""
 
@@ -240,8 +252,16 @@ class _Merge:
     # -- one chunk
 
     def add(self, chunk: TraceChunk) -> None:
-        if self.first is None:
-            self.first = chunk.trace
+        if self.first is None:  # what every chunk holds whole: metadata, tracks, vendor results
+            self.first = dataclasses.replace(
+                chunk.trace,
+                slices=chunk.trace.slices.slice(0, 0),
+                flows=chunk.trace.flows.slice(0, 0),
+                comm=chunk.trace.comm.slice(0, 0),
+                memory=chunk.trace.memory.slice(0, 0),
+                comm_tasks=chunk.trace.comm_tasks.slice(0, 0),
+                dataloader=chunk.trace.dataloader.slice(0, 0),
+            )
         if not self.on_device and clock.choose_clock(chunk.trace) == "device":
             self.on_device = True
             self.timelines.pop("host").remove()
@@ -377,6 +397,8 @@ class _Merge:
             "operator_memory": self.allocations.finish(),
             **comm_rows,
         }
+        for spill in rows.values():
+            _merge_in_bounded_batches(spill)
         for name, table in trace.vendor.named_tables().items():
             tables.setdefault(name, table)
         ordered = {name: tables[name] for name in pipeline.ANALYSES if name in tables}
