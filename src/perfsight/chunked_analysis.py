@@ -15,12 +15,15 @@ partials: per-chunk aggregates merged exactly; re-run: the same function on the 
 =============================  ==============================================================
 table                          how
 =============================  ==============================================================
-step_trace, overlap_breakdown  chunk-local (one row per step, steps in window order)
+step_trace, overlap_breakdown  chunk-local (one row per step, steps in window order), each chunk
+                               judged on the whole trace's clock, its first window starting
+                               where the earlier chunks' end (``clock.CLOCK_KEY``/``REACH_KEY``)
 flops_by_step                  chunk-local (FLOPs of a step's own ops)
 vendor_step_differences        re-run on the merged step_trace
 time_shares                    re-run on the merged overlap_breakdown
 overlap_intervals              rows: per lane (lane-major, by start), an interval that touches
-                               the chunk boundary merged with the next chunk's first one
+                               the chunk boundary merged with the next chunk's first one (same clock
+                               and windows as step_trace)
 operator_instances             rows: key = the slice's row in the whole trace (``slice`` too)
 operator_stats                 partials (counts, integer sums, min, max); the FLOPs float sum
                                merges exactly only for integer FLOPs whose absolute sum stays
@@ -46,16 +49,28 @@ data_* (data preparation)      re-run on a small trace: the whole step table, th
                                rows and the data-loading / synchronisation slices
 =============================  ==============================================================
 
-A Kineto rank's op instances are its device communication rows when it has any
-(:func:`perfsight.analysis.communication.primary_rows`): a chunk without device rows keeps its
-host-row results apart, used only when no chunk had device rows.
+Decisions only the whole trace can make are deferred, never guessed: the clock is the device's
+when any chunk has device work, so chunks without any are judged on both clocks until one has
+(the host clock's results dropped then); a Kineto rank's op instances are its device
+communication rows when it has any (:func:`perfsight.analysis.communication.primary_rows`), so a
+chunk without device rows keeps its host-row results apart, used only when no chunk had device rows.
 
-Assumptions the chunks' rule makes true (checked by the tests on the shared traces): a step's
-device work starts in a later-or-equal place on its stream than the previous chunk's (stream
-order), ``Trace.comm`` is ordered by slice row, and work of one chunk does not run inside the
-step windows of another.  The advisor's findings read the narrow columns of two per-row tables
-(operator instances and allocations) back from their spills: that part still grows with the
-trace (about 40 bytes per operator call).
+The advisor (``advisor.rank_findings``) runs once at the end on the final tables, a small trace
+(see data_*) and the rules' extracts of the per-row tables (``OP_STEPS``: calls and times per
+operator and step; ``ALLOCATION_STEPS``: bytes per step and charged operator, for every thread
+that could turn out the main one), merged chunk by chunk with the same functions the in-memory
+rules call; it never reads a per-row table back.
+
+Assumptions the chunks' rule makes true (checked by the tests on the shared traces): on each
+stream, a chunk's device work starts no earlier than the previous chunk's (``wait_ns``), and on
+each thread its operators no earlier than the previous chunk's outermost ones (the allocation
+extract); ``Trace.comm`` is ordered by slice row; the work of one chunk does not run inside the
+step windows of another; a host operator does not contain an allocation made in a later chunk
+(``operator_memory.name``, as the chunks' rule keeps an operator with its step).
+
+What stays in memory between chunks: per step a few rows (step tables, windows), per group the
+merged partials (operator and kernel names, devices, threads x steps x charged operators), the
+allocations still open, the communication keys (8 bytes per op), and the data-loader rows.
 
 This module must not compute a metric itself, and must not hold a per-row table of the whole trace.
 """
