@@ -21,6 +21,7 @@ from conftest import DATA, KINETO, read_real
 from perfsight import advisor, pipeline
 from perfsight.advisor.rank_rules.allocation_steps import ALLOCATION_STEPS, allocation_steps
 from perfsight.advisor.rank_rules.view import OP_STEPS, op_steps
+from perfsight.analysis import grouping
 from perfsight.chunked_analysis import ROW_TABLES, ChunkedTables, analyse_chunks
 from perfsight.ingest import find_traces, read_trace
 from perfsight.model import MEMORY_SCHEMA, Trace, conform
@@ -120,6 +121,17 @@ def test_every_table_and_finding_equals_the_whole_trace_analysis(
     chunked = assert_same_analysis(trace, max_slices, tmp_path / "spill")
     chunked.remove()
     assert not list((tmp_path / "spill").glob("*.parquet")) if (tmp_path / "spill").exists() else True
+
+
+def test_operator_flops_not_exact_as_partial_sums_are_summed_from_the_spilled_calls(
+    traces: dict[str, Trace], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Below the bound, integer FLOPs sum exactly in any order; above it (or with fractions) the
+    sums are taken again over the spilled operator calls, in the whole trace's order."""
+    monkeypatch.setattr(grouping, "EXACT_FLOAT_LIMIT", 0.0)  # every trace is "above the bound"
+    trace = _trace(traces, "two_ranks_ws128_rank0")  # GEMMs with input shapes: FLOPs
+    chunked = assert_same_analysis(trace, 1, tmp_path)
+    assert (chunked.tables["operator_stats"].column("flops").drop_null().to_numpy() > 0).any()
 
 
 def test_a_mindinsight_runs_data_pipeline_tables_equal_the_whole_trace_analysis(tmp_path: Path) -> None:
