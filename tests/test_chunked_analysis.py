@@ -21,7 +21,6 @@ from conftest import DATA, KINETO, read_real
 from perfsight import advisor, pipeline
 from perfsight.advisor.rank_rules.allocation_steps import ALLOCATION_STEPS, allocation_steps
 from perfsight.advisor.rank_rules.view import OP_STEPS, op_steps
-from perfsight.analysis import grouping
 from perfsight.chunked_analysis import ROW_TABLES, ChunkedTables, analyse_chunks
 from perfsight.ingest import find_traces, read_trace
 from perfsight.model import MEMORY_SCHEMA, Trace, conform
@@ -123,15 +122,22 @@ def test_every_table_and_finding_equals_the_whole_trace_analysis(
     assert not list((tmp_path / "spill").glob("*.parquet")) if (tmp_path / "spill").exists() else True
 
 
-def test_operator_flops_not_exact_as_partial_sums_are_summed_from_the_spilled_calls(
-    traces: dict[str, Trace], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Below the bound, integer FLOPs sum exactly in any order; above it (or with fractions) the
-    sums are taken again over the spilled operator calls, in the whole trace's order."""
-    monkeypatch.setattr(grouping, "EXACT_FLOAT_LIMIT", 0.0)  # every trace is "above the bound"
-    trace = _trace(traces, "two_ranks_ws128_rank0")  # GEMMs with input shapes: FLOPs
-    chunked = assert_same_analysis(trace, 1, tmp_path)
-    assert (chunked.tables["operator_stats"].column("flops").drop_null().to_numpy() > 0).any()
+def test_operator_flops_sums_equal_the_one_pass_sums_bit_for_bit(tmp_path: Path) -> None:
+    """FLOPs beyond 2**53 add with rounding, so the order of the additions shows: one GEMM of
+    2**61 FLOPs in step 0, then 200 of 2 FLOPs in step 1.  Added in row order each small one rounds
+    away (the ulp at 2**61 is 512); summed per chunk first they would add 400 and round up."""
+    op = {"kind": "cpu_op", "name": "aten::mm", "track": 0, "tid": 1, "depth": 1, "dur_ns": 100}
+    marker = {"kind": "step", "track": 0, "tid": 1}
+    big, tiny = [[2**20, 2**20], [2**20, 2**20]], [[1, 1], [1, 1]]
+    slices = [
+        {**marker, "name": "ProfilerStep#0", "start_ns": 0, "dur_ns": 1000, "step": 0},
+        {**op, "start_ns": 10, "step": 0, "input_dims": big},
+        {**marker, "name": "ProfilerStep#1", "start_ns": 1000, "dur_ns": 99_000, "step": 1},
+        *({**op, "start_ns": 1000 + 400 * i, "step": 1, "input_dims": tiny} for i in range(200)),
+    ]  # fmt: skip
+    steps = [{"step": 0, "start_ns": 0, "end_ns": 1000}, {"step": 1, "start_ns": 1000, "end_ns": 100_000}]
+    chunked = assert_same_analysis(make_trace(slices, steps), 1, tmp_path)
+    assert chunked.tables["operator_stats"].column("flops").to_pylist() == [float(2**61)]
 
 
 def test_a_mindinsight_runs_data_pipeline_tables_equal_the_whole_trace_analysis(tmp_path: Path) -> None:

@@ -25,10 +25,9 @@ overlap_intervals              rows: per lane (lane-major, by start), an interva
                                the chunk boundary merged with the next chunk's first one (same clock
                                and windows as step_trace)
 operator_instances             rows: key = the slice's row in the whole trace (``slice`` too)
-operator_stats                 partials (counts, integer sums, min, max); the FLOPs float sum
-                               merges exactly only for integer FLOPs whose absolute sum stays
-                               below 2**52, else it is re-run on the spilled instances' narrow
-                               columns (exact, memory grows with the instances)
+operator_stats                 partials (counts, integer sums, min, max); the FLOPs float sums
+                               (not exact from partials) added again in row order over the
+                               spilled calls, one batch per run (``grouping.add_in_row_order``)
 operator_ranking               re-run on operator_stats
 kernel_details                 rows: key = start_ns (within a chunk, its start/stream order);
                                ``wait_ns`` carries each stream's latest end from chunk to chunk
@@ -251,7 +250,6 @@ class _Merge:
         self.steps: list[pa.Table] = []
         self.instances = RunSpill(folder, "operator_instances")
         self.operator_groups: pa.Table | None = None
-        self.flops_abs: float | None = 0.0
         self.details = RunSpill(folder, "kernel_details")
         self.stream_reach: dict[int, int] = {}
         self.kernel_groups: pa.Table | None = None
@@ -313,8 +311,6 @@ class _Merge:
         self.operator_groups = _merged(
             self.operator_groups, part, operators.OPERATOR_KEYS, operators.OPERATOR_AGGREGATES
         )
-        exact = grouping.exact_float_sum(instances.column("flops"))
-        self.flops_abs = None if exact is None or self.flops_abs is None else self.flops_abs + exact
         return instances
 
     def _kernels(self, trace: Trace) -> None:
@@ -427,15 +423,35 @@ class _Merge:
         return ChunkedTables(ordered, rows, steps, warnings, findings, extracts)
 
     def _operator_stats(self) -> pa.Table:
-        """Merged from partials when the FLOPs sums are exact that way, else re-run on the spilled
-        instances' narrow columns (see the module docstring)."""
+        """Merged from partials, the FLOPs sums taken again over the spilled calls in row order."""
         if self.operator_groups is None:
             return operators.OPERATOR_STATS_SCHEMA.empty_table()
-        if self.flops_abs is not None and self.flops_abs < grouping.EXACT_FLOAT_LIMIT:
-            return operators.operator_stats_of_groups(self.operator_groups)
-        wanted = ["rank", "name", "dur_ns", "self_ns", "device_ns", "flops"]
-        narrow = pa.concat_tables(batch.select(wanted) for batch in self.instances.merged())
-        return operators.operator_stats_of_groups(operators.operator_groups(narrow))
+        groups = _set(self.operator_groups, "flops_sum", self._flops_in_row_order(self.operator_groups))
+        return operators.operator_stats_of_groups(groups)
+
+    def _flops_in_row_order(self, groups: pa.Table) -> pa.Array:
+        """Each (rank, name) group's FLOPs added in operator_instances' row order (as the one-pass
+        aggregate adds them: ``grouping.add_in_row_order``), a batch of the spill at a time."""
+        keys = groups.select(list(operators.OPERATOR_KEYS)).to_pylist()  # one per operator name
+        by_rank: dict[int, tuple[pa.Array, np.ndarray]] = {}
+        for rank in {k["rank"] for k in keys}:  # a loop over ranks (one)
+            mine = [i for i, k in enumerate(keys) if k["rank"] == rank]
+            by_rank[rank] = (pa.array([keys[i]["name"] for i in mine], pa.string()), np.array(mine, np.int64))
+        totals = np.zeros(len(keys))
+        seen = np.zeros(len(keys), bool)
+        for batch in self.instances.merged():
+            rank = columns.int64(batch.column("rank"))
+            code = np.zeros(batch.num_rows, np.int64)
+            for r in np.unique(rank).tolist():  # a loop over ranks (one)
+                names, group = by_rank[r]
+                on = rank == r
+                at = pc.index_in(batch.column("name").filter(pa.array(on)), value_set=names)
+                code[on] = group[columns.int64(at)]
+            flops = batch.column("flops")
+            valid = columns.valid(flops)
+            grouping.add_in_row_order(totals, code[valid], columns.numpy(flops, null=0.0)[valid])
+            seen[code[valid]] = True
+        return pa.array(totals, pa.float64(), mask=~seen)
 
 
 def _device_key(device: tuple) -> tuple:

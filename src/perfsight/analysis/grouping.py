@@ -47,12 +47,23 @@ def _reduced(
     order = rows[np.argsort(codes[rows], kind="stable")]  # rows of group 0, then 1, ... in row order
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[has]
     out = np.zeros(k, values.dtype if function != "mean" else np.float64)
+    if function == "sum" and values.dtype.kind == "f":
+        add_in_row_order(out, codes[rows], values[rows])
+        return out, has
     if order.size:
         ufunc = {"sum": np.add, "mean": np.add, "min": np.minimum, "max": np.maximum}[function]
         out[has] = ufunc.reduceat(values[order], starts)
     if function == "mean":
         out[has] = out[has] / counts[has]
     return out, has
+
+
+def add_in_row_order(totals: NDArray, codes: NDArray[np.int64], values: NDArray) -> None:
+    """Add each value to its group's total (``totals[code]``, in place) one after another, in the
+    order given.  Why: a float sum's rounding depends on the order of its additions; summing in row
+    order (not pairwise, as ``np.add.reduceat`` does) lets a table read back a batch at a time (the
+    chunked path, issue 21) give the same sums, bit for bit, as the one-pass aggregate."""
+    np.add.at(totals, codes, values)
 
 
 def aggregate(
@@ -105,9 +116,9 @@ def merge_partials(
     Why: the bounded-memory path (issue 21) aggregates a trace chunk by chunk; each chunk's
     result is a partial that merges exactly (counts and integer sums add, minima and maxima
     compare).  The result has :func:`aggregate`'s columns and types; groups come in order of first
-    appearance over the partials in the order given.  A float ``sum`` merges exactly only when
-    every addition is exact (integer values whose absolute sum stays below 2**53): the caller
-    checks that (:func:`exact_float_sum`).
+    appearance over the partials in the order given.  A float ``sum`` merged from partials is
+    not the one-pass sum (its rounding depends on the order of the additions): take it again over
+    the rows in order with :func:`add_in_row_order`.
     """
     names = [f"{column}_{function}" for column, function in aggregations]
     for (_, function), name in zip(aggregations, names, strict=True):
@@ -121,21 +132,3 @@ def merge_partials(
         column = merged.column(f"{name}_{MERGED_BY[function]}")
         arrays.append(column.cast(whole.schema.field(name).type))
     return pa.table(dict(zip([*keys, *names], arrays, strict=True)))
-
-
-def exact_float_sum(values: pa.Array | pa.ChunkedArray) -> float | None:
-    """The sum of the absolute values when every value is an integer (nulls skipped), else None.
-
-    Floating-point additions of integers are exact while every partial sum stays below 2**53 in
-    magnitude, whatever their order; so sums merged from partials equal the one-pass sum when the
-    absolute sum of all values, over all parts, stays below 2**53.
-    """
-    data = columns.numpy(columns.combined(values), null=0).astype(np.float64)
-    if not np.all(np.isfinite(data)) or not np.all(data == np.round(data)):
-        return None
-    return float(np.abs(data).sum())
-
-
-EXACT_FLOAT_LIMIT = float(2**52)
-"""Below this absolute sum (2**53 with a margin for the float sum that measures it), integer-valued
-float sums are exact in any order."""
