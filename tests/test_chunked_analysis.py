@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from perfsight.chunked_analysis import ROW_TABLES, ChunkedTables, analyse_chunks
 from perfsight.ingest import find_traces, read_trace
 from perfsight.model import MEMORY_SCHEMA, Trace, conform
 from perfsight.model_chunks import split_by_steps
+from shared_data import REPO
 
 TRACES = {
     "df_index_resolver": KINETO / "df_index_resolver" / "df_index_resolver.json.gz",
@@ -138,6 +140,32 @@ def test_operator_flops_sums_equal_the_one_pass_sums_bit_for_bit(tmp_path: Path)
     steps = [{"step": 0, "start_ns": 0, "end_ns": 1000}, {"step": 1, "start_ns": 1000, "end_ns": 100_000}]
     chunked = assert_same_analysis(make_trace(slices, steps), 1, tmp_path)
     assert chunked.tables["operator_stats"].column("flops").to_pylist() == [float(2**61)]
+
+
+SCENARIO_RULES = {"memory_churn": "memory_churn", "host_syncs": "host_syncs", "slow_data": "data_wait"}
+"""Real two-rank gloo jobs profiled by perfsight's collector (examples/scenarios/), each with the
+bottleneck whose rule reads a per-row table (allocations, operator calls) or the data-loading slices."""
+
+
+@pytest.fixture(scope="module")
+def scenario_jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return {}
+
+
+@pytest.mark.parametrize("name", list(SCENARIO_RULES))
+def test_a_profiled_jobs_findings_from_chunks_name_its_bottleneck_as_the_whole_trace_does(
+    name: str, scenario_jobs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    sys.path.insert(0, str(REPO / "examples" / "scenarios"))
+    sys.path.insert(0, str(REPO / "examples"))
+    import scenarios  # noqa: PLC0415  (examples/scenarios is not a package)
+
+    if name not in scenario_jobs:
+        scenario_jobs[name] = scenarios.run(name, tmp_path_factory.mktemp(name) / name, active=4)
+    trace = read_trace(find_traces(scenario_jobs[name])[0])
+    for budget in BUDGETS:
+        chunked = assert_same_analysis(trace, _max_slices(trace, budget), tmp_path / budget)
+        assert SCENARIO_RULES[name] in [f["rule"] for f in chunked.findings]
 
 
 def test_a_mindinsight_runs_data_pipeline_tables_equal_the_whole_trace_analysis(tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ table                          how
 =============================  ==============================================================
 step_trace, overlap_breakdown  chunk-local (one row per step, steps in window order), each chunk
                                judged on the whole trace's clock, its first window starting
-                               where the earlier chunks' end (``clock.CLOCK_KEY``/``REACH_KEY``)
+                               where the earlier chunks' end, the work they left running counted
+                               as its own (``clock.CLOCK_KEY``/``REACH_KEY``/``CARRIED_KEY``)
 flops_by_step                  chunk-local (FLOPs of a step's own ops)
 vendor_step_differences        re-run on the merged step_trace
 time_shares                    re-run on the merged overlap_breakdown
@@ -63,9 +64,10 @@ rules call; it never reads a per-row table back.
 Assumptions the chunks' rule makes true (checked by the tests on the shared traces): on each
 stream, a chunk's device work starts no earlier than the previous chunk's (``wait_ns``), and on
 each thread its operators no earlier than the previous chunk's outermost ones (the allocation
-extract); ``Trace.comm`` is ordered by slice row; the work of one chunk does not run inside the
-step windows of another; a host operator does not contain an allocation made in a later chunk
-(``operator_memory.name``, as the chunks' rule keeps an operator with its step).
+extract); ``Trace.comm`` is ordered by slice row; the work of a chunk does not run inside the step
+windows of an earlier one (work running on into later windows is carried); a host operator does
+not contain an allocation made in a later chunk (``operator_memory.name``, as the chunks' rule
+keeps an operator with its step).
 
 What stays in memory between chunks: per step a few rows (step tables, windows), per group the
 merged partials (operator and kernel names, devices, threads x steps x charged operators), the
@@ -502,6 +504,7 @@ class _Timeline:
         self.intervals = _GroupedSpill(folder, f"overlap_intervals.{clock_name}")
         self.held: dict[int, pa.Table] = {}  # per lane, the last interval (may touch the next chunk's)
         self.reach: int | None = None
+        self.carried: clock.Activity | None = None
         self.step_starts = np.zeros(0, np.int64)
         self.step_numbers = np.zeros(0, np.int64)
         self.allocated: dict[int | None, pa.Table] = {}  # per candidate main thread (None: no operators)
@@ -511,6 +514,8 @@ class _Timeline:
         extra = {**trace.meta.extra, clock.CLOCK_KEY: self.clock}
         if self.reach is not None:
             extra[clock.REACH_KEY] = self.reach
+        if self.carried is not None:
+            extra[clock.CARRIED_KEY] = self.carried
         judged = dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, extra=extra))
         done: dict[str, pa.Table] = {}
         for name in CLOCKED:
@@ -522,6 +527,8 @@ class _Timeline:
         windows = clock.step_windows(judged)
         if windows.num_rows:
             self.reach = int(pc.max(windows.column("end_ns")).as_py())
+        if self.reach is not None:  # what runs on past the windows counts in the next chunk's
+            self.carried = clock.after(clock.activity(judged, self.clock), self.reach)  # type: ignore[arg-type]
         return judged
 
     def add_allocations(self, names: dict[int | None, np.ndarray], made: pa.Table) -> None:

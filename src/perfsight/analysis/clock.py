@@ -34,7 +34,9 @@ decided here once:
 A chunk of a trace (a few whole steps, issue 21) is judged as part of its whole trace: the
 chunked path records in the chunk's ``meta.extra`` the whole trace's clock (:data:`CLOCK_KEY`,
 which :func:`choose_clock` follows) and where the earlier chunks' windows end
-(:data:`REACH_KEY`: the chunk's first window starts no earlier, as in the whole trace).
+(:data:`REACH_KEY`: the chunk's first window starts no earlier, as in the whole trace), and the
+earlier chunks' work that runs on past their last window (:data:`CARRIED_KEY`: an asynchronous
+all-reduce of one step still running in the next), which counts as the chunk's own.
 
 This module must not compute metrics (that is ``step_trace`` and ``overlap``)
 and must not loop over events in Python; loops are over tracks at most.
@@ -122,6 +124,10 @@ CLOCK_KEY = "clock"
 REACH_KEY = "window_reach_ns"
 """``meta.extra`` key: the end of the windows of the steps before a chunk (see the module docstring)."""
 
+CARRIED_KEY = "carried_activity"
+"""``meta.extra`` key: the earlier chunks' :class:`Activity` after their last window (see the module
+docstring); :func:`activity` adds it to the chunk's own."""
+
 
 def choose_clock(trace: Trace) -> Clock:
     """``"device"`` when the rank has any device work, else ``"host"`` (a chunk: its whole trace's)."""
@@ -181,6 +187,35 @@ def activity(trace: Trace, clock: Clock | None = None) -> Activity:
 
 
 def _activity(trace: Trace, clock: Clock) -> Activity:
+    own = _own_activity(trace, clock)
+    carried = trace.meta.extra.get(CARRIED_KEY)
+    if not isinstance(carried, Activity) or carried.clock != clock:
+        return own
+    return Activity(
+        clock,
+        *(
+            iv.union(np.concatenate((a[0], b[0])), np.concatenate((a[1], b[1])))
+            for a, b in (
+                (own.compute, carried.compute),
+                (own.communication, carried.communication),
+                (own.receive, carried.receive),
+            )
+        ),
+    )
+
+
+def after(work: Activity, at_ns: int) -> Activity:
+    """The part of ``work`` from ``at_ns`` on (what a chunk carries to the next: :data:`CARRIED_KEY`)."""
+
+    def cut(merged: iv.Intervals) -> iv.Intervals:
+        s, e = merged
+        keep = e > at_ns
+        return np.maximum(s[keep], at_ns), e[keep]
+
+    return Activity(work.clock, cut(work.compute), cut(work.communication), cut(work.receive))
+
+
+def _own_activity(trace: Trace, clock: Clock) -> Activity:
     ix = index_of(trace)
     if ix.n == 0:
         return Activity(clock, iv.empty(), iv.empty(), iv.empty())

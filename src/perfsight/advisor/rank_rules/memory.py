@@ -17,7 +17,7 @@ from perfsight.advisor.finding import (
     robust_effect,
     severity_for,
 )
-from perfsight.advisor.rank_rules.allocation_steps import ALLOCATION_STEPS, allocation_steps
+from perfsight.advisor.rank_rules.allocation_steps import ALLOCATION_STEPS, allocation_steps, step_of
 from perfsight.advisor.rank_rules.view import OP_SOURCE, RankView, finding_for, op_per_step
 from perfsight.advisor.rules import RULES, threshold
 
@@ -26,25 +26,28 @@ def memory_churn(view: RankView) -> list[Finding]:
     """Large blocks allocated and freed every step, many times the peak (allocator churn)."""
     rule = "memory_churn"
     peaks = view.tables.get("memory_peaks")
-    extract = view.extract(ALLOCATION_STEPS, lambda: _allocation_steps_of(view))
-    if (
-        not len(view.steps)
-        or extract is None
-        or extract.num_rows == 0
-        or peaks is None
-        or peaks.num_rows == 0
-    ):
+    given = view.tables.get(ALLOCATION_STEPS)  # the chunked path's, merged over the chunks
+    mem = view.tables.get("operator_memory")
+    allocated_in = None  # (step, bytes) of each allocation, or of each (step, operator) extracted
+    if ALLOCATION_STEPS in view.tables:
+        if given is not None:
+            allocated_in = (columns.int64(given.column("step")), columns.int64(given.column("bytes_sum")))
+    elif mem is not None and mem.num_rows:
+        allocated_in = (_steps_of(view, mem), columns.int64(mem.column("size_bytes"), null=0))
+    if not len(view.steps) or allocated_in is None or peaks is None or peaks.num_rows == 0:
         return []
     peak = float(pc.max(peaks.column("peak_allocated_bytes")).as_py() or 0)
-    step_of = columns.int64(extract.column("step"))
-    size = columns.int64(extract.column("bytes_sum")).astype(np.float64)
-    per_step = view.sum_by_step(step_of, size, step_of)
+    steps, sizes = allocated_in
+    per_step = view.sum_by_step(steps, sizes.astype(np.float64), steps)
     allocated = float(per_step.mean())
     churn = allocated / peak if peak > 0 else 0.0
     if churn < threshold(rule, "min_churn") or allocated < threshold(rule, "min_bytes_per_step"):
         return []
+    extract = given if given is not None else _allocation_steps_of(view)
+    charged_step = columns.int64(extract.column("step"))
+    size = columns.int64(extract.column("bytes_sum")).astype(np.float64)
     names = extract.column("name").to_numpy(zero_copy_only=False).astype(str)
-    used = np.isin(step_of, view.steps)
+    used = np.isin(charged_step, view.steps)
     uniq, inverse = np.unique(names[used], return_inverse=True)
     by_name = np.bincount(inverse, weights=size[used], minlength=len(uniq))
     culprit = str(uniq[int(np.argmax(by_name))]) if len(uniq) else "?"
@@ -91,11 +94,19 @@ def memory_churn(view: RankView) -> list[Finding]:
     ]
 
 
-def _allocation_steps_of(view: RankView) -> pa.Table | None:
+def _steps_of(view: RankView, mem: pa.Table) -> np.ndarray:
+    """The step of each allocation of ``mem`` (the in-memory path)."""
+    st = view.tables["step_trace"]
+    return step_of(
+        columns.int64(st.column("start_ns")),
+        columns.int64(st.column("step")),
+        columns.int64(mem.column("alloc_ns")),
+    )
+
+
+def _allocation_steps_of(view: RankView) -> pa.Table:
     """The allocation extract from the whole tables (the in-memory path)."""
-    mem = view.tables.get("operator_memory")
-    if mem is None or mem.num_rows == 0:
-        return None
+    mem = view.tables["operator_memory"]
     return allocation_steps(mem, view.tables.get("operator_instances"), view.tables["step_trace"])
 
 

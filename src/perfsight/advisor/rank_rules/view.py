@@ -13,7 +13,6 @@ table or, on the bounded-memory path (issue 21), merged from the extracts of eac
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -35,16 +34,6 @@ class RankView:
     trace: Trace
     steps: np.ndarray  # the step numbers averaged over
     step_ns: np.ndarray  # their durations, in the same order
-    extracts: dict[str, pa.Table | None] = dataclasses.field(default_factory=dict, repr=False)
-    """Extracts computed from the per-row tables so far (see :meth:`extract`)."""
-
-    def extract(self, key: str, compute: Callable[[], pa.Table | None]) -> pa.Table | None:
-        """The extract ``key``: as given in the tables (the chunked path), else ``compute()`` once."""
-        if key in self.tables:
-            return self.tables[key]
-        if key not in self.extracts:
-            self.extracts[key] = compute()
-        return self.extracts[key]
 
     @property
     def rank(self) -> int:
@@ -145,18 +134,19 @@ def op_steps(instances: pa.Table) -> pa.Table:
     return grouping.aggregate(table, OP_STEP_KEYS, OP_STEP_AGGREGATES)
 
 
-def _op_steps_of(view: RankView) -> pa.Table | None:
-    ops = view.tables.get("operator_instances")
-    return op_steps(ops) if ops is not None and ops.num_rows else None
-
-
 def op_per_step(view: RankView, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Time and calls per used step of the operators named ``names`` (operator_instances): host
     time on a host-only trace, the device time of the kernels they launched when there is a device."""
-    steps = view.extract(OP_STEPS, lambda: _op_steps_of(view))
+    wanted = pa.array(names, pa.string())
+    if OP_STEPS in view.tables:  # the chunked path's, merged over the chunks
+        steps = view.tables[OP_STEPS]
+    else:  # the calls of those operators only (a small part of the table)
+        ops = view.tables.get("operator_instances")
+        ops = None if ops is None else ops.filter(pc.is_in(pc.cast(ops.column("name"), pa.string()), wanted))
+        steps = op_steps(ops) if ops is not None and ops.num_rows else None
     if steps is None or steps.num_rows == 0:
         return np.zeros(len(view.steps)), np.zeros(len(view.steps))
-    picked = steps.filter(pc.is_in(steps.column("name"), pa.array(names, pa.string())))
+    picked = steps.filter(pc.is_in(steps.column("name"), wanted))
     step_of = columns.int64(picked.column("step"))
     # with a device, the time the ops cost the device (the kernels they launched), as computing_ns is
     column = "device_ns_sum" if view.on_device else "dur_ns_sum"
