@@ -183,7 +183,8 @@ def _memory(rows: list[dict[str, Any]]) -> pa.Table:
 
 def _across_steps() -> Trace:
     """Four steps of 1000 ns on thread 1, each its own chunk.  A kernel of step 0 runs until 1000,
-    where step 1's kernel starts (one stretch of device compute across the boundary).
+    where step 1's kernel starts (one stretch of device compute across the boundary); step 1's last
+    kernel runs on into step 2's window (no launch links: the windows are the host's).
     ``aten::empty`` (step 0, thread 1) allocates 0xA, freed in step 1.  Thread 3, the main thread
     by operator count but silent in step 0, runs ``aten::cat`` from step 1 through step 2 (where it
     runs nothing else) into step 3, then ``aten::zeros`` (starting inside cat, so not outermost) and
@@ -199,6 +200,7 @@ def _across_steps() -> Trace:
         {**kernel, "name": "gemm", "start_ns": 500, "dur_ns": 500, "step": 0},
         {**step, "name": "ProfilerStep#1", "start_ns": 1000, "step": 1},
         {**kernel, "name": "gemm", "start_ns": 1000, "dur_ns": 400, "step": 1},
+        {**kernel, "name": "gemm", "start_ns": 1900, "dur_ns": 400, "step": 1},  # runs on into step 2
         {**main, "name": "aten::cat", "start_ns": 1500, "dur_ns": 1600, "step": 1},
         {**step, "name": "ProfilerStep#2", "start_ns": 2000, "step": 2},
         {**step, "name": "ProfilerStep#3", "start_ns": 3000, "step": 3},
@@ -227,11 +229,13 @@ def test_an_allocation_freed_in_a_later_step_keeps_its_release_and_operator(tmp_
     ]
 
 
-def test_device_compute_running_across_a_step_boundary_is_one_interval(tmp_path: Path) -> None:
+def test_device_compute_running_on_across_a_step_boundary_counts_in_both_steps(tmp_path: Path) -> None:
     chunked = assert_same_analysis(_across_steps(), 1, tmp_path)
     lanes = chunked.table("overlap_intervals").to_pylist()
     computing = [(r["start_ns"], r["end_ns"]) for r in lanes if r["lane"] == "Computing"]
-    assert computing == [(500, 1400)]
+    assert computing == [(500, 1400), (1900, 2300)]
+    breakdown = chunked.tables["overlap_breakdown"].to_pylist()
+    assert [r["computing_ns"] for r in breakdown] == [500, 500, 300, 0]  # step 2 computes 300 ns
 
 
 def test_allocations_are_charged_to_the_main_threads_outermost_op_across_chunks(tmp_path: Path) -> None:
