@@ -112,6 +112,7 @@ ALLOWED_IMPORTERS = (
     "cluster/summary.py",
     "cluster/job.py",
     "pipeline.py",
+    "chunked_analysis.py",  # pipeline.py's chunk-by-chunk twin
     "commands/",
     "server/",
 )

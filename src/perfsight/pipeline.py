@@ -159,13 +159,18 @@ def analyse_trace(trace: Trace, options: Options) -> RankResult:
     finally:
         index.release(trace)  # what the analyses shared is not needed by the writers
         heap.return_freed_memory()  # the writers reuse the analyses' freed transients
+    return RankResult(trace=trace, tables=tables, warnings=analysis_warnings(tables, options, trace))
+
+
+def analysis_warnings(tables: dict[str, pa.Table], options: Options, trace: Trace) -> list[str]:
+    """What the analyses found wrong with the options or the vendor's results (logged, returned)."""
     warnings = step_trace.named_point_warnings(tables["step_trace"], options.fp_point, options.bp_point)
     warnings += step_trace.vendor_difference_warnings(
         tables["vendor_step_differences"], trace.vendor.STEP_TRACE_TABLE
     )
     for line in warnings:
         log.warning("%s", line)
-    return RankResult(trace=trace, tables=tables, warnings=warnings)
+    return warnings
 
 
 def analyse_and_write(trace: Trace, rank_dir: Path, options: Options, progress: Any = None) -> RankResult:

@@ -31,6 +31,13 @@ decided here once:
   device runs behind the host (GPU-bound), steps are therefore back to back on
   the device clock.
 
+A chunk of a trace (a few whole steps, issue 21) is judged as part of its whole trace: the
+chunked path records in the chunk's ``meta.extra`` the whole trace's clock (:data:`CLOCK_KEY`,
+which :func:`choose_clock` follows) and where the earlier chunks' windows end
+(:data:`REACH_KEY`: the chunk's first window starts no earlier, as in the whole trace), and the
+earlier chunks' work that runs on past their last window (:data:`CARRIED_KEY`: an asynchronous
+all-reduce of one step still running in the next), which counts as the chunk's own.
+
 This module must not compute metrics (that is ``step_trace`` and ``overlap``)
 and must not loop over events in Python; loops are over tracks at most.
 """
@@ -111,8 +118,22 @@ def device_activity_mask(trace: Trace) -> NDArray[np.bool_]:
     return index_of(trace).kind_mask(DEVICE_ACTIVITY_KINDS, is_device=True)
 
 
+CLOCK_KEY = "clock"
+"""``meta.extra`` key: the clock of the whole trace a chunk belongs to (see the module docstring)."""
+
+REACH_KEY = "window_reach_ns"
+"""``meta.extra`` key: the end of the windows of the steps before a chunk (see the module docstring)."""
+
+CARRIED_KEY = "carried_activity"
+"""``meta.extra`` key: the earlier chunks' :class:`Activity` after their last window (see the module
+docstring); :func:`activity` adds it to the chunk's own."""
+
+
 def choose_clock(trace: Trace) -> Clock:
-    """``"device"`` when the rank has any device work, else ``"host"``."""
+    """``"device"`` when the rank has any device work, else ``"host"`` (a chunk: its whole trace's)."""
+    chosen = trace.meta.extra.get(CLOCK_KEY)
+    if chosen in ("device", "host"):
+        return chosen
     return "device" if bool(device_activity_mask(trace).any()) else "host"
 
 
@@ -166,6 +187,35 @@ def activity(trace: Trace, clock: Clock | None = None) -> Activity:
 
 
 def _activity(trace: Trace, clock: Clock) -> Activity:
+    own = _own_activity(trace, clock)
+    carried = trace.meta.extra.get(CARRIED_KEY)
+    if not isinstance(carried, Activity) or carried.clock != clock:
+        return own
+    return Activity(
+        clock,
+        *(
+            iv.union(np.concatenate((a[0], b[0])), np.concatenate((a[1], b[1])))
+            for a, b in (
+                (own.compute, carried.compute),
+                (own.communication, carried.communication),
+                (own.receive, carried.receive),
+            )
+        ),
+    )
+
+
+def after(work: Activity, at_ns: int) -> Activity:
+    """The part of ``work`` from ``at_ns`` on (what a chunk carries to the next: :data:`CARRIED_KEY`)."""
+
+    def cut(merged: iv.Intervals) -> iv.Intervals:
+        s, e = merged
+        keep = e > at_ns
+        return np.maximum(s[keep], at_ns), e[keep]
+
+    return Activity(work.clock, cut(work.compute), cut(work.communication), cut(work.receive))
+
+
+def _own_activity(trace: Trace, clock: Clock) -> Activity:
     ix = index_of(trace)
     if ix.n == 0:
         return Activity(clock, iv.empty(), iv.empty(), iv.empty())
@@ -231,6 +281,10 @@ def _step_windows(trace: Trace, clock: Clock) -> pa.Table:
         raw_end = np.maximum(raw_end, _last_launched_end(trace, host_start, host_end))
     reach = np.maximum.accumulate(raw_end)  # the end of every earlier window
     start = host_start.copy()
+    before = trace.meta.extra.get(REACH_KEY)
+    if before is not None:  # a chunk: the earlier chunks' windows end here
+        reach = np.maximum(reach, int(before))
+        start[0] = max(int(start[0]), int(before))
     start[1:] = np.maximum(host_start[1:], reach[:-1])
     end = np.maximum(reach, start)
     return pa.Table.from_arrays(

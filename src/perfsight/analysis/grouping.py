@@ -47,12 +47,23 @@ def _reduced(
     order = rows[np.argsort(codes[rows], kind="stable")]  # rows of group 0, then 1, ... in row order
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[has]
     out = np.zeros(k, values.dtype if function != "mean" else np.float64)
+    if function == "sum" and values.dtype.kind == "f":
+        add_in_row_order(out, codes[rows], values[rows])
+        return out, has
     if order.size:
         ufunc = {"sum": np.add, "mean": np.add, "min": np.minimum, "max": np.maximum}[function]
         out[has] = ufunc.reduceat(values[order], starts)
     if function == "mean":
         out[has] = out[has] / counts[has]
     return out, has
+
+
+def add_in_row_order(totals: NDArray, codes: NDArray[np.int64], values: NDArray) -> None:
+    """Add each value to its group's total (``totals[code]``, in place) one after another, in the
+    order given.  Why: a float sum's rounding depends on the order of its additions; summing in row
+    order (not pairwise, as ``np.add.reduceat`` does) lets a table read back a batch at a time (the
+    chunked path, issue 21) give the same sums, bit for bit, as the one-pass aggregate."""
+    np.add.at(totals, codes, values)
 
 
 def aggregate(
@@ -90,3 +101,34 @@ def aggregate(
         result, has = _reduced(values, valid, codes, k, function)
         arrays[f"{column}_{function}"] = pa.array(result, out_type, mask=None if has.all() else ~has)
     return pa.table(arrays)
+
+
+MERGED_BY = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
+"""How a partial aggregate of one part of a table combines with the same aggregate of the other
+parts (``mean`` has no such rule: keep a ``sum`` and a ``count`` and divide after merging)."""
+
+
+def merge_partials(
+    partials: Sequence[pa.Table], keys: Sequence[str], aggregations: Sequence[tuple[str, str]]
+) -> pa.Table:
+    """The :func:`aggregate` of a whole table from the :func:`aggregate` results of its parts.
+
+    Why: the bounded-memory path (issue 21) aggregates a trace chunk by chunk; each chunk's
+    result is a partial that merges exactly (counts and integer sums add, minima and maxima
+    compare).  The result has :func:`aggregate`'s columns and types; groups come in order of first
+    appearance over the partials in the order given.  A float ``sum`` merged from partials is
+    not the one-pass sum (its rounding depends on the order of the additions): take it again over
+    the rows in order with :func:`add_in_row_order`.
+    """
+    names = [f"{column}_{function}" for column, function in aggregations]
+    for (_, function), name in zip(aggregations, names, strict=True):
+        if function not in MERGED_BY:
+            raise ValueError(f"{name}: a {function!r} aggregate does not merge from partials")
+    whole = pa.concat_tables(partials)
+    merging = [(name, MERGED_BY[f]) for name, (_, f) in zip(names, aggregations, strict=True)]
+    merged = aggregate(whole, keys, merging)
+    arrays = [merged.column(k) for k in keys]
+    for name, (_, function) in zip(names, aggregations, strict=True):
+        column = merged.column(f"{name}_{MERGED_BY[function]}")
+        arrays.append(column.cast(whole.schema.field(name).type))
+    return pa.table(dict(zip([*keys, *names], arrays, strict=True)))

@@ -80,9 +80,14 @@ KERNEL_STATS_SCHEMA = pa.schema(
 )
 
 
-def stream_wait_ns(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def stream_wait_ns(
+    track: np.ndarray, start: np.ndarray, end: np.ndarray, reach_before: dict[int, int] | None = None
+) -> np.ndarray:
     """Idle gap before each interval on its track: start minus the latest earlier end, floored at 0.
 
+    ``reach_before``: the latest end on each track of the work before these intervals (the
+    earlier chunks of a trace analysed chunk by chunk, issue 21); the first interval of a track
+    waits from it, and it is updated in place to these intervals' latest ends.
     Loops over tracks (streams), not over slices.
     """
     n = len(track)
@@ -95,7 +100,13 @@ def stream_wait_ns(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.
     gap = np.zeros(n, np.int64)
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, n], strict=True):
         reach = np.maximum.accumulate(e[lo:hi])
+        before = None if reach_before is None else reach_before.get(int(t[lo]))
+        if before is not None:
+            gap[lo] = max(int(s[lo]) - before, 0)
+            reach = np.maximum(reach, before)
         gap[lo + 1 : hi] = np.maximum(s[lo + 1 : hi] - reach[:-1], 0)
+        if reach_before is not None:
+            reach_before[int(t[lo])] = int(reach[-1])
     wait[order] = gap
     return wait
 
@@ -131,15 +142,18 @@ def _task_of_a_communication_op(trace: Trace, ix: TraceIndex, rows: np.ndarray) 
     return candidate & (np.isin(rows, tasks) | inside)
 
 
-def kernel_details(trace: Trace) -> pa.Table:
-    """One row per device work slice, in start-time order (see the module docstring)."""
+def kernel_details(trace: Trace, stream_reach: dict[int, int] | None = None) -> pa.Table:
+    """One row per device work slice, in start-time order (see the module docstring).
+
+    ``stream_reach``: see :func:`stream_wait_ns` (the chunked path carries it from chunk to chunk).
+    """
     slices = trace.slices
     ix = index_of(trace)
     rows = np.flatnonzero(ix.device_work)
     rows = rows[~_task_of_a_communication_op(trace, ix, rows)]
     if not len(rows):
         return KERNEL_DETAILS_SCHEMA.empty_table()
-    wait = stream_wait_ns(ix.track[rows], ix.start[rows], ix.end[rows])
+    wait = stream_wait_ns(ix.track[rows], ix.start[rows], ix.end[rows], stream_reach)
     order = np.lexsort((ix.tid[rows], ix.start[rows], ix.rank[rows]))  # by rank, start, stream (stable)
     rows, wait = rows[order], wait[order]
     launcher = launching_op(ix)[rows]
@@ -185,6 +199,21 @@ def kernel_details(trace: Trace) -> pa.Table:
     )
 
 
+KERNEL_AGGREGATES = (("dur_ns", "count"), ("dur_ns", "sum"), ("dur_ns", "min"), ("dur_ns", "max"))
+"""What :func:`kernel_stats` aggregates per (rank, name, kind) of ``kernel_details`` (merge from
+per-chunk partials with :func:`perfsight.analysis.grouping.merge_partials`)."""
+
+KERNEL_KEYS = ("rank", "name", "kind")
+
+
+def kernel_groups(details: pa.Table, first_start: bool = False) -> pa.Table:
+    """:data:`KERNEL_AGGREGATES` per (rank, name, kind) of ``details`` (one chunk's or the whole
+    trace's); ``first_start`` adds ``start_ns_min``, by which merged chunk partials are put back in
+    the whole table's order of first appearance (``details`` are in start order)."""
+    extra = (("start_ns", "min"),) if first_start else ()
+    return grouping.aggregate(details, KERNEL_KEYS, KERNEL_AGGREGATES + extra)
+
+
 def kernel_stats(trace: Trace, details: pa.Table | None = None) -> pa.Table:
     """Per (rank, kernel name, kind) aggregates, largest total first.
 
@@ -193,11 +222,13 @@ def kernel_stats(trace: Trace, details: pa.Table | None = None) -> pa.Table:
     det = kernel_details(trace) if details is None else details
     if det.num_rows == 0:
         return KERNEL_STATS_SCHEMA.empty_table()
-    grouped = grouping.aggregate(
-        det,
-        ["rank", "name", "kind"],
-        [("dur_ns", "count"), ("dur_ns", "sum"), ("dur_ns", "min"), ("dur_ns", "max")],
-    )
+    return kernel_stats_of_groups(kernel_groups(det))
+
+
+def kernel_stats_of_groups(grouped: pa.Table) -> pa.Table:
+    """:func:`kernel_stats` from the :func:`kernel_groups` of all device work (whole or merged)."""
+    if grouped.num_rows == 0:
+        return KERNEL_STATS_SCHEMA.empty_table()
     count = columns.int64(grouped.column("dur_ns_count"))
     total = columns.int64(grouped.column("dur_ns_sum"))
     rank = columns.numpy(grouped.column("rank"))

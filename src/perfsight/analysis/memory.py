@@ -162,6 +162,17 @@ def operator_memory(trace: Trace) -> pa.Table:
     memory = trace.memory
     if memory.num_rows == 0:
         return OPERATOR_MEMORY_SCHEMA.empty_table()
+    alloc, following = allocations(memory)
+    return allocation_rows(memory, alloc, following, allocating_ops(trace, memory, alloc))
+
+
+def allocations(memory: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(the allocation rows of ``memory`` by time, the next event's row at each one's address or -1).
+
+    The next event is the allocation's release when it is a release (see the module docstring);
+    -1 means none follows in ``memory`` (the chunked path carries such an allocation on to the
+    next chunk, whose events may release it).
+    """
     n = memory.num_rows
     group = _device_groups(memory)
     addr = columns.int64(memory.column("addr"))
@@ -174,23 +185,32 @@ def operator_memory(trace: Trace) -> pa.Table:
     nxt[order[:-1][same]] = order[1:][same]
     alloc = np.flatnonzero(size > 0)
     alloc = alloc[np.argsort(ts[alloc], kind="stable")]
-    release = nxt[alloc]
-    released = release >= 0
-    released[released] = size[release[released]] < 0
-    release = np.where(released, release, -1)
+    return alloc, nxt[alloc]
 
+
+def allocating_ops(trace: Trace, memory: pa.Table, alloc: np.ndarray) -> pa.Array | pa.ChunkedArray:
+    """Name of the operator that made each allocation ``alloc`` (rows of ``memory``), null if none."""
     op = enclosing_op(
         index_of(trace),
         columns.int64(memory.column("rank"))[alloc],
         columns.int64(memory.column("tid"))[alloc],
-        ts[alloc],
+        columns.int64(memory.column("ts_ns"))[alloc],
     )
     has_op = op >= 0
-    names = (
-        trace.slices.column("name").take(pa.array(np.where(has_op, op, 0), mask=~has_op)).cast(pa.string())
-        if trace.slices.num_rows
-        else pa.nulls(len(alloc), pa.string())
-    )
+    if not trace.slices.num_rows:
+        return pa.nulls(len(alloc), pa.string())
+    return trace.slices.column("name").take(pa.array(np.where(has_op, op, 0), mask=~has_op)).cast(pa.string())
+
+
+def allocation_rows(
+    memory: pa.Table, alloc: np.ndarray, following: np.ndarray, names: pa.Array | pa.ChunkedArray
+) -> pa.Table:
+    """The :func:`operator_memory` rows of allocations ``alloc`` (rows of ``memory``), given the
+    next event at each one's address (``following``, -1 for none) and their operators' ``names``."""
+    size = columns.int64(memory.column("bytes"))
+    released = following >= 0
+    released[released] = size[following[released]] < 0
+    release = np.where(released, following, -1)
     at_alloc = memory.take(pa.array(alloc))
     at_release = memory.select(["ts_ns", "allocated_bytes", "reserved_bytes"]).take(
         pa.array(np.where(released, release, 0), mask=~released)

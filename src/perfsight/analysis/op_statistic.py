@@ -68,47 +68,66 @@ def _device_keys(details: pa.Table) -> tuple[pa.Array, pa.Array]:
     return op_type, core if core_type is None else pc.coalesce(core_type, core)
 
 
+OP_STATISTIC_KEYS = ("rank", "op_type", "core_type")
+OP_STATISTIC_AGGREGATES = (
+    ("is_communication", "max"),
+    ("dur_ns", "count"),
+    ("dur_ns", "sum"),
+    ("dur_ns", "min"),
+    ("dur_ns", "max"),
+)
+"""What :func:`op_statistic` aggregates per (rank, op type, core type) of ``kernel_details``; each
+merges from per-chunk partials (:func:`perfsight.analysis.grouping.merge_partials`).  The average is
+the sum over the count (the float sum of integer durations is exact below 2**53 ns, 104 days)."""
+
+
+def op_statistic_groups(details: pa.Table, first_start: bool = False) -> pa.Table:
+    """:data:`OP_STATISTIC_AGGREGATES` per key of ``details`` (one chunk's or the whole trace's);
+    ``first_start`` adds ``start_ns_min`` (see :func:`perfsight.analysis.kernels.kernel_groups`)."""
+    op_type, core_type = _device_keys(details)
+    keyed = pa.table(
+        {
+            "rank": details.column("rank"),
+            "op_type": op_type,
+            "core_type": core_type,
+            "dur_ns": details.column("dur_ns"),
+            "is_communication": pc.equal(details.column("kind"), COMMUNICATION).cast(pa.int64()),
+            "start_ns": details.column("start_ns"),
+        }
+    )
+    extra = (("start_ns", "min"),) if first_start else ()
+    return grouping.aggregate(keyed, OP_STATISTIC_KEYS, OP_STATISTIC_AGGREGATES + extra)
+
+
 def op_statistic(details: pa.Table | None, operator_stats: pa.Table | None = None) -> pa.Table:
     """One row per (rank, op type, core type); see the module docstring."""
-    if details is not None and details.num_rows:
-        op_type, core_type = _device_keys(details)
-        keyed = pa.table(
-            {
-                "rank": details.column("rank"),
-                "op_type": op_type,
-                "core_type": core_type,
-                "dur_ns": details.column("dur_ns"),
-                "is_communication": pc.equal(details.column("kind"), COMMUNICATION).cast(pa.int64()),
-            }
-        )
-        grouped = grouping.aggregate(
-            keyed,
-            ["rank", "op_type", "core_type"],
-            [
-                ("is_communication", "max"),
-                ("dur_ns", "count"),
-                ("dur_ns", "sum"),
-                ("dur_ns", "min"),
-                ("dur_ns", "mean"),
-                ("dur_ns", "max"),
-            ],
-        )
+    groups = op_statistic_groups(details) if details is not None and details.num_rows else None
+    return op_statistic_of_groups(groups, operator_stats)
+
+
+def op_statistic_of_groups(grouped: pa.Table | None, operator_stats: pa.Table | None = None) -> pa.Table:
+    """:func:`op_statistic` from the :func:`op_statistic_groups` of all device work (whole or merged;
+    None or empty without device work, then from ``operator_stats``)."""
+    if grouped is not None and grouped.num_rows:
         communication = pc.equal(grouped.column("is_communication_max"), 1)
         computing = pc.if_else(communication, 0, grouped.column("dur_ns_sum"))
         total = pc.sum(computing).as_py() or 0
         share = pc.divide(grouped.column("dur_ns_sum").cast(pa.float64()), float(total) if total else 1.0)
         ratio = pc.if_else(communication, pa.scalar(None, pa.float64()), share)
-        names = [
-            "rank",
-            "op_type",
-            "core_type",
-            "dur_ns_count",
-            "dur_ns_sum",
-            "dur_ns_min",
-            "dur_ns_mean",
-            "dur_ns_max",
+        mean = pc.divide(
+            grouped.column("dur_ns_sum").cast(pa.float64()), grouped.column("dur_ns_count").cast(pa.float64())
+        )
+        arrays = [
+            grouped.column("rank"),
+            grouped.column("op_type"),
+            grouped.column("core_type"),
+            grouped.column("dur_ns_count"),
+            grouped.column("dur_ns_sum"),
+            grouped.column("dur_ns_min"),
+            mean,
+            grouped.column("dur_ns_max"),
         ]
-        arrays = [grouped.column(c).cast(f.type) for c, f in zip(names, OP_STATISTIC_SCHEMA, strict=False)]
+        arrays = [a.cast(f.type) for a, f in zip(arrays, OP_STATISTIC_SCHEMA, strict=False)]
         out = pa.Table.from_arrays([*arrays, ratio], schema=OP_STATISTIC_SCHEMA)
     elif operator_stats is not None and operator_stats.num_rows:
         n = operator_stats.num_rows

@@ -120,6 +120,26 @@ def operator_instances(trace: Trace) -> pa.Table:
     )
 
 
+OPERATOR_AGGREGATES = (
+    ("dur_ns", "count"),
+    ("dur_ns", "sum"),
+    ("self_ns", "sum"),
+    ("dur_ns", "min"),
+    ("dur_ns", "max"),
+    ("device_ns", "sum"),
+    ("flops", "sum"),
+)
+"""What :func:`operator_stats` aggregates per (rank, name) of ``operator_instances``; each merges
+from per-chunk partials (:func:`perfsight.analysis.grouping.merge_partials`)."""
+
+OPERATOR_KEYS = ("rank", "name")
+
+
+def operator_groups(instances: pa.Table) -> pa.Table:
+    """:data:`OPERATOR_AGGREGATES` per (rank, name) of ``instances`` (one chunk's or the whole trace's)."""
+    return grouping.aggregate(instances, OPERATOR_KEYS, OPERATOR_AGGREGATES)
+
+
 def operator_stats(trace: Trace, instances: pa.Table | None = None) -> pa.Table:
     """Per (rank, operator name) aggregates, largest self time first.
 
@@ -128,19 +148,13 @@ def operator_stats(trace: Trace, instances: pa.Table | None = None) -> pa.Table:
     inst = operator_instances(trace) if instances is None else instances
     if inst.num_rows == 0:
         return OPERATOR_STATS_SCHEMA.empty_table()
-    grouped = grouping.aggregate(
-        inst,
-        ["rank", "name"],
-        [
-            ("dur_ns", "count"),
-            ("dur_ns", "sum"),
-            ("self_ns", "sum"),
-            ("dur_ns", "min"),
-            ("dur_ns", "max"),
-            ("device_ns", "sum"),
-            ("flops", "sum"),
-        ],
-    )
+    return operator_stats_of_groups(operator_groups(inst))
+
+
+def operator_stats_of_groups(grouped: pa.Table) -> pa.Table:
+    """:func:`operator_stats` from the :func:`operator_groups` of all instances (whole or merged)."""
+    if grouped.num_rows == 0:
+        return OPERATOR_STATS_SCHEMA.empty_table()
     count = columns.int64(grouped.column("dur_ns_count"))
     total = columns.int64(grouped.column("dur_ns_sum"))
     self_total = columns.int64(grouped.column("self_ns_sum"))

@@ -17,6 +17,7 @@ from perfsight.advisor.finding import (
     robust_effect,
     severity_for,
 )
+from perfsight.advisor.rank_rules.allocation_steps import ALLOCATION_STEPS, allocation_steps, step_of
 from perfsight.advisor.rank_rules.view import OP_SOURCE, RankView, finding_for, op_per_step
 from perfsight.advisor.rules import RULES, threshold
 
@@ -24,28 +25,29 @@ from perfsight.advisor.rules import RULES, threshold
 def memory_churn(view: RankView) -> list[Finding]:
     """Large blocks allocated and freed every step, many times the peak (allocator churn)."""
     rule = "memory_churn"
-    mem = view.tables.get("operator_memory")
     peaks = view.tables.get("memory_peaks")
-    if not len(view.steps) or mem is None or mem.num_rows == 0 or peaks is None or peaks.num_rows == 0:
+    given = view.tables.get(ALLOCATION_STEPS)  # the chunked path's, merged over the chunks
+    mem = view.tables.get("operator_memory")
+    allocated_in = None  # (step, bytes) of each allocation, or of each (step, operator) extracted
+    if ALLOCATION_STEPS in view.tables:
+        if given is not None:
+            allocated_in = (columns.int64(given.column("step")), columns.int64(given.column("bytes_sum")))
+    elif mem is not None and mem.num_rows:
+        allocated_in = (_steps_of(view, mem), columns.int64(mem.column("size_bytes"), null=0))
+    if not len(view.steps) or allocated_in is None or peaks is None or peaks.num_rows == 0:
         return []
     peak = float(pc.max(peaks.column("peak_allocated_bytes")).as_py() or 0)
-    st = view.tables["step_trace"]
-    starts = columns.int64(st.column("start_ns"))
-    step_numbers = columns.int64(st.column("step"))
-    order = np.argsort(starts)
-    alloc = columns.int64(mem.column("alloc_ns"))
-    which = np.searchsorted(starts[order], alloc, side="right") - 1
-    step_of = np.where(which >= 0, step_numbers[order][np.maximum(which, 0)], -1)
-    size = columns.int64(mem.column("size_bytes"), null=0).astype(np.float64)
-    per_step = view.sum_by_step(alloc, size, step_of)
+    steps, sizes = allocated_in
+    per_step = view.sum_by_step(steps, sizes.astype(np.float64), steps)
     allocated = float(per_step.mean())
     churn = allocated / peak if peak > 0 else 0.0
     if churn < threshold(rule, "min_churn") or allocated < threshold(rule, "min_bytes_per_step"):
         return []
-    names = _outermost_op(view, alloc)
-    fallback = pc.cast(mem.column("name"), pa.string()).to_numpy(zero_copy_only=False).astype(str)
-    names = np.where(names == "", fallback, names)
-    used = np.isin(step_of, view.steps)
+    extract = given if given is not None else _allocation_steps_of(view)
+    charged_step = columns.int64(extract.column("step"))
+    size = columns.int64(extract.column("bytes_sum")).astype(np.float64)
+    names = extract.column("name").to_numpy(zero_copy_only=False).astype(str)
+    used = np.isin(charged_step, view.steps)
     uniq, inverse = np.unique(names[used], return_inverse=True)
     by_name = np.bincount(inverse, weights=size[used], minlength=len(uniq))
     culprit = str(uniq[int(np.argmax(by_name))]) if len(uniq) else "?"
@@ -92,30 +94,20 @@ def memory_churn(view: RankView) -> list[Finding]:
     ]
 
 
-def _outermost_op(view: RankView, at_ns: np.ndarray) -> np.ndarray:
-    """Name of the outermost operator on the main thread (the one with the most operators) running
-    at each instant of ``at_ns``, "" where none is.  Why: an allocation's innermost op is
-    ``aten::empty``; the op a user wrote (``torch.ones``, ``torch.cat``) is the outermost one, and its
-    time includes filling the fresh memory."""
-    ops = view.tables.get("operator_instances")
-    out = np.full(len(at_ns), "", dtype=object)
-    if ops is None or ops.num_rows == 0 or not len(at_ns):
-        return out.astype(str)
-    thread = columns.int64(ops.column("thread"))
-    values, counts = np.unique(thread, return_counts=True)
-    main = thread == values[int(np.argmax(counts))]
-    start = columns.int64(ops.column("start_ns"))[main]
-    end = start + columns.int64(ops.column("dur_ns"), null=0)[main]
-    name = pc.cast(ops.column("name"), pa.string()).to_numpy(zero_copy_only=False)[main].astype(str)
-    order = np.lexsort((-end, start))  # by start; the longer first among equal starts
-    start, end, name = start[order], end[order], name[order]
-    reach = np.maximum.accumulate(end)
-    outer = np.concatenate([[True], start[1:] >= reach[:-1]])  # not inside an earlier op
-    start, end, name = start[outer], end[outer], name[outer]
-    which = np.searchsorted(start, at_ns, side="right") - 1
-    inside = (which >= 0) & (at_ns < end[np.maximum(which, 0)])
-    out[inside] = name[which[inside]]
-    return out.astype(str)
+def _steps_of(view: RankView, mem: pa.Table) -> np.ndarray:
+    """The step of each allocation of ``mem`` (the in-memory path)."""
+    st = view.tables["step_trace"]
+    return step_of(
+        columns.int64(st.column("start_ns")),
+        columns.int64(st.column("step")),
+        columns.int64(mem.column("alloc_ns")),
+    )
+
+
+def _allocation_steps_of(view: RankView) -> pa.Table:
+    """The allocation extract from the whole tables (the in-memory path)."""
+    mem = view.tables["operator_memory"]
+    return allocation_steps(mem, view.tables.get("operator_instances"), view.tables["step_trace"])
 
 
 def memory_capacity(view: RankView) -> list[Finding]:

@@ -3,6 +3,11 @@
 ``rank_view`` picks the steps (complete ones, a warm-up step dropped as the cluster analysis does);
 ``RankView`` sums per-step values over them; the small helpers here are shared by the rules of
 several categories.  Must not hold a rule.
+
+The rules never read a per-row table (one row per operator call or allocation) row by row: they read
+small extracts of it (:func:`op_steps` here, ``memory.allocation_steps``), computed from the whole
+table or, on the bounded-memory path (issue 21), merged from the extracts of each chunk of steps
+(``perfsight.chunked_analysis``), which passes them in the tables under their keys.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import pyarrow.compute as pc
 from perfsight import columns
 from perfsight.advisor.finding import Finding
 from perfsight.advisor.rules import RULES
+from perfsight.analysis import grouping
 from perfsight.analysis.step_trace import MIN_STEPS_TO_DROP_WARMUP
 from perfsight.model import SliceKind, Trace
 
@@ -105,19 +111,48 @@ def slices_of_kind(trace: Trace, kind: SliceKind) -> pa.Table:
     return trace.slices.filter(pc.equal(kinds, kind.value))
 
 
+OP_STEPS = "advisor_op_steps"
+"""Key of the :func:`op_steps` extract of ``operator_instances`` among the tables the rules read."""
+
+OP_STEP_KEYS = ("name", "step")
+OP_STEP_AGGREGATES = (("dur_ns", "count"), ("dur_ns", "sum"), ("device_ns", "sum"))
+"""What :func:`op_steps` sums per (name, step); parts merge with ``grouping.merge_partials``."""
+
+
+def op_steps(instances: pa.Table) -> pa.Table:
+    """Calls, host time (``dur_ns``) and launched device time (``device_ns``) per (operator name,
+    step) of ``instances`` (rows of ``operator_instances``; null times count 0, no step is -1):
+    everything :func:`op_per_step` reads of the operator calls."""
+    table = pa.table(
+        {
+            "name": pc.cast(instances.column("name"), pa.string()),
+            "step": pa.array(columns.int64(instances.column("step"), null=-1), pa.int64()),
+            "dur_ns": pa.array(columns.int64(instances.column("dur_ns"), null=0), pa.int64()),
+            "device_ns": pa.array(columns.int64(instances.column("device_ns"), null=0), pa.int64()),
+        }
+    )
+    return grouping.aggregate(table, OP_STEP_KEYS, OP_STEP_AGGREGATES)
+
+
 def op_per_step(view: RankView, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Time and calls per used step of the operators named ``names`` (operator_instances): host
     time on a host-only trace, the device time of the kernels they launched when there is a device."""
-    ops = view.tables.get("operator_instances")
-    if ops is None or ops.num_rows == 0:
+    wanted = pa.array(names, pa.string())
+    if OP_STEPS in view.tables:  # the chunked path's, merged over the chunks
+        steps = view.tables[OP_STEPS]
+    else:  # the calls of those operators only (a small part of the table)
+        ops = view.tables.get("operator_instances")
+        ops = None if ops is None else ops.filter(pc.is_in(pc.cast(ops.column("name"), pa.string()), wanted))
+        steps = op_steps(ops) if ops is not None and ops.num_rows else None
+    if steps is None or steps.num_rows == 0:
         return np.zeros(len(view.steps)), np.zeros(len(view.steps))
-    picked = ops.filter(pc.is_in(pc.cast(ops.column("name"), pa.string()), pa.array(names)))
-    step_of = columns.int64(picked.column("step"), null=-1)
+    picked = steps.filter(pc.is_in(steps.column("name"), wanted))
+    step_of = columns.int64(picked.column("step"))
     # with a device, the time the ops cost the device (the kernels they launched), as computing_ns is
-    column = "device_ns" if view.on_device and "device_ns" in ops.column_names else "dur_ns"
-    dur = columns.int64(picked.column(column), null=0).astype(np.float64)
-    starts = columns.int64(picked.column("start_ns"))
-    return view.sum_by_step(starts, dur, step_of), view.sum_by_step(starts, np.ones(len(dur)), step_of)
+    column = "device_ns_sum" if view.on_device else "dur_ns_sum"
+    dur = columns.int64(picked.column(column)).astype(np.float64)
+    calls = columns.int64(picked.column("dur_ns_count")).astype(np.float64)
+    return view.sum_by_step(step_of, dur, step_of), view.sum_by_step(step_of, calls, step_of)
 
 
 OP_SOURCE = RULES["top_operator"].sources[0]
