@@ -104,13 +104,27 @@ def read_kineto(path: str | Path, rank: int | None = None) -> Trace:
     """
     path = Path(path)
     prefer_returning_pool()
+    parts = _Parts()
+    meta, truncated = read_into(path, parts, rank)
+    trace = _build(parts, meta, truncated=truncated)
+    del parts
+    return_freed_memory()
+    for message in trace.meta.warnings:
+        log.warning(message)
+    return trace
+
+
+def read_into(path: Path, parts: _Parts, rank: int | None) -> tuple[RunMetadata, bool]:
+    """Stream ``path``'s events batch by batch into ``parts`` (``_Parts.add``); return the run's
+    metadata with the warnings about the file itself (damage, bad values, rank) and whether the
+    file was cut short.  The one place where damage is judged, for the in-memory reader and the
+    spilled one (:mod:`perfsight.ingest.kineto_spill`, whose ``parts`` writes each batch to disk)."""
     try:
         results, report = read_events(path)
     except NotATraceError as exc:
         raise TraceReadError(f"{path}: not a Chrome/Kineto trace: {exc}") from None
     except OSError as exc:
         raise TraceReadError(f"{path}: cannot open: {exc.strerror or exc}") from None
-    parts = _Parts()
     warnings: list[str] = []
     damage: list[str] = []
     try:
@@ -136,20 +150,14 @@ def read_kineto(path: str | Path, rank: int | None = None) -> Trace:
     if (report.truncated or damaged) and parts.events == 0:
         raise TraceReadError(f"{path}: {'; '.join(damage)}: nothing before the damage is a complete event")
     warnings.extend(f"{path}: {line}" for line in parts.value_warnings(report.replaced))
-    meta = _metadata(path, report.header, rank, warnings)
-    trace = _build(parts, meta, truncated=report.truncated or damaged)
-    del parts
-    return_freed_memory()
-    for message in trace.meta.warnings:
-        log.warning(message)
-    return trace
+    return _metadata(path, report.header, rank, warnings), report.truncated or damaged
 
 
 _SLICE_ARGS = (
     "External id", "external id", "correlation", "device", "stream", "Input Dims", "Input type",
     "grid", "block", "est. achieved occupancy %", "bytes",
 )  # fmt: skip
-_COMM_ARGS = (
+COMM_ARGS = (
     "Collective name", "In msg nelems", "Out msg nelems", "dtype", "Process Group Name",
     "Process Group Ranks", "Process Group ID", "Seq", "Src Rank", "Dst Rank",
 )  # fmt: skip
@@ -162,7 +170,7 @@ _MEMORY_ARGS = (
     "Device Type",
     "Device Id",
 )
-_ARG_COLUMNS = tuple(f"args.{key}" for key in _SLICE_ARGS + _COMM_ARGS)
+_ARG_COLUMNS = tuple(f"args.{key}" for key in _SLICE_ARGS + COMM_ARGS)
 
 
 TIME_LIMIT_NS = 1 << 62
@@ -249,7 +257,7 @@ class _Parts:
             }
             columns.update({key: x.column(f"args.{key}") for key in _SLICE_ARGS})
             self.complete.append(pa.table(columns))
-            comm = pa.table({key: x.column(f"args.{key}") for key in _COMM_ARGS})
+            comm = pa.table({key: x.column(f"args.{key}") for key in COMM_ARGS})
             has = pc.or_(
                 pc.is_valid(comm.column("Collective name")), pc.is_valid(comm.column("In msg nelems"))
             )
@@ -407,70 +415,123 @@ def _build(parts: _Parts, meta: RunMetadata, truncated: bool) -> Trace:
     track_names = _track_names(_concat(parts.thread_names))
 
     cat_values = pc.utf8_lower(_dictionary_values(complete.column("cat")))
-    is_device = _by_dictionary(
-        complete.column("cat"), _bools(pc.is_in(cat_values, pa.array(_DEVICE_CATEGORIES)))
-    )
+    device_category, known_category = _category_facts(cat_values)
+    is_device = _by_dictionary(complete.column("cat"), device_category)
     pid = _ints(complete.column("pid"))
     unknown_device, notes = kineto_devices.unknown_device_work(
         pid,
         kineto_devices.category_codes(complete.column("cat")),
         cat_values.to_pylist(),
-        _bools(pc.is_in(cat_values, pa.array(list(_CATEGORY_KIND)))),
+        known_category,
         kineto_devices.process_labels(_concat(parts.process_labels)),
-        meta.sources[0] if meta.sources else "trace",
-        {d.index: d.name for d in meta.devices},
+        _source(meta),
+        _device_names(meta),
     )
     is_device |= unknown_device
     kind = _kinds(complete.column("cat"), cat_values, complete.column("name"), is_device, unknown_device)
     start = complete.column("start_ns").to_numpy()
     dur = complete.column("dur_ns").to_numpy()
     meta.warnings.extend(notes)
-    tid = _ints(complete.column("tid"))
-    dev_col = _ints(complete.column("device"))
-    stream_col = _ints(complete.column("stream"))
-    # device rows live on (device, stream); Kineto already writes them as pid/tid
-    pid = np.where(is_device & (dev_col != NO_ID), dev_col, pid)
-    tid = np.where(is_device & (stream_col != NO_ID), stream_col, tid)
+    pid, tid = _device_lanes(
+        pid, _ints(complete.column("tid")), is_device, complete.column("device"), complete.column("stream")
+    )
     track, tracks = assemble.assign_tracks(rank, pid, tid, is_device, track_names)
     depth = assemble.nesting_depth(track.astype(np.int64), start, dur)
 
-    external = _ints(pc.coalesce(complete.column("External id"), complete.column("external id")))
+    external = _external_ids(complete)
     correlation = _ints(complete.column("correlation"))
     names = complete.column("name")
 
     steps, inferred = assemble.steps_from_markers(rank, names, kind, is_device, start, dur)
     if inferred:
-        meta.warnings.append(
-            f"{meta.sources[0]}: no ProfilerStep markers; the whole trace is one step (step 0)"
-        )
+        meta.warnings.append(_no_markers_warning(meta))
     step = assemble.step_of(start, steps)
     src, dst = assemble.launch_links(correlation, is_device, kind)
     step = assemble.device_step(step, is_device, src, dst, start, steps)
-    on_device = is_device & (kind != kind_code(SliceKind.DEVICE_ANNOTATION))
-    steps = assemble.device_windows(steps, step, on_device, start, start + dur)
-    if truncated and steps.num_rows:
-        complete_flags = np.ones(steps.num_rows, bool)
-        complete_flags[-1] = False
-        steps = steps.set_column(
-            steps.schema.get_field_index("complete"), "complete", pa.array(complete_flags)
-        )
+    steps = assemble.device_windows(steps, step, _on_device(is_device, kind), start, start + dur)
+    if truncated:
+        steps = last_step_incomplete(steps)
 
     slices = assemble.slice_table(
         rank, kind, complete.column("cat"), names, is_device, pid, tid, track, start, dur, step, correlation,
         external_id=external,
         depth=depth,
-        args={
-            "input_dims": complete.column("Input Dims"),
-            "input_types": complete.column("Input type"),
-            "grid": complete.column("grid"),
-            "block": complete.column("block"),
-            "occupancy_pct": complete.column("est. achieved occupancy %"),
-            "bytes": complete.column("bytes"),
-        },
+        args=slice_args(complete),
     )  # fmt: skip
     flows = assemble.flows_table(rank, src, dst, "launch")
     comm = _comm(slices, _concat(parts.comm_args), kind, is_device, start, dur, step, rank)
     return Trace(slices=slices, tracks=tracks, memory=memory, flows=flows, steps=steps, comm=comm, meta=meta)
+
+
+def _source(meta: RunMetadata) -> str:
+    return meta.sources[0] if meta.sources else "trace"
+
+
+def _device_names(meta: RunMetadata) -> dict[int, str]:
+    return {d.index: d.name for d in meta.devices}
+
+
+def _no_markers_warning(meta: RunMetadata) -> str:
+    return f"{meta.sources[0]}: no ProfilerStep markers; the whole trace is one step (step 0)"
+
+
+def _category_facts(cat_values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Per lower-cased category value: is it device work by name, and does perfsight know it."""
+    return (
+        _bools(pc.is_in(cat_values, pa.array(_DEVICE_CATEGORIES))),
+        _bools(pc.is_in(cat_values, pa.array(list(_CATEGORY_KIND)))),
+    )
+
+
+def _device_lanes(
+    pid: np.ndarray,
+    tid: np.ndarray,
+    is_device: np.ndarray,
+    device: pa.ChunkedArray | pa.Array,
+    stream: pa.ChunkedArray | pa.Array,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's (pid, tid) lane: device rows live on (device, stream) when the event says
+    them (Kineto already writes them as pid/tid)."""
+    dev_col = _ints(device)
+    stream_col = _ints(stream)
+    return (
+        np.where(is_device & (dev_col != NO_ID), dev_col, pid),
+        np.where(is_device & (stream_col != NO_ID), stream_col, tid),
+    )
+
+
+def _external_ids(complete: pa.Table) -> np.ndarray:
+    return _ints(pc.coalesce(complete.column("External id"), complete.column("external id")))
+
+
+def _on_device(is_device: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """Rows that are device work (what a step's device window spans): not device annotations."""
+    return is_device & (kind != kind_code(SliceKind.DEVICE_ANNOTATION))
+
+
+def last_step_incomplete(steps: pa.Table) -> pa.Table:
+    """A cut trace's last step may lack its end: marked ``complete`` False."""
+    if not steps.num_rows:
+        return steps
+    complete_flags = np.ones(steps.num_rows, bool)
+    complete_flags[-1] = False
+    return steps.set_column(steps.schema.get_field_index("complete"), "complete", pa.array(complete_flags))
+
+
+SLICE_ARG_COLUMNS = {
+    "input_dims": "Input Dims",
+    "input_types": "Input type",
+    "grid": "grid",
+    "block": "block",
+    "occupancy_pct": "est. achieved occupancy %",
+    "bytes": "bytes",
+}
+"""The optional argument columns of the slice table, by the event argument each comes from."""
+
+
+def slice_args(complete: pa.Table) -> dict[str, pa.ChunkedArray]:
+    """The optional argument columns of the slice table, from the kept event arguments."""
+    return {column: complete.column(key) for column, key in SLICE_ARG_COLUMNS.items()}
 
 
 def _kinds(
@@ -568,20 +629,16 @@ def _comm(
     if comm_args is not None:
         meta_rows[comm_args.column("row").to_numpy()] = np.arange(comm_args.num_rows)
     has_meta = meta_rows >= 0
-    is_comm = kind == kind_code(SliceKind.COMMUNICATION)
-    device_rows = is_comm & is_device
-    host_comm = is_comm & ~is_device
     names = slices.column("name")
+    device_rows, host_comm, fallback = comm_candidates(kind, is_device, names)
     if np.any(has_meta & host_comm):
         host_rows = has_meta & host_comm
     else:
-        # without metadata, record_param_comms is an empty marker beside the collective's own range
-        wrapper = _by_dictionary(names, _bools(pc.equal(_dictionary_values(names), "record_param_comms")))
-        host_rows = outermost(slices.column("track").to_numpy(), start, start + dur, host_comm & ~wrapper)
+        host_rows = outermost(slices.column("track").to_numpy(), start, start + dur, fallback)
     rows = np.flatnonzero(device_rows | host_rows)
     picked_meta = meta_rows[rows]
     if comm_args is None:
-        comm_args = pa.table({key: pa.nulls(0, ARG_FIELDS[key]) for key in _COMM_ARGS})
+        comm_args = pa.table({key: pa.nulls(0, ARG_FIELDS[key]) for key in COMM_ARGS})
     with_meta = picked_meta >= 0
     take = (
         pa.array(np.where(with_meta, picked_meta, 0), mask=~with_meta)
@@ -589,10 +646,37 @@ def _comm(
         else pa.array([], pa.int64())
     )
     args = (
-        comm_args.select(list(_COMM_ARGS)).take(take)
+        comm_args.select(list(COMM_ARGS)).take(take)
         if comm_args.num_rows
-        else pa.table({key: pa.nulls(len(rows), ARG_FIELDS[key]) for key in _COMM_ARGS})
+        else pa.table({key: pa.nulls(len(rows), ARG_FIELDS[key]) for key in COMM_ARGS})
     )
+    return comm_table(names, rows, args, is_device, start, dur, step, rank)
+
+
+def comm_candidates(
+    kind: np.ndarray, is_device: np.ndarray, names: pa.ChunkedArray | pa.Array
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(device communication rows, host communication rows, the host rows that count when no
+    host row carries collective metadata: all but ``record_param_comms``, an empty marker beside
+    the collective's own range, of which only the outermost per track count)."""
+    is_comm = kind == kind_code(SliceKind.COMMUNICATION)
+    host_comm = is_comm & ~is_device
+    wrapper = _by_dictionary(names, _bools(pc.equal(_dictionary_values(names), "record_param_comms")))
+    return is_comm & is_device, host_comm, host_comm & ~wrapper
+
+
+def comm_table(
+    names: pa.ChunkedArray | pa.Array,
+    rows: np.ndarray,
+    args: pa.Table,
+    is_device: np.ndarray,
+    start: np.ndarray,
+    dur: np.ndarray,
+    step: np.ndarray,
+    rank: int,
+) -> pa.Table:
+    """The comm table of the slice ``rows`` picked, ``args`` their collective metadata (one row
+    each, null where absent)."""
     row_names = pc.cast(pc.take(names, pa.array(rows, pa.int64())), pa.string())
     collective = _canonical_collective(pc.utf8_lower(pc.coalesce(args.column("Collective name"), row_names)))
     elem = _element_bytes(args.column("dtype"))
