@@ -31,7 +31,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from perfsight import columns
+from perfsight.heap import prefer_returning_pool, return_freed_memory
 from perfsight.ingest import assemble, kineto, kineto_devices
 from perfsight.intervals import outermost
 from perfsight.model import NO_ID, RunMetadata, Trace, VendorResults
@@ -57,8 +58,10 @@ BATCH_ROWS = 1 << 16
 FLUSH_ROWS = 1 << 18
 """Rows held for the chunk files before they are written (all chunks together)."""
 
-DUCKDB_MEMORY = "512MB"
+DUCKDB_MEMORY = "256MB"
 """DuckDB's memory limit for the launch join and the per-track sort; past it, it spills."""
+
+_T = TypeVar("_T")
 
 ROW = "slice_row"
 """The column holding a slice's row in the whole trace (the order ``read_kineto`` gives)."""
@@ -71,6 +74,7 @@ def spill_kineto(path: str | Path, spill_dir: Path, max_slices: int, rank: int |
     if max_slices < 1:
         raise ValueError(f"max_slices must be at least 1, not {max_slices}")
     path = Path(path)
+    prefer_returning_pool()
     spill_dir.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="kineto-spill-", dir=spill_dir))
     try:
@@ -275,13 +279,15 @@ def _spill(path: Path, folder: Path, max_slices: int, rank: int | None) -> Spill
         parts.close()
     facts, tracks = _global_facts(parts, meta)
     total = parts.slices
-    any_meta = _derive(folder, facts, total) if total else False
+    del parts
+    any_meta = False
     if total:
-        _duckdb_passes(folder)
-        _sweep(folder)
-    steps, step_chunk, chunk_steps = _plan(folder, facts, total, max_slices, truncated)
+        any_meta = _between_passes(_derive(folder, facts, total))
+        _between_passes(_duckdb_passes(folder))
+        _between_passes(_sweep(folder))
+    steps, step_chunk, chunk_steps = _between_passes(_plan(folder, facts, total, max_slices, truncated))
     facts.steps = steps
-    chunk_files = _route(folder, facts, step_chunk, len(chunk_steps), any_meta, total)
+    chunk_files = _between_passes(_route(folder, facts, step_chunk, len(chunk_steps), any_meta, total))
     memory_files = _route_memory(folder, chunk_starts(steps, chunk_steps), len(chunk_steps))
     for name in ("slices", "comm_args", "rows", "launches", "depth", "memory"):
         (folder / f"{name}.parquet").unlink(missing_ok=True)
@@ -297,6 +303,12 @@ def _spill(path: Path, folder: Path, max_slices: int, rank: int | None) -> Spill
         chunk_files=chunk_files,
         memory_files=memory_files,
     )
+
+
+def _between_passes(result: _T) -> _T:
+    """``result``, after the pass's freed memory is given back (the next pass reuses it, not more)."""
+    return_freed_memory()
+    return result
 
 
 def _global_facts(parts: _SpillParts, meta: RunMetadata) -> tuple[_Facts, pa.Table]:
