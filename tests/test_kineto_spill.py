@@ -129,3 +129,39 @@ def test_close_removes_the_spill_and_chunks_can_be_read_again(tmp_path: Path, nc
         assert [c.slice_rows.tolist() for c in spilled.chunks()] == first
         assert any(spill_dir.rglob("*.parquet"))
     assert list(spill_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("label", ["MTIA 0", "Mystery accelerator"])
+def test_work_of_an_unknown_device_is_found_and_warned_about_alike(
+    label: str, nccl_trace_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GPU process relabelled and its kernels in a category perfsight does not know: device
+    work when the label names a device, unclassified otherwise; both paths warn the same."""
+    with gzip.open(nccl_trace_path, "rt", encoding="utf-8") as handle:
+        doc = json.load(handle)
+    doc.pop("deviceProperties", None)
+    for event in doc["traceEvents"]:
+        if event.get("ph") == "M" and event.get("name") == "process_labels" and event.get("pid") == 0:
+            event["args"]["labels"] = label
+        elif event.get("ph") == "X" and event.get("cat") == "kernel":
+            event["cat"] = "mtia_ccp_events"
+    path = tmp_path / "relabelled.json"
+    path.write_text(json.dumps(doc))
+    monkeypatch.setattr(kineto_spill, "BATCH_ROWS", 500)
+    whole = read_kineto(path)
+    assert any("'mtia_ccp_events'" in w for w in whole.meta.warnings)
+    _spilled_equals_in_memory(path, tmp_path / "spill", 3000)
+
+
+def test_a_trace_without_complete_events_gives_its_memory_rows(tmp_path: Path) -> None:
+    events = [
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 10 + i, "s": "t",
+         "args": {"Addr": 100 + i, "Bytes": 64, "Total Allocated": 64 * (i + 1), "Total Reserved": 4096,
+                  "Device Type": 1, "Device Id": 0}}
+        for i in range(5)
+    ]  # fmt: skip
+    path = tmp_path / "memory_only.json"
+    path.write_text(json.dumps({"traceEvents": events, "distributedInfo": {"rank": 3}}))
+    whole = read_kineto(path)
+    assert whole.slices.num_rows == 0 and whole.memory.num_rows == 5
+    _spilled_equals_in_memory(path, tmp_path / "spill", 10)
