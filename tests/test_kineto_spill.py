@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from conftest import KINETO, kineto_file
-from perfsight.ingest import kineto_spill
+from perfsight.ingest import kineto_spill_passes
 from perfsight.ingest.kineto import TraceReadError, read_kineto
 from perfsight.ingest.kineto_spill import spill_kineto
 from perfsight.model import TABLE_SCHEMAS
@@ -65,8 +65,8 @@ def test_rows_split_over_many_small_batches_give_the_same_chunks(
     relative: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Depth, launches and comm picks carried across batch boundaries (a 10 GB trace's case)."""
-    monkeypatch.setattr(kineto_spill, "BATCH_ROWS", 97)
-    monkeypatch.setattr(kineto_spill, "FLUSH_ROWS", 300)
+    monkeypatch.setattr(kineto_spill_passes, "BATCH_ROWS", 97)
+    monkeypatch.setattr(kineto_spill_passes, "FLUSH_ROWS", 300)
     _spilled_equals_in_memory(kineto_file(relative), tmp_path, 2000)
 
 
@@ -96,7 +96,7 @@ def test_nesting_across_batch_boundaries_is_exact(tmp_path: Path, monkeypatch: p
     events.reverse()  # file order is not time order
     path = tmp_path / "nested.json"
     path.write_text(json.dumps({"traceEvents": events, "distributedInfo": {"rank": 0}}))
-    monkeypatch.setattr(kineto_spill, "BATCH_ROWS", 7)
+    monkeypatch.setattr(kineto_spill_passes, "BATCH_ROWS", 7)
     whole = read_kineto(path)
     assert max(whole.slices.column("depth").to_pylist()) >= 3  # the case is really nested
     _spilled_equals_in_memory(path, tmp_path / "spill", 10**9)
@@ -147,7 +147,7 @@ def test_work_of_an_unknown_device_is_found_and_warned_about_alike(
             event["cat"] = "mtia_ccp_events"
     path = tmp_path / "relabelled.json"
     path.write_text(json.dumps(doc))
-    monkeypatch.setattr(kineto_spill, "BATCH_ROWS", 500)
+    monkeypatch.setattr(kineto_spill_passes, "BATCH_ROWS", 500)
     whole = read_kineto(path)
     assert any("'mtia_ccp_events'" in w for w in whole.meta.warnings)
     _spilled_equals_in_memory(path, tmp_path / "spill", 3000)
