@@ -67,6 +67,7 @@ def test_rows_split_over_many_small_batches_give_the_same_chunks(
     """Depth, launches and comm picks carried across batch boundaries (a 10 GB trace's case)."""
     monkeypatch.setattr(kineto_spill_passes, "BATCH_ROWS", 97)
     monkeypatch.setattr(kineto_spill_passes, "FLUSH_ROWS", 300)
+    monkeypatch.setattr(kineto_spill_passes, "ROW_GROUP_ROWS", 250)
     _spilled_equals_in_memory(kineto_file(relative), tmp_path, 2000)
 
 

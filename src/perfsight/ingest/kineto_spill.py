@@ -37,7 +37,6 @@ from typing import TypeVar
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from perfsight import columns
 from perfsight.heap import prefer_returning_pool, return_freed_memory
@@ -45,6 +44,7 @@ from perfsight.ingest import assemble, kineto, kineto_devices
 from perfsight.ingest.kineto_spill_passes import (
     ROW,
     Facts,
+    Spill,
     derive,
     duckdb_passes,
     is_pair,
@@ -178,7 +178,7 @@ class _SpillParts(kineto._Parts):
     def __init__(self, folder: Path) -> None:
         super().__init__()
         self.folder = folder
-        self.writers: dict[str, pq.ParquetWriter] = {}
+        self.spill = Spill(folder)
         self.categories: dict[str, int] = {}
         """Every category, numbered in order of first appearance (the order ``_concat`` unifies
         the batches' dictionaries in, so codes equal the in-memory reader's)."""
@@ -197,13 +197,10 @@ class _SpillParts(kineto._Parts):
             tables.clear()
 
     def write(self, name: str, table: pa.Table) -> None:
-        if name not in self.writers:
-            self.writers[name] = pq.ParquetWriter(self.folder / f"{name}.parquet", table.schema)
-        self.writers[name].write_table(table)
+        self.spill.write(name, table)
 
     def close(self) -> None:
-        for writer in self.writers.values():
-            writer.close()
+        self.spill.close()
 
     def _slices(self, table: pa.Table) -> None:
         codes = self._category_codes(table.column("cat"))

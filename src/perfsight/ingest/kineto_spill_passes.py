@@ -35,8 +35,45 @@ FLUSH_ROWS = 1 << 18
 DUCKDB_MEMORY = "256MB"
 """DuckDB's memory limit for the launch join and the per-track sort; past it, it spills."""
 
+ROW_GROUP_ROWS = 1 << 17
+"""Rows per row group of the spill files.  Why not one per batch: a Parquet file's metadata
+(one entry per row group and column) is held in memory while it is written or read, and with a
+row group per scanned batch it grew by ~50 MB per GB of trace."""
+
 ROW = "slice_row"
 """The column holding a slice's row in the whole trace (the order ``read_kineto`` gives)."""
+
+
+class Spill:
+    """Spill files by name under ``folder``, each written in row groups of ``ROW_GROUP_ROWS``
+    rows, without statistics (nothing reads them), so that their metadata stays small."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.writers: dict[str, pq.ParquetWriter] = {}
+        self.pending: dict[str, list[pa.Table]] = {}
+
+    def write(self, name: str, table: pa.Table) -> None:
+        if name not in self.writers:
+            self.writers[name] = pq.ParquetWriter(
+                self.folder / f"{name}.parquet", table.schema, write_statistics=False
+            )
+            self.pending[name] = []
+        self.pending[name].append(table)
+        if sum(t.num_rows for t in self.pending[name]) >= ROW_GROUP_ROWS:
+            self._flush(name)
+
+    def close(self) -> None:
+        for name, writer in self.writers.items():
+            self._flush(name)
+            writer.close()
+        self.writers.clear()
+
+    def _flush(self, name: str) -> None:
+        if self.pending[name]:
+            table = pa.concat_tables(self.pending[name], promote_options="permissive")
+            self.writers[name].write_table(table, row_group_size=max(table.num_rows, 1))
+        self.pending[name] = []
 
 
 @dataclasses.dataclass
@@ -105,13 +142,9 @@ def derive(folder: Path, facts: Facts, total: int) -> bool:
     """Pass 2: each row's derived columns (``rows.parquet``) and the launch sides; returns whether
     any host communication row carries collective metadata (``kineto._comm``'s switch)."""
     comm_args = Cursor(folder / "comm_args.parquet", "row")
-    writers: dict[str, pq.ParquetWriter] = {}
+    spill = Spill(folder)
+    write = spill.write
     any_meta = False
-
-    def write(name: str, table: pa.Table) -> None:
-        if name not in writers:
-            writers[name] = pq.ParquetWriter(folder / f"{name}.parquet", table.schema)
-        writers[name].write_table(table)
 
     try:
         for table in batches(folder / "slices.parquet"):
@@ -166,8 +199,7 @@ def derive(folder: Path, facts: Facts, total: int) -> bool:
             )
             write("device", pa.table({"corr": correlation[device], ROW: rows[device]}))
     finally:
-        for writer in writers.values():
-            writer.close()
+        spill.close()
     (folder / "slices.parquet").unlink(missing_ok=True)
     (folder / "comm_args.parquet").unlink(missing_ok=True)
     return any_meta
@@ -226,13 +258,13 @@ def sweep(folder: Path) -> None:
     zero-length one closes at that start).  Writes ``depth.parquet`` in row order."""
     import duckdb
 
-    writer: pq.ParquetWriter | None = None
+    spill = Spill(folder)
     carry: dict[str, np.ndarray] | None = None
     held: pa.Table | None = None
     unsorted = folder / "depth_unsorted.parquet"
 
     def process(block: pa.Table) -> None:
-        nonlocal carry, writer
+        nonlocal carry
         part = {name: block.column(name).to_numpy() for name in (ROW, "track", "start_ns", "dur_ns")}
         part["fallback"] = columns.numpy(block.column("fallback"), null=False)
         both = part if carry is None else {k: np.concatenate([carry[k], part[k]]) for k in part}
@@ -243,9 +275,7 @@ def sweep(folder: Path) -> None:
         depth = assemble.nesting_depth(track, start, dur)
         outer = outermost(track, start, end, both["fallback"])
         out = pa.table({ROW: part[ROW], "depth": depth[skip:], "outer": outer[skip:]})
-        if writer is None:
-            writer = pq.ParquetWriter(unsorted, out.schema)
-        writer.write_table(out)
+        spill.write(unsorted.stem, out)
         last_track, last_start = track[-1], start[-1]
         keep = (track == last_track) & (end > last_start)
         carry = {k: v[keep] for k, v in both.items()}
@@ -261,8 +291,7 @@ def sweep(folder: Path) -> None:
         held = block.slice(cut)
     if held is not None and held.num_rows:
         process(held)
-    if writer is not None:
-        writer.close()
+    spill.close()
     (folder / "by_track.parquet").unlink(missing_ok=True)
     con = duckdb.connect()
     try:
@@ -340,7 +369,7 @@ def route(
         nonlocal held
         for number, tables in buffered.items():
             target = folder / f"chunk-{number:06d}-{len(files[number]):06d}.parquet"
-            pq.write_table(pa.concat_tables(tables), target)
+            pq.write_table(pa.concat_tables(tables), target, write_statistics=False)
             files[number].append(target)
         buffered.clear()
         held = 0
@@ -388,6 +417,8 @@ def route_memory(folder: Path, bounds: list[int], count: int) -> list[list[Path]
         chunk = np.searchsorted(edges, table.column("ts_ns").to_numpy(), side="right")
         for number in np.unique(chunk).tolist():
             target = folder / f"memory-{number:06d}-{i:06d}.parquet"
-            pq.write_table(table.take(pa.array(np.flatnonzero(chunk == number))), target)
+            pq.write_table(
+                table.take(pa.array(np.flatnonzero(chunk == number))), target, write_statistics=False
+            )
             files[number].append(target)
     return files
