@@ -166,3 +166,25 @@ def test_a_trace_without_complete_events_gives_its_memory_rows(tmp_path: Path) -
     whole = read_kineto(path)
     assert whole.slices.num_rows == 0 and whole.memory.num_rows == 5
     _spilled_equals_in_memory(path, tmp_path / "spill", 10)
+
+
+def test_bad_times_are_dropped_or_zeroed_and_warned_about_alike(tmp_path: Path) -> None:
+    events = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#4",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 100,
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "no ts", "pid": 1, "tid": 1, "ts": "soon", "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "negative dur", "pid": 1, "tid": 1, "ts": 10, "dur": -3},
+        {"ph": "X", "cat": "cpu_op", "name": "fine", "pid": 1, "tid": 1, "ts": 20, "dur": 5},
+    ]
+    path = tmp_path / "bad_times.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    whole = read_kineto(path)
+    assert any('"ts"' in w for w in whole.meta.warnings) and any('"dur"' in w for w in whole.meta.warnings)
+    _spilled_equals_in_memory(path, tmp_path / "spill", 1)

@@ -8,11 +8,11 @@ under a spill directory.
 
 The passes (each streams its input batch by batch):
 
-1. the file's events, cut by ``kineto._Parts.add`` as the in-memory reader cuts them, are
+1. the file's events, cut by ``kineto.Parts.add`` as the in-memory reader cuts them, are
    written to Parquet; kept in memory are only small facts: the category dictionary, the
    distinct (pid, tid, device, stream, category) lanes with their counts, thread and process
    names, the ProfilerStep markers;
-2. each row's kind, device flag, lane, track and host step (the same functions as ``_build``,
+2. each row's kind, device flag, lane, track and host step (the same functions as ``build_trace``,
    applied to one batch: each depends on the row and on the small global facts only);
 3. DuckDB (an external sort and join, under a memory limit, spilling to the spill directory)
    joins launches by correlation id and orders the rows per track by start, where a sweep that
@@ -22,7 +22,7 @@ The passes (each streams its input batch by batch):
 
 Pass 1 and the global facts are here, passes 2 to 4 in :mod:`.kineto_spill_passes`;
 ``SpilledTrace.chunks`` reads the chunk files back one chunk at a time.  Neither module may
-compute a column its own way: every value comes from the function ``_build`` uses.
+compute a column its own way: every value comes from the function ``build_trace`` uses.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ class SpilledTrace:
         trace = Trace(
             slices=slices,
             tracks=self.tracks,
-            memory=kineto._memory(read_all(self.memory_files[number]), rank),
+            memory=kineto.memory_table(read_all(self.memory_files[number]), rank),
             flows=flows,
             steps=self._owned_steps(owned),
             comm=comm,
@@ -158,21 +158,21 @@ class SpilledTrace:
 
     def _empty_chunk(self, number: int, owned: tuple[int, ...]) -> TraceChunk:
         """The chunk of a trace without complete events (every step holds at least its marker):
-        its memory rows built by ``_build`` itself."""
-        parts = kineto._Parts()
+        its memory rows built by ``build_trace`` itself."""
+        parts = kineto.Parts()
         memory = read_all(self.memory_files[number])
         if memory is not None:
             parts.memory.append(memory)
         meta = dataclasses.replace(self.meta, warnings=[])
-        trace = kineto._build(parts, meta, truncated=False)
+        trace = kineto.build_trace(parts, meta, truncated=False)
         trace = dataclasses.replace(
             trace, meta=self.meta, tracks=self.tracks, steps=self._owned_steps(owned), vendor=self.vendor
         )
         return TraceChunk(trace, np.zeros(0, np.int64), owned, number, len(self.chunk_steps))
 
 
-class _SpillParts(kineto._Parts):
-    """``kineto._Parts`` whose slices, collective metadata and memory events go to Parquet as soon
+class _SpillParts(kineto.Parts):
+    """``kineto.Parts`` whose slices, collective metadata and memory events go to Parquet as soon
     as a batch is cut; what stays in memory does not grow with the trace."""
 
     def __init__(self, folder: Path) -> None:
@@ -180,7 +180,7 @@ class _SpillParts(kineto._Parts):
         self.folder = folder
         self.spill = Spill(folder)
         self.categories: dict[str, int] = {}
-        """Every category, numbered in order of first appearance (the order ``_concat`` unifies
+        """Every category, numbered in order of first appearance (the order ``concat_parts`` unifies
         the batches' dictionaries in, so codes equal the in-memory reader's)."""
         self.lanes: list[pa.Table] = []
         self.markers: list[pa.Table] = []
@@ -223,9 +223,9 @@ class _SpillParts(kineto._Parts):
             self.lanes = [_merge_lanes(self.lanes)]
         # the step markers: kinds without the unknown-device rows are exact here, since those
         # rows are of unknown categories (kind OTHER) and a marker is a host annotation
-        cat_values = pc.utf8_lower(kineto._dictionary_values(table.column("cat")))
-        is_device = kineto._by_dictionary(table.column("cat"), kineto._category_facts(cat_values)[0])
-        kind = kineto._kinds(table.column("cat"), cat_values, table.column("name"), is_device)
+        cat_values = pc.utf8_lower(kineto.dictionary_values(table.column("cat")))
+        is_device = kineto.by_dictionary(table.column("cat"), kineto.category_facts(cat_values)[0])
+        kind = kineto.slice_kinds(table.column("cat"), cat_values, table.column("name"), is_device)
         marks = assemble.step_markers(kind, is_device)
         if len(marks):
             self.markers.append(
@@ -294,16 +294,16 @@ def _between_passes(result: _T) -> _T:
 
 
 def _global_facts(parts: _SpillParts, meta: RunMetadata) -> tuple[Facts, pa.Table]:
-    """Categories, unknown-device work, tracks and steps, with ``_build``'s warnings in its order."""
+    """Categories, unknown-device work, tracks and steps, with ``build_trace``'s warnings in its order."""
     rank = meta.rank
     values = pc.utf8_lower(pa.array(list(parts.categories), pa.string()))
-    device_category, known_category = kineto._category_facts(values)
+    device_category, known_category = kineto.category_facts(values)
     lanes = _merge_lanes(parts.lanes) if parts.lanes else None
-    labels = kineto_devices.process_labels(kineto._concat(parts.process_labels))
+    labels = kineto_devices.process_labels(kineto.concat_parts(parts.process_labels))
     device_pairs = np.zeros((2, 0), np.int64)
     lane_keys: dict[tuple[int, int, int], int] = {}
     if lanes is not None:
-        pid = kineto._ints(lanes.column("pid"))
+        pid = kineto.int_column(lanes.column("pid"))
         code = lanes.column("code").to_numpy()
         count = lanes.column("count_all").to_numpy()
         pair_keys = (
@@ -315,13 +315,17 @@ def _global_facts(parts: _SpillParts, meta: RunMetadata) -> tuple[Facts, pa.Tabl
         pairs = np.stack([pair_keys.column("pid").to_numpy(), pair_keys.column("code").to_numpy()])
         pair_is_device, notes = kineto_devices.device_pairs(
             pairs, pair_keys.column("n_sum").to_numpy(), values.to_pylist(), known_category, labels,
-            kineto._source(meta), kineto._device_names(meta),
+            kineto.source_name(meta), kineto.device_names_of(meta),
         )  # fmt: skip
         meta.warnings.extend(notes)
         device_pairs = pairs[:, pair_is_device]
         is_device = device_category[code] | is_pair(pid, code, device_pairs)
-        lane_pid, lane_tid = kineto._device_lanes(
-            pid, kineto._ints(lanes.column("tid")), is_device, lanes.column("device"), lanes.column("stream")
+        lane_pid, lane_tid = kineto.device_lanes(
+            pid,
+            kineto.int_column(lanes.column("tid")),
+            is_device,
+            lanes.column("device"),
+            lanes.column("stream"),
         )
         ordered, _ = assemble.lanes(lane_pid, lane_tid, is_device)
         lane_keys = {tuple(lane): i for i, lane in enumerate(ordered.tolist())}
@@ -329,7 +333,9 @@ def _global_facts(parts: _SpillParts, meta: RunMetadata) -> tuple[Facts, pa.Tabl
         ordered = np.zeros((0, 3), np.int64)
     if not assemble.is_rank(rank):
         raise ValueError(f"rank {rank!r} is outside 0..{assemble.MAX_RANK}")
-    tracks = assemble.track_table(rank, ordered, kineto._track_names(kineto._concat(parts.thread_names)))
+    tracks = assemble.track_table(
+        rank, ordered, kineto.thread_track_names(kineto.concat_parts(parts.thread_names))
+    )
     markers = pa.concat_tables(parts.markers) if parts.markers else None
     steps, inferred = assemble.marker_steps(
         rank,
@@ -339,5 +345,5 @@ def _global_facts(parts: _SpillParts, meta: RunMetadata) -> tuple[Facts, pa.Tabl
         parts.span,
     )
     if inferred:
-        meta.warnings.append(kineto._no_markers_warning(meta))
+        meta.warnings.append(kineto.no_markers_warning(meta))
     return Facts(rank, values, device_pairs, lane_keys, steps), tracks

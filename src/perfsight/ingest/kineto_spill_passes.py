@@ -5,7 +5,7 @@ writes the next; rows keep the whole trace's order (their ``slice_row``), so tha
 side file sorted by row (launches, depth) by merging, never by holding it.  DuckDB does the two
 operations that need another order (the launch join by correlation id, the per-track sort),
 under a memory limit, spilling to the folder.  Every column is computed by the function the
-in-memory reader (``kineto._build``) uses, applied to a batch; this module only moves rows.
+in-memory reader (``kineto.build_trace``) uses, applied to a batch; this module only moves rows.
 """
 
 from __future__ import annotations
@@ -158,15 +158,15 @@ def derive(folder: Path, facts: Facts, total: int) -> bool:
         for table in batches(folder / "slices.parquet"):
             rows = table.column(ROW).to_numpy()
             cat = table.column("cat")
-            cat_values = pc.utf8_lower(kineto._dictionary_values(cat))
-            device_category, _ = kineto._category_facts(cat_values)
-            pid = kineto._ints(table.column("pid"))
+            cat_values = pc.utf8_lower(kineto.dictionary_values(cat))
+            device_category, _ = kineto.category_facts(cat_values)
+            pid = kineto.int_column(table.column("pid"))
             unknown = is_pair(pid, table.column("code").to_numpy(), facts.device_pairs)
-            is_device = kineto._by_dictionary(cat, device_category) | unknown
-            kind = kineto._kinds(cat, cat_values, table.column("name"), is_device, unknown)
-            pid, tid = kineto._device_lanes(
+            is_device = kineto.by_dictionary(cat, device_category) | unknown
+            kind = kineto.slice_kinds(cat, cat_values, table.column("name"), is_device, unknown)
+            pid, tid = kineto.device_lanes(
                 pid,
-                kineto._ints(table.column("tid")),
+                kineto.int_column(table.column("tid")),
                 is_device,
                 table.column("device"),
                 table.column("stream"),
@@ -174,7 +174,7 @@ def derive(folder: Path, facts: Facts, total: int) -> bool:
             batch_lanes, lane = assemble.lanes(pid, tid, is_device)
             track = np.array([facts.track_of_lane[tuple(x)] for x in batch_lanes.tolist()], np.int32)[lane]
             start = table.column("start_ns").to_numpy()
-            correlation = kineto._ints(table.column("correlation"))
+            correlation = kineto.int_column(table.column("correlation"))
             args = _aligned_comm_args(comm_args.until(int(rows[-1]) + 1), rows)
             has_meta = columns.numpy(args.column("has_meta"), null=False)
             device_comm, host_comm, fallback = kineto.comm_candidates(kind, is_device, table.column("name"))
@@ -191,7 +191,7 @@ def derive(folder: Path, facts: Facts, total: int) -> bool:
                 "start_ns": start,
                 "dur_ns": table.column("dur_ns").to_numpy(),
                 "correlation": correlation,
-                "external_id": kineto._external_ids(table),
+                "external_id": kineto.external_ids(table),
                 "step": assemble.step_of(start, facts.steps),
                 **{key: table.column(key) for key in kineto.SLICE_ARG_COLUMNS.values()},
                 **{name: args.column(name) for name in args.column_names},
@@ -346,7 +346,7 @@ def plan(
         step, _, _ = _final_steps(table, launches.until(int(rows[-1]) + 1), steps)
         start = table.column("start_ns").to_numpy()
         is_device = columns.numpy(table.column("is_device"), null=False)
-        on_device = kineto._on_device(is_device, table.column("kind").to_numpy())
+        on_device = kineto.device_work(is_device, table.column("kind").to_numpy())
         low, high = assemble.device_window_bounds(
             steps, step, on_device, start, start + table.column("dur_ns").to_numpy()
         )
