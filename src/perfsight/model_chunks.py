@@ -57,12 +57,19 @@ class TraceChunk:
 
 def slice_steps(trace: Trace) -> np.ndarray:
     """The step each slice is counted in for chunking: its own, or the step window it follows."""
-    step = trace.slices.column("step").to_numpy().astype(np.int32, copy=True)
+    return steps_by_window(
+        trace.slices.column("step").to_numpy(), trace.slices.column("start_ns").to_numpy(), trace.steps
+    )
+
+
+def steps_by_window(step: np.ndarray, start: np.ndarray, steps: pa.Table) -> np.ndarray:
+    """``slice_steps`` of some slices (their ``step`` and ``start_ns``): readers that hold a part
+    of the slices at a time (the spilled reader) call it per part."""
+    step = step.astype(np.int32, copy=True)
     outside = np.flatnonzero(step == NO_ID)
-    if len(outside) and trace.steps.num_rows:
-        starts, numbers = _step_starts(trace)
-        start = trace.slices.column("start_ns").to_numpy()[outside]
-        pos = np.maximum(np.searchsorted(starts, start, side="right") - 1, 0)
+    if len(outside) and steps.num_rows:
+        starts, numbers = _step_starts(steps)
+        pos = np.maximum(np.searchsorted(starts, start[outside], side="right") - 1, 0)
         step[outside] = numbers[pos]
     return step
 
@@ -74,13 +81,28 @@ def chunk_numbers(trace: Trace, max_slices: int) -> tuple[np.ndarray, list[tuple
     step = slice_steps(trace)
     if not trace.steps.num_rows:
         return np.zeros(len(step), np.int32), [()]
-    starts, numbers = _step_starts(trace)
-    slot = np.searchsorted(np.sort(numbers), step)
-    slot = np.minimum(slot, len(numbers) - 1)
-    by_number = np.argsort(numbers)
-    known = np.sort(numbers)[slot] == step
-    per_slot = np.zeros(len(numbers), np.int64)  # slices per step, in window order
-    np.add.at(per_slot, by_number[slot[known]], 1)
+    step_chunk, chunks = group_steps(trace.steps, step_counts(trace.steps, step), max_slices)
+    chunk = chunk_of_steps(trace.steps, step_chunk, step)
+    chunk = _launches_follow_launcher(trace, chunk)
+    return chunk, chunks
+
+
+def step_counts(steps: pa.Table, step: np.ndarray) -> np.ndarray:
+    """Slices per step (``steps_by_window`` values), in window order; steps the table lacks are
+    not counted.  Counts of parts add up."""
+    _, numbers = _step_starts(steps)
+    slot, known = _slots(numbers, step)
+    per_slot = np.zeros(len(numbers), np.int64)
+    np.add.at(per_slot, np.argsort(numbers)[slot[known]], 1)
+    return per_slot
+
+
+def group_steps(
+    steps: pa.Table, per_slot: np.ndarray, max_slices: int
+) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """Consecutive steps (window order) into chunks of at most ``max_slices`` slices (at least one
+    step each): each step's chunk (window order) and each chunk's step numbers."""
+    _, numbers = _step_starts(steps)
     step_chunk = np.zeros(len(numbers), np.int32)
     chunks: list[list[int]] = [[]]
     filled = 0
@@ -91,16 +113,29 @@ def chunk_numbers(trace: Trace, max_slices: int) -> tuple[np.ndarray, list[tuple
         chunks[-1].append(int(n))
         filled += int(per_slot[i])
         step_chunk[i] = len(chunks) - 1
-    chunk = np.zeros(len(step), np.int32)  # a step the table lacks: the first chunk
-    chunk[known] = step_chunk[by_number[slot[known]]]
-    chunk = _launches_follow_launcher(trace, chunk)
-    return chunk, [tuple(c) for c in chunks]
+    return step_chunk, [tuple(c) for c in chunks]
+
+
+def chunk_of_steps(steps: pa.Table, step_chunk: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Each slice's chunk from its ``steps_by_window`` step (a step the table lacks: the first)."""
+    _, numbers = _step_starts(steps)
+    slot, known = _slots(numbers, step)
+    chunk = np.zeros(len(step), np.int32)
+    chunk[known] = step_chunk[np.argsort(numbers)[slot[known]]]
+    return chunk
+
+
+def _slots(numbers: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each step value's position among the sorted step numbers, and whether it is one of them."""
+    ordered = np.sort(numbers)
+    slot = np.minimum(np.searchsorted(ordered, step), len(numbers) - 1)
+    return slot, ordered[slot] == step
 
 
 def split_by_steps(trace: Trace, max_slices: int) -> Iterator[TraceChunk]:
     """``trace`` as chunks of whole steps of at most ``max_slices`` slices each (one step may exceed it)."""
     chunk, steps_of = chunk_numbers(trace, max_slices)
-    bounds = _chunk_starts(trace, steps_of)
+    bounds = chunk_starts(trace.steps, steps_of)
     comm_chunk = (
         chunk[trace.comm.column("slice").to_numpy()] if trace.comm.num_rows else np.zeros(0, np.int32)
     )
@@ -117,22 +152,30 @@ def split_by_steps(trace: Trace, max_slices: int) -> Iterator[TraceChunk]:
         )
 
 
-def _step_starts(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+def _step_starts(steps: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """Step host-window starts and numbers, in window order."""
-    starts = trace.steps.column("start_ns").to_numpy()
-    numbers = trace.steps.column("step").to_numpy()
+    starts = steps.column("start_ns").to_numpy()
+    numbers = steps.column("step").to_numpy()
     order = np.argsort(starts, kind="stable")
     return starts[order], numbers[order]
 
 
-def _chunk_starts(trace: Trace, steps_of: list[tuple[int, ...]]) -> list[int]:
+def chunk_starts(steps: pa.Table, steps_of: list[tuple[int, ...]]) -> list[int]:
     """The host start of each chunk's first step (the time boundaries of memory and other timed rows)."""
-    if not trace.steps.num_rows:
+    if not steps.num_rows:
         return [0]
-    start_of = dict(
-        zip(trace.steps.column("step").to_pylist(), trace.steps.column("start_ns").to_pylist(), strict=True)
-    )
+    start_of = dict(zip(steps.column("step").to_pylist(), steps.column("start_ns").to_pylist(), strict=True))
     return [int(start_of[owned[0]]) for owned in steps_of]
+
+
+def in_window(times: np.ndarray, low: int | None, high: int | None) -> np.ndarray:
+    """True for times in [low, high) (an open end where None): which chunk a timed row is in."""
+    keep = np.ones(len(times), bool)
+    if low is not None:
+        keep &= times >= low
+    if high is not None:
+        keep &= times < high
+    return keep
 
 
 def _launches_follow_launcher(trace: Trace, chunk: np.ndarray) -> np.ndarray:
@@ -156,15 +199,6 @@ def _local_rows(global_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
     if len(rows):
         found &= rows[local] == global_rows
     return np.where(found, local, NO_ID).astype(np.int64)
-
-
-def _in_window(times: np.ndarray, low: int | None, high: int | None) -> np.ndarray:
-    keep = np.ones(len(times), bool)
-    if low is not None:
-        keep &= times >= low
-    if high is not None:
-        keep &= times < high
-    return keep
 
 
 def _take(
@@ -196,9 +230,9 @@ def _take(
         comm = comm.set_column(
             comm.schema.get_field_index("slice"), comm.schema.field("slice"), pa.array(local, pa.int64())
         )
-    memory = trace.memory.filter(pa.array(_in_window(trace.memory.column("ts_ns").to_numpy(), low, high)))
+    memory = trace.memory.filter(pa.array(in_window(trace.memory.column("ts_ns").to_numpy(), low, high)))
     dataloader = trace.dataloader.filter(
-        pa.array(_in_window(trace.dataloader.column("start_ns").to_numpy(), low, high))
+        pa.array(in_window(trace.dataloader.column("start_ns").to_numpy(), low, high))
     )
     comm_tasks = _tasks(trace, comm_rows, rows, low, high)
     steps = trace.steps.filter(
@@ -224,7 +258,7 @@ def _tasks(
     if not tasks.num_rows:
         return tasks
     op = tasks.column("op").to_numpy()
-    keep = _in_window(tasks.column("start_ns").to_numpy(), low, high)
+    keep = in_window(tasks.column("start_ns").to_numpy(), low, high)
     matched = op != NO_ID
     keep[matched] = np.isin(op[matched], comm_rows)
     tasks = tasks.filter(pa.array(keep))

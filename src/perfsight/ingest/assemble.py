@@ -51,6 +51,14 @@ def assign_tracks(
     ValueError saying so, not numpy's OverflowError, is what a caller that did not check gets."""
     if not is_rank(rank):
         raise ValueError(f"rank {rank!r} is outside 0..{MAX_RANK}")
+    ordered, track = lanes(pid, tid, is_device)
+    return track, track_table(rank, ordered, names)
+
+
+def lanes(pid: np.ndarray, tid: np.ndarray, is_device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (pid, tid, is_device) lanes in track order (host threads first, then device
+    streams, each by pid/tid) as a k x 3 int64 array, and each row's lane number.  A reader that
+    sees its rows in parts numbers the union of the parts' lanes with :func:`track_table`."""
     # factorise each column first: np.unique over rows (axis=0) is ten times slower
     pid_values, pid_code = np.unique(pid, return_inverse=True)
     tid_values, tid_code = np.unique(tid, return_inverse=True)
@@ -69,16 +77,20 @@ def assign_tracks(
         if len(codes)
         else np.zeros((0, 3), np.int64)
     )
-    # host threads first, then device streams, each by pid/tid
     order = np.lexsort((unique[:, 1], unique[:, 0], unique[:, 2]))
     renumber = np.empty(len(order), dtype=np.int32)
     renumber[order] = np.arange(len(order), dtype=np.int32)
-    ordered = unique[order]
+    return unique[order], renumber[inverse] if len(inverse) else np.zeros(0, np.int32)
+
+
+def track_table(rank: int, ordered: np.ndarray, names: dict[tuple[int, int, bool], str]) -> pa.Table:
+    """The track table of lanes already in track order (``lanes``' first result), named from
+    ``names`` (thread names by (pid, tid, is_device)) or ``thread N`` / ``stream N``."""
     labels = []
     for p, t, dev in ordered.tolist():
         default = f"stream {t}" if dev else f"thread {t}"
         labels.append(names.get((p, t, bool(dev)), default))
-    tracks = conform(
+    return conform(
         pa.table(
             {
                 "track": np.arange(len(ordered), dtype=np.int32),
@@ -93,7 +105,6 @@ def assign_tracks(
         ),
         TRACK_SCHEMA,
     )
-    return renumber[inverse] if len(inverse) else np.zeros(0, np.int32), tracks
 
 
 def nesting_depth(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
@@ -135,22 +146,38 @@ def steps_from_markers(
 
     Without markers the whole trace is one inferred step 0.
     """
-    is_step = (kind == kind_code(SliceKind.STEP)) & ~is_device
-    idx = np.flatnonzero(is_step)
-    if len(idx):
+    idx = step_markers(kind, is_device)
+    span = (int(start.min()), int((start + dur).max())) if len(start) else None
+    return marker_steps(rank, pc.take(names, pa.array(idx, pa.int64())), start[idx], dur[idx], span)
+
+
+def step_markers(kind: np.ndarray, is_device: np.ndarray) -> np.ndarray:
+    """The rows that mark a step: host slices of kind STEP."""
+    return np.flatnonzero((kind == kind_code(SliceKind.STEP)) & ~is_device)
+
+
+def marker_steps(
+    rank: int,
+    marker_names: pa.ChunkedArray | pa.Array,
+    marker_start: np.ndarray,
+    marker_dur: np.ndarray,
+    span: tuple[int, int] | None,
+) -> tuple[pa.Table, bool]:
+    """The steps table of the marker rows (in row order); without any, one inferred step 0 over
+    ``span`` (the first start and last end of every slice, None without slices)."""
+    if len(marker_start):
         numbers = np.array(
-            [int(STEP_NAME.match(n).group(1)) for n in pc.take(names, pa.array(idx)).to_pylist()],
+            [int(STEP_NAME.match(n).group(1)) for n in pc.cast(marker_names, pa.string()).to_pylist()],
             dtype=np.int32,
         )
-        order = np.argsort(start[idx], kind="stable")
-        idx, numbers = idx[order], numbers[order]
-        starts, ends = start[idx], start[idx] + dur[idx]
+        order = np.argsort(marker_start, kind="stable")
+        numbers = numbers[order]
+        starts, ends = marker_start[order], marker_start[order] + marker_dur[order]
         inferred = False
     else:
         numbers = np.array([0], dtype=np.int32)
-        if len(start):
-            starts = np.array([start.min()])
-            ends = np.array([(start + dur).max()])
+        if span is not None:
+            starts, ends = np.array([span[0]]), np.array([span[1]])
         else:
             starts = ends = np.array([0])
         inferred = True
@@ -195,12 +222,20 @@ def launch_links(
 
     A device row whose id several runtime calls carry is linked to the first of them.
     """
-    has = correlation != NO_ID
-    runtime = np.flatnonzero(has & ~is_device & (kind == kind_code(SliceKind.RUNTIME)))
-    device = np.flatnonzero(has & is_device)
+    runtime, device = launch_sides(correlation, is_device, kind)
     match = first_match(correlation[runtime], correlation[device])
     found = match >= 0
     return runtime[match[found]], device[found]
+
+
+def launch_sides(
+    correlation: np.ndarray, is_device: np.ndarray, kind: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rows that may launch (host runtime calls with a correlation id) and the rows that may be
+    launched (device rows with one), each in row order."""
+    has = correlation != NO_ID
+    runtime = np.flatnonzero(has & ~is_device & (kind == kind_code(SliceKind.RUNTIME)))
+    return runtime, np.flatnonzero(has & is_device)
 
 
 def device_step(
@@ -223,6 +258,15 @@ def device_windows(
     steps: pa.Table, step: np.ndarray, on_device: np.ndarray, start: np.ndarray, end: np.ndarray
 ) -> pa.Table:
     """Fill device_start_ns/device_end_ns: the first and last device work of each step."""
+    first, last = device_window_bounds(steps, step, on_device, start, end)
+    return with_device_windows(steps, first, last)
+
+
+def device_window_bounds(
+    steps: pa.Table, step: np.ndarray, on_device: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per step row, the first device start and last device end of these slices (int64 max / min
+    where none): bounds of parts combine with ``np.minimum`` / ``np.maximum``."""
     numbers = steps.column("step").to_numpy()
     first = np.full(len(numbers), np.iinfo(np.int64).max, dtype=np.int64)
     last = np.full(len(numbers), np.iinfo(np.int64).min, dtype=np.int64)
@@ -235,6 +279,11 @@ def device_windows(
         target = order[slot[ok]]
         np.minimum.at(first, target, start[rows[ok]])
         np.maximum.at(last, target, end[rows[ok]])
+    return first, last
+
+
+def with_device_windows(steps: pa.Table, first: np.ndarray, last: np.ndarray) -> pa.Table:
+    """``steps`` with the device window columns of :func:`device_window_bounds`' bounds."""
     has = first <= last
     steps = steps.set_column(
         steps.schema.get_field_index("device_start_ns"),

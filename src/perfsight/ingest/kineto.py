@@ -104,13 +104,27 @@ def read_kineto(path: str | Path, rank: int | None = None) -> Trace:
     """
     path = Path(path)
     prefer_returning_pool()
+    parts = Parts()
+    meta, truncated = read_into(path, parts, rank)
+    trace = build_trace(parts, meta, truncated=truncated)
+    del parts
+    return_freed_memory()
+    for message in trace.meta.warnings:
+        log.warning(message)
+    return trace
+
+
+def read_into(path: Path, parts: Parts, rank: int | None) -> tuple[RunMetadata, bool]:
+    """Stream ``path``'s events batch by batch into ``parts`` (``Parts.add``); return the run's
+    metadata with the warnings about the file itself (damage, bad values, rank) and whether the
+    file was cut short.  The one place where damage is judged, for the in-memory reader and the
+    spilled one (:mod:`perfsight.ingest.kineto_spill`, whose ``parts`` writes each batch to disk)."""
     try:
         results, report = read_events(path)
     except NotATraceError as exc:
         raise TraceReadError(f"{path}: not a Chrome/Kineto trace: {exc}") from None
     except OSError as exc:
         raise TraceReadError(f"{path}: cannot open: {exc.strerror or exc}") from None
-    parts = _Parts()
     warnings: list[str] = []
     damage: list[str] = []
     try:
@@ -136,20 +150,14 @@ def read_kineto(path: str | Path, rank: int | None = None) -> Trace:
     if (report.truncated or damaged) and parts.events == 0:
         raise TraceReadError(f"{path}: {'; '.join(damage)}: nothing before the damage is a complete event")
     warnings.extend(f"{path}: {line}" for line in parts.value_warnings(report.replaced))
-    meta = _metadata(path, report.header, rank, warnings)
-    trace = _build(parts, meta, truncated=report.truncated or damaged)
-    del parts
-    return_freed_memory()
-    for message in trace.meta.warnings:
-        log.warning(message)
-    return trace
+    return _metadata(path, report.header, rank, warnings), report.truncated or damaged
 
 
 _SLICE_ARGS = (
     "External id", "external id", "correlation", "device", "stream", "Input Dims", "Input type",
     "grid", "block", "est. achieved occupancy %", "bytes",
 )  # fmt: skip
-_COMM_ARGS = (
+COMM_ARGS = (
     "Collective name", "In msg nelems", "Out msg nelems", "dtype", "Process Group Name",
     "Process Group Ranks", "Process Group ID", "Seq", "Src Rank", "Dst Rank",
 )  # fmt: skip
@@ -162,7 +170,7 @@ _MEMORY_ARGS = (
     "Device Type",
     "Device Id",
 )
-_ARG_COLUMNS = tuple(f"args.{key}" for key in _SLICE_ARGS + _COMM_ARGS)
+_ARG_COLUMNS = tuple(f"args.{key}" for key in _SLICE_ARGS + COMM_ARGS)
 
 
 TIME_LIMIT_NS = 1 << 62
@@ -177,7 +185,7 @@ def _usable_time(column: pa.ChunkedArray, low: int) -> pa.ChunkedArray:
 
 
 @dataclasses.dataclass
-class _Parts:
+class Parts:
     """Each parsed batch, cut at once into the few columns we keep, so that the wide raw
     table of one batch is the largest transient and memory stays bounded on huge files.
 
@@ -249,7 +257,7 @@ class _Parts:
             }
             columns.update({key: x.column(f"args.{key}") for key in _SLICE_ARGS})
             self.complete.append(pa.table(columns))
-            comm = pa.table({key: x.column(f"args.{key}") for key in _COMM_ARGS})
+            comm = pa.table({key: x.column(f"args.{key}") for key in COMM_ARGS})
             has = pc.or_(
                 pc.is_valid(comm.column("Collective name")), pc.is_valid(comm.column("In msg nelems"))
             )
@@ -288,7 +296,7 @@ peaked at twice its tables (960 MB, 650 MB with it).  Below this size, trimming 
 than the memory it returns (a cluster worker reads a thousand 2 MB traces)."""
 
 
-def _concat(tables: list[pa.Table]) -> pa.Table | None:
+def concat_parts(tables: list[pa.Table]) -> pa.Table | None:
     """One contiguous table from the per-batch parts, emptying ``tables`` as it goes.
 
     Column by column, so that each part's buffers are released as soon as their column
@@ -319,12 +327,12 @@ def _bools(array: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return columns.numpy(array, null=False)
 
 
-def _by_dictionary(column: pa.ChunkedArray, per_value: np.ndarray) -> np.ndarray:
+def by_dictionary(column: pa.ChunkedArray, per_value: np.ndarray) -> np.ndarray:
     """Spread a per-dictionary-value result over the rows (work scales with unique names)."""
     return per_value[columns.int64(column)]
 
 
-def _dictionary_values(column: pa.ChunkedArray) -> pa.Array:
+def dictionary_values(column: pa.ChunkedArray) -> pa.Array:
     return columns.combined(column).dictionary
 
 
@@ -384,13 +392,13 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _ints(array: pa.ChunkedArray | pa.Array, default: int = NO_ID) -> np.ndarray:
+def int_column(array: pa.ChunkedArray | pa.Array, default: int = NO_ID) -> np.ndarray:
     return columns.int64(array, null=default)
 
 
-def _build(parts: _Parts, meta: RunMetadata, truncated: bool) -> Trace:
+def build_trace(parts: Parts, meta: RunMetadata, truncated: bool) -> Trace:
     rank = meta.rank
-    complete = _concat(parts.complete)
+    complete = concat_parts(parts.complete)
     if complete is None:
         complete = pa.table(
             {
@@ -403,77 +411,134 @@ def _build(parts: _Parts, meta: RunMetadata, truncated: bool) -> Trace:
                 **{key: pa.nulls(0, ARG_FIELDS[key]) for key in _SLICE_ARGS},
             }
         )
-    memory = _memory(_concat(parts.memory), rank)
-    track_names = _track_names(_concat(parts.thread_names))
+    memory = memory_table(concat_parts(parts.memory), rank)
+    track_names = thread_track_names(concat_parts(parts.thread_names))
 
-    cat_values = pc.utf8_lower(_dictionary_values(complete.column("cat")))
-    is_device = _by_dictionary(
-        complete.column("cat"), _bools(pc.is_in(cat_values, pa.array(_DEVICE_CATEGORIES)))
-    )
-    pid = _ints(complete.column("pid"))
+    cat_values = pc.utf8_lower(dictionary_values(complete.column("cat")))
+    device_category, known_category = category_facts(cat_values)
+    is_device = by_dictionary(complete.column("cat"), device_category)
+    pid = int_column(complete.column("pid"))
     unknown_device, notes = kineto_devices.unknown_device_work(
         pid,
         kineto_devices.category_codes(complete.column("cat")),
         cat_values.to_pylist(),
-        _bools(pc.is_in(cat_values, pa.array(list(_CATEGORY_KIND)))),
-        kineto_devices.process_labels(_concat(parts.process_labels)),
-        meta.sources[0] if meta.sources else "trace",
-        {d.index: d.name for d in meta.devices},
+        known_category,
+        kineto_devices.process_labels(concat_parts(parts.process_labels)),
+        source_name(meta),
+        device_names_of(meta),
     )
     is_device |= unknown_device
-    kind = _kinds(complete.column("cat"), cat_values, complete.column("name"), is_device, unknown_device)
+    kind = slice_kinds(complete.column("cat"), cat_values, complete.column("name"), is_device, unknown_device)
     start = complete.column("start_ns").to_numpy()
     dur = complete.column("dur_ns").to_numpy()
     meta.warnings.extend(notes)
-    tid = _ints(complete.column("tid"))
-    dev_col = _ints(complete.column("device"))
-    stream_col = _ints(complete.column("stream"))
-    # device rows live on (device, stream); Kineto already writes them as pid/tid
-    pid = np.where(is_device & (dev_col != NO_ID), dev_col, pid)
-    tid = np.where(is_device & (stream_col != NO_ID), stream_col, tid)
+    pid, tid = device_lanes(
+        pid,
+        int_column(complete.column("tid")),
+        is_device,
+        complete.column("device"),
+        complete.column("stream"),
+    )
     track, tracks = assemble.assign_tracks(rank, pid, tid, is_device, track_names)
     depth = assemble.nesting_depth(track.astype(np.int64), start, dur)
 
-    external = _ints(pc.coalesce(complete.column("External id"), complete.column("external id")))
-    correlation = _ints(complete.column("correlation"))
+    external = external_ids(complete)
+    correlation = int_column(complete.column("correlation"))
     names = complete.column("name")
 
     steps, inferred = assemble.steps_from_markers(rank, names, kind, is_device, start, dur)
     if inferred:
-        meta.warnings.append(
-            f"{meta.sources[0]}: no ProfilerStep markers; the whole trace is one step (step 0)"
-        )
+        meta.warnings.append(no_markers_warning(meta))
     step = assemble.step_of(start, steps)
     src, dst = assemble.launch_links(correlation, is_device, kind)
     step = assemble.device_step(step, is_device, src, dst, start, steps)
-    on_device = is_device & (kind != kind_code(SliceKind.DEVICE_ANNOTATION))
-    steps = assemble.device_windows(steps, step, on_device, start, start + dur)
-    if truncated and steps.num_rows:
-        complete_flags = np.ones(steps.num_rows, bool)
-        complete_flags[-1] = False
-        steps = steps.set_column(
-            steps.schema.get_field_index("complete"), "complete", pa.array(complete_flags)
-        )
+    steps = assemble.device_windows(steps, step, device_work(is_device, kind), start, start + dur)
+    if truncated:
+        steps = last_step_incomplete(steps)
 
     slices = assemble.slice_table(
         rank, kind, complete.column("cat"), names, is_device, pid, tid, track, start, dur, step, correlation,
         external_id=external,
         depth=depth,
-        args={
-            "input_dims": complete.column("Input Dims"),
-            "input_types": complete.column("Input type"),
-            "grid": complete.column("grid"),
-            "block": complete.column("block"),
-            "occupancy_pct": complete.column("est. achieved occupancy %"),
-            "bytes": complete.column("bytes"),
-        },
+        args=slice_args(complete),
     )  # fmt: skip
     flows = assemble.flows_table(rank, src, dst, "launch")
-    comm = _comm(slices, _concat(parts.comm_args), kind, is_device, start, dur, step, rank)
+    comm = _comm(slices, concat_parts(parts.comm_args), kind, is_device, start, dur, step, rank)
     return Trace(slices=slices, tracks=tracks, memory=memory, flows=flows, steps=steps, comm=comm, meta=meta)
 
 
-def _kinds(
+def source_name(meta: RunMetadata) -> str:
+    return meta.sources[0] if meta.sources else "trace"
+
+
+def device_names_of(meta: RunMetadata) -> dict[int, str]:
+    return {d.index: d.name for d in meta.devices}
+
+
+def no_markers_warning(meta: RunMetadata) -> str:
+    return f"{meta.sources[0]}: no ProfilerStep markers; the whole trace is one step (step 0)"
+
+
+def category_facts(cat_values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Per lower-cased category value: is it device work by name, and does perfsight know it."""
+    return (
+        _bools(pc.is_in(cat_values, pa.array(_DEVICE_CATEGORIES))),
+        _bools(pc.is_in(cat_values, pa.array(list(_CATEGORY_KIND)))),
+    )
+
+
+def device_lanes(
+    pid: np.ndarray,
+    tid: np.ndarray,
+    is_device: np.ndarray,
+    device: pa.ChunkedArray | pa.Array,
+    stream: pa.ChunkedArray | pa.Array,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's (pid, tid) lane: device rows live on (device, stream) when the event says
+    them (Kineto already writes them as pid/tid)."""
+    dev_col = int_column(device)
+    stream_col = int_column(stream)
+    return (
+        np.where(is_device & (dev_col != NO_ID), dev_col, pid),
+        np.where(is_device & (stream_col != NO_ID), stream_col, tid),
+    )
+
+
+def external_ids(complete: pa.Table) -> np.ndarray:
+    return int_column(pc.coalesce(complete.column("External id"), complete.column("external id")))
+
+
+def device_work(is_device: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """Rows that are device work (what a step's device window spans): not device annotations."""
+    return is_device & (kind != kind_code(SliceKind.DEVICE_ANNOTATION))
+
+
+def last_step_incomplete(steps: pa.Table) -> pa.Table:
+    """A cut trace's last step may lack its end: marked ``complete`` False."""
+    if not steps.num_rows:
+        return steps
+    complete_flags = np.ones(steps.num_rows, bool)
+    complete_flags[-1] = False
+    return steps.set_column(steps.schema.get_field_index("complete"), "complete", pa.array(complete_flags))
+
+
+SLICE_ARG_COLUMNS = {
+    "input_dims": "Input Dims",
+    "input_types": "Input type",
+    "grid": "grid",
+    "block": "block",
+    "occupancy_pct": "est. achieved occupancy %",
+    "bytes": "bytes",
+}
+"""The optional argument columns of the slice table, by the event argument each comes from."""
+
+
+def slice_args(complete: pa.Table) -> dict[str, pa.ChunkedArray]:
+    """The optional argument columns of the slice table, from the kept event arguments."""
+    return {column: complete.column(key) for column, key in SLICE_ARG_COLUMNS.items()}
+
+
+def slice_kinds(
     cat: pa.ChunkedArray,
     cat_values: pa.Array,
     names: pa.ChunkedArray,
@@ -487,13 +552,13 @@ def _kinds(
     for i, category in enumerate(cat_values.to_pylist()):
         if category in _CATEGORY_KIND:
             kind_of_cat[i] = kind_code(_CATEGORY_KIND[category])
-    kind = _by_dictionary(cat, kind_of_cat)
+    kind = by_dictionary(cat, kind_of_cat)
     if device_kernels is not None:
         kind[device_kernels] = kind_code(SliceKind.KERNEL)
-    name_values = _dictionary_values(names)
+    name_values = dictionary_values(names)
 
     def matches(pattern: str) -> np.ndarray:
-        return _by_dictionary(names, _bools(pc.match_substring_regex(name_values, pattern)))
+        return by_dictionary(names, _bools(pc.match_substring_regex(name_values, pattern)))
 
     code = kind_code
     kind[matches(assemble.STEP_NAME.pattern) & ~is_device & (kind == code(SliceKind.ANNOTATION))] = code(
@@ -507,7 +572,7 @@ def _kinds(
     return kind
 
 
-def _track_names(rows: pa.Table | None) -> dict[tuple[int, int, bool], str]:
+def thread_track_names(rows: pa.Table | None) -> dict[tuple[int, int, bool], str]:
     """Thread names from ``thread_name`` metadata events (a handful of rows)."""
     names: dict[tuple[int, int, bool], str] = {}
     if rows is None:
@@ -524,11 +589,11 @@ def _track_names(rows: pa.Table | None) -> dict[tuple[int, int, bool], str]:
     return names
 
 
-def _memory(events: pa.Table | None, rank: int) -> pa.Table:
+def memory_table(events: pa.Table | None, rank: int) -> pa.Table:
     if events is None:
         return MEMORY_SCHEMA.empty_table()
     n = events.num_rows
-    device_type_code = _ints(events.column("Device Type"), 0)
+    device_type_code = int_column(events.column("Device Type"), 0)
     # c10 DeviceType codes: 0 CPU, 1 CUDA (HIP reports as CUDA), others: plug-in devices
     labels = np.where(device_type_code == 0, "cpu", np.where(device_type_code == 1, "cuda", "device"))
     return conform(
@@ -536,11 +601,11 @@ def _memory(events: pa.Table | None, rank: int) -> pa.Table:
             {
                 "rank": np.full(n, rank, np.int32),
                 "device_type": pa.array(labels.astype(str)).dictionary_encode(),
-                "device_index": _ints(events.column("Device Id"), 0).astype(np.int32),
+                "device_index": int_column(events.column("Device Id"), 0).astype(np.int32),
                 "ts_ns": events.column("ts_ns"),
-                "tid": _ints(events.column("tid")),
-                "addr": _ints(events.column("Addr"), 0),
-                "bytes": _ints(events.column("Bytes"), 0),
+                "tid": int_column(events.column("tid")),
+                "addr": int_column(events.column("Addr"), 0),
+                "bytes": int_column(events.column("Bytes"), 0),
                 "allocated_bytes": events.column("Total Allocated"),
                 "reserved_bytes": events.column("Total Reserved"),
                 "active_bytes": events.column("Total Active"),
@@ -568,20 +633,16 @@ def _comm(
     if comm_args is not None:
         meta_rows[comm_args.column("row").to_numpy()] = np.arange(comm_args.num_rows)
     has_meta = meta_rows >= 0
-    is_comm = kind == kind_code(SliceKind.COMMUNICATION)
-    device_rows = is_comm & is_device
-    host_comm = is_comm & ~is_device
     names = slices.column("name")
+    device_rows, host_comm, fallback = comm_candidates(kind, is_device, names)
     if np.any(has_meta & host_comm):
         host_rows = has_meta & host_comm
     else:
-        # without metadata, record_param_comms is an empty marker beside the collective's own range
-        wrapper = _by_dictionary(names, _bools(pc.equal(_dictionary_values(names), "record_param_comms")))
-        host_rows = outermost(slices.column("track").to_numpy(), start, start + dur, host_comm & ~wrapper)
+        host_rows = outermost(slices.column("track").to_numpy(), start, start + dur, fallback)
     rows = np.flatnonzero(device_rows | host_rows)
     picked_meta = meta_rows[rows]
     if comm_args is None:
-        comm_args = pa.table({key: pa.nulls(0, ARG_FIELDS[key]) for key in _COMM_ARGS})
+        comm_args = pa.table({key: pa.nulls(0, ARG_FIELDS[key]) for key in COMM_ARGS})
     with_meta = picked_meta >= 0
     take = (
         pa.array(np.where(with_meta, picked_meta, 0), mask=~with_meta)
@@ -589,15 +650,42 @@ def _comm(
         else pa.array([], pa.int64())
     )
     args = (
-        comm_args.select(list(_COMM_ARGS)).take(take)
+        comm_args.select(list(COMM_ARGS)).take(take)
         if comm_args.num_rows
-        else pa.table({key: pa.nulls(len(rows), ARG_FIELDS[key]) for key in _COMM_ARGS})
+        else pa.table({key: pa.nulls(len(rows), ARG_FIELDS[key]) for key in COMM_ARGS})
     )
+    return comm_table(names, rows, args, is_device, start, dur, step, rank)
+
+
+def comm_candidates(
+    kind: np.ndarray, is_device: np.ndarray, names: pa.ChunkedArray | pa.Array
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(device communication rows, host communication rows, the host rows that count when no
+    host row carries collective metadata: all but ``record_param_comms``, an empty marker beside
+    the collective's own range, of which only the outermost per track count)."""
+    is_comm = kind == kind_code(SliceKind.COMMUNICATION)
+    host_comm = is_comm & ~is_device
+    wrapper = by_dictionary(names, _bools(pc.equal(dictionary_values(names), "record_param_comms")))
+    return is_comm & is_device, host_comm, host_comm & ~wrapper
+
+
+def comm_table(
+    names: pa.ChunkedArray | pa.Array,
+    rows: np.ndarray,
+    args: pa.Table,
+    is_device: np.ndarray,
+    start: np.ndarray,
+    dur: np.ndarray,
+    step: np.ndarray,
+    rank: int,
+) -> pa.Table:
+    """The comm table of the slice ``rows`` picked, ``args`` their collective metadata (one row
+    each, null where absent)."""
     row_names = pc.cast(pc.take(names, pa.array(rows, pa.int64())), pa.string())
     collective = _canonical_collective(pc.utf8_lower(pc.coalesce(args.column("Collective name"), row_names)))
     elem = _element_bytes(args.column("dtype"))
-    in_n = _ints(args.column("In msg nelems"), -1)
-    out_n = _ints(args.column("Out msg nelems"), -1)
+    in_n = int_column(args.column("In msg nelems"), -1)
+    out_n = int_column(args.column("Out msg nelems"), -1)
     in_bytes = np.where((in_n >= 0) & (elem > 0), in_n * elem, -1)
     out_bytes = np.where((out_n >= 0) & (elem > 0), out_n * elem, -1)
     group = pc.coalesce(
@@ -643,5 +731,5 @@ def _element_bytes(dtype: pa.ChunkedArray) -> np.ndarray:
     keys = pa.array(list(_DTYPE_BYTES))
     idx = pc.index_in(lower, keys)
     sizes = np.array(list(_DTYPE_BYTES.values()), dtype=np.int64)
-    idx_np = _ints(idx, -1)
+    idx_np = int_column(idx, -1)
     return np.where(idx_np >= 0, sizes[np.maximum(idx_np, 0)], 0)

@@ -79,6 +79,29 @@ def unknown_device_work(
     says per category value whether perfsight classifies it already; ``devices`` maps the ids of
     ``deviceProperties`` to their names.  Loops over distinct (process, category) pairs, never over
     rows."""
+    n = len(pid)
+    if n == 0:
+        return np.zeros(n, bool), []
+    code = np.where(category_code < 0, len(category_values), category_code)
+    pairs, inverse, counts = _distinct_pairs(pid, code, len(category_values) + 1)
+    pair_is_device, warnings = device_pairs(pairs, counts, category_values, known, labels, source, devices)
+    return pair_is_device[inverse], warnings
+
+
+def device_pairs(
+    pairs: np.ndarray,
+    counts: np.ndarray,
+    category_values: list[str],
+    known: np.ndarray,
+    labels: dict[int, list[str]],
+    source: str,
+    devices: dict[int, str] | None = None,
+) -> tuple[np.ndarray, list[str]]:
+    """Which distinct (process, category) pairs are device work, and the warnings.
+
+    ``pairs`` is 2 x k (pid, category code) in (pid, code) order, ``counts`` each pair's rows;
+    a code of ``len(category_values)`` stands for a null category.  A reader that sees its rows
+    in parts (the spilled reader) counts the pairs itself and calls this directly."""
 
     def device_of(p: int) -> str | None:
         label = _device_label(labels.get(p, []))
@@ -86,16 +109,10 @@ def unknown_device_work(
             label = f"device {p} ({devices[p]})" if devices[p] else f"device {p}"
         return label
 
-    n = len(pid)
-    extra = np.zeros(n, bool)
-    if n == 0:
-        return extra, []
-    values = np.asarray(category_values + [""], dtype=object)
-    code = np.where(category_code < 0, len(category_values), category_code)
+    values = np.asarray(list(category_values) + [""], dtype=object)
     is_known = np.append(np.asarray(known, bool), True)
     is_host_cat = np.isin(values, HOST_CATEGORIES)
     is_not_work = np.isin(values, NOT_WORK_CATEGORIES)
-    pairs, inverse, counts = _distinct_pairs(pid, code, len(values))
     host_pids = {int(p) for p, c in pairs.T.tolist() if is_host_cat[c]}
     unknown: dict[int, dict[str, int]] = {}
     pair_is_device = np.zeros(pairs.shape[1], bool)
@@ -104,7 +121,6 @@ def unknown_device_work(
             continue
         unknown.setdefault(p, {})[str(values[c])] = int(counts[i])
         pair_is_device[i] = p not in host_pids and device_of(p) is not None
-    extra = pair_is_device[inverse]
     warnings = []
     for p, cats in sorted(unknown.items()):
         device = device_of(p) if p not in host_pids else None
@@ -121,7 +137,7 @@ def unknown_device_work(
                 f"{source}: process {name!r} (pid {p}) holds events of categories perfsight cannot classify "
                 f"({listed}); they are counted neither as device work nor as host operators"
             )
-    return extra, warnings
+    return pair_is_device, warnings
 
 
 def _distinct_pairs(
