@@ -42,6 +42,9 @@ from perfsight import columns
 from perfsight.heap import prefer_returning_pool, return_freed_memory
 from perfsight.ingest import assemble, kineto, kineto_devices
 from perfsight.ingest.kineto_spill_passes import (
+    COMM_ROW,
+    FLOW_ROW,
+    MEMORY_ROW,
     ROW,
     Facts,
     Spill,
@@ -139,17 +142,27 @@ class SpilledTrace:
         without = ~columns.numpy(rows.column("has_meta"), null=False)[picked]
         args = rows.select(list(kineto.COMM_ARGS)).take(pa.array(picked, pa.int64(), mask=without))
         comm = kineto.comm_table(names, picked, args, is_device, start, dur, step, rank)
+        memory = read_all(self.memory_files[number])
+        table_rows = {
+            "flows": rows.column(FLOW_ROW).to_numpy()[launched],
+            "comm": rows.column(COMM_ROW).to_numpy()[picked],
+            "memory": np.zeros(0, np.int64) if memory is None else memory.column(MEMORY_ROW).to_numpy(),
+            "dataloader": np.zeros(0, np.int64),
+            "comm_tasks": np.zeros(0, np.int64),
+        }
         trace = Trace(
             slices=slices,
             tracks=self.tracks,
-            memory=kineto.memory_table(read_all(self.memory_files[number]), rank),
+            memory=kineto.memory_table(memory, rank),
             flows=flows,
             steps=self._owned_steps(owned),
             comm=comm,
             meta=self.meta,
             vendor=self.vendor,
         )
-        return TraceChunk(trace, slice_rows.astype(np.int64), owned, number, len(self.chunk_steps))
+        return TraceChunk(
+            trace, slice_rows.astype(np.int64), owned, number, len(self.chunk_steps), table_rows=table_rows
+        )
 
     def _owned_steps(self, owned: tuple[int, ...]) -> pa.Table:
         return self.steps.filter(
@@ -161,14 +174,26 @@ class SpilledTrace:
         its memory rows built by ``build_trace`` itself."""
         parts = kineto.Parts()
         memory = read_all(self.memory_files[number])
+        memory_rows = np.zeros(0, np.int64)
         if memory is not None:
-            parts.memory.append(memory)
+            memory_rows = memory.column(MEMORY_ROW).to_numpy()
+            parts.memory.append(memory.drop_columns([MEMORY_ROW]))
         meta = dataclasses.replace(self.meta, warnings=[])
         trace = kineto.build_trace(parts, meta, truncated=False)
         trace = dataclasses.replace(
             trace, meta=self.meta, tracks=self.tracks, steps=self._owned_steps(owned), vendor=self.vendor
         )
-        return TraceChunk(trace, np.zeros(0, np.int64), owned, number, len(self.chunk_steps))
+        empty = np.zeros(0, np.int64)
+        table_rows = {
+            "flows": empty,
+            "comm": empty,
+            "memory": memory_rows,
+            "dataloader": empty,
+            "comm_tasks": empty,
+        }
+        return TraceChunk(
+            trace, np.zeros(0, np.int64), owned, number, len(self.chunk_steps), table_rows=table_rows
+        )
 
 
 class _SpillParts(kineto.Parts):

@@ -372,6 +372,7 @@ def route(
     depth = Cursor(folder / "depth.parquet", ROW)
     buffered: dict[int, list[pa.Table]] = {}
     held = 0
+    flows_before = comm_before = 0  # launched and communication rows in earlier batches
 
     def flush() -> None:
         nonlocal held
@@ -401,10 +402,18 @@ def route(
         table = table.drop_columns(["step", "host_comm", "device_comm", "fallback"]).append_column(
             "step", pa.array(step, pa.int32())
         )
+        # each launched row's flow and each picked row's comm row in the whole trace's tables:
+        # both are in slice-row order there, and the batches come in slice-row order
+        flow_row = np.where(src != NO_ID, flows_before + np.cumsum(src != NO_ID) - 1, NO_ID)
+        comm_row = np.where(pick, comm_before + np.cumsum(pick) - 1, NO_ID)
+        flows_before += int(np.count_nonzero(src != NO_ID))
+        comm_before += int(np.count_nonzero(pick))
         table = (
             table.append_column("depth", nesting.column("depth"))
             .append_column("src", pa.array(src, pa.int64()))
             .append_column("pick", pa.array(pick))
+            .append_column(FLOW_ROW, pa.array(flow_row, pa.int64()))
+            .append_column(COMM_ROW, pa.array(comm_row, pa.int64()))
         )
         for number in np.unique(chunk).tolist():
             mine = np.flatnonzero(chunk == number)
@@ -416,12 +425,20 @@ def route(
     return files
 
 
+FLOW_ROW, COMM_ROW, MEMORY_ROW = "__flow_row", "__comm_row", "__memory_row"
+"""Columns of the chunk files: a row's place in the whole trace's flows, comm and memory tables
+(``TraceChunk.table_rows``, by which the chunked writers put those tables back in order)."""
+
+
 def route_memory(folder: Path, bounds: list[int], count: int) -> list[list[Path]]:
     """The memory events into the chunk whose time range holds them (``model_chunks.in_window``:
     chunk k from its first step's start to the next chunk's, the ends open)."""
     files: list[list[Path]] = [[] for _ in range(count)]
     edges = np.array(bounds[1:], np.int64)
+    before = 0  # memory events in earlier batches: each event's row in the whole memory table
     for i, table in enumerate(batches(folder / "memory.parquet")):
+        table = table.append_column(MEMORY_ROW, pa.array(np.arange(before, before + table.num_rows)))
+        before += table.num_rows
         chunk = np.searchsorted(edges, table.column("ts_ns").to_numpy(), side="right")
         for number in np.unique(chunk).tolist():
             target = folder / f"memory-{number:06d}-{i:06d}.parquet"
