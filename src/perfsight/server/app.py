@@ -166,6 +166,11 @@ def create_app(
     async def _no_findings(_: Request, error: findings.NoFindings) -> JSONResponse:
         return JSONResponse({"detail": registry.public(str(error))}, status_code=404)
 
+    @app.exception_handler(queries.QueryTooLarge)
+    async def _too_large(_: Request, error: queries.QueryTooLarge) -> JSONResponse:
+        detail = f"this request needs more memory than the server may use: {error}"
+        return JSONResponse({"detail": detail}, status_code=503)
+
     @app.exception_handler(NotReady)
     async def _not_ready(_: Request, error: NotReady) -> JSONResponse:
         return JSONResponse({"detail": str(error), "status": error.status.model_dump()}, status_code=409)

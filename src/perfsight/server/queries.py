@@ -15,6 +15,8 @@ subsequence, so it filtered nothing.
 from __future__ import annotations
 
 import dataclasses
+import os
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,8 +30,19 @@ from pydantic import BaseModel
 from perfsight.server import models
 
 MAX_LIMIT = 1000
+PAGES_MEMORY_LIMIT = "256MB"
+"""What the DuckDB of the per-row table pages may hold before it spills to disk.  Why a limit: a
+rank's ``operator_instances`` or ``kernel_details`` has a row per call (millions on a gigabyte
+trace), and a page deep into one of them sorts every row's keys; without a limit that sort grew with
+the trace (188 MB at 1M rows, measured), with it the server's memory is the same for any trace."""
 _db: duckdb.DuckDBPyConnection | None = None
+_pages_db: duckdb.DuckDBPyConnection | None = None
 _db_lock = threading.Lock()
+
+
+class QueryTooLarge(RuntimeError):
+    """A query needed more memory than the server's DuckDB may use, even spilling to disk (not a
+    damaged file: the analysis is fine, the request is too big for this server)."""
 
 
 def database() -> duckdb.DuckDBPyConnection:
@@ -41,15 +54,33 @@ def database() -> duckdb.DuckDBPyConnection:
         return _db
 
 
-def arrow(sql: str, params: Sequence[Any]) -> pa.Table:
-    """``sql`` with ``params`` as an Arrow table, on a cursor of its own (cursors are per thread)."""
-    cur = database().cursor()
+def pages_database() -> duckdb.DuckDBPyConnection:
+    """The DuckDB of the per-row table pages (:func:`page`): a database of its own, limited to
+    :data:`PAGES_MEMORY_LIMIT` and spilling into a private temporary folder (DuckDB's default,
+    ``.tmp`` in the working directory, would write into the user's folder).  Its own database, so
+    the job pages' queries keep the main one's memory."""
+    global _pages_db
+    with _db_lock:
+        if _pages_db is None:
+            spill = Path(tempfile.gettempdir()) / f"perfsight-duckdb-{os.getpid()}"
+            _pages_db = duckdb.connect(
+                config={"threads": 2, "memory_limit": PAGES_MEMORY_LIMIT, "temp_directory": str(spill)}
+            )
+        return _pages_db
+
+
+def arrow(sql: str, params: Sequence[Any], db: duckdb.DuckDBPyConnection | None = None) -> pa.Table:
+    """``sql`` with ``params`` as an Arrow table, on a cursor of its own (cursors are per thread) of
+    ``db`` (default :func:`database`)."""
+    cur = (db or database()).cursor()
     try:
         relation = cur.sql(sql, params=list(params))
         if relation is None:
             return pa.table({})
         method = getattr(relation, "to_arrow_table", None) or relation.arrow  # DuckDB 2 / DuckDB 1
         return method()
+    except duckdb.OutOfMemoryException as error:
+        raise QueryTooLarge(str(error).splitlines()[0]) from None
     finally:
         cur.close()
 
@@ -106,7 +137,14 @@ def page(
     ``offset``, ``limit`` and ``rows`` (dicts).
 
     ``select`` are SQL expressions with aliases from a fixed list (never from the request);
-    ``sort`` must be in ``sortable`` (the caller has validated it, this re-checks).
+    ``sort`` must be in ``sortable`` (the caller has validated it, this re-checks).  Rows that tie
+    on ``sort`` and ``tiebreak`` come in file order.
+
+    Why two queries for a page (of at most :data:`MAX_LIMIT` rows): the first sorts only the sort
+    keys and row numbers and keeps the page's row numbers, the second reads those rows alone (a
+    row-number filter DuckDB pushes into the Parquet scan).  Sorting whole rows (shapes, types,
+    names) past DuckDB's top-N -- any page beyond the first 0.7 % of the table -- held every row
+    in memory.  Both run in :func:`pages_database`, which spills past its memory limit.
     """
     if sort not in sortable:
         raise ValueError(f"cannot sort by {sort!r}; choose from {', '.join(sortable)}")
@@ -117,12 +155,50 @@ def page(
     for _, p in where:
         params.extend(p)
     direction = "DESC" if order == "desc" else "ASC"
-    source = f"FROM read_parquet(?) WHERE {' AND '.join(clauses)}"
-    total = arrow(f"SELECT count(*) AS n {source}", params).column("n")[0].as_py()
-    order_by = f'"{sort}" {direction} NULLS LAST' + (f", {tiebreak}" if tiebreak else "")
-    sql = f"SELECT {', '.join(select)} {source} ORDER BY {order_by} LIMIT ? OFFSET ?"
-    table = arrow(sql, [*params, int(limit), int(offset)])
+    source = f"FROM read_parquet(?, file_row_number = true) WHERE {' AND '.join(clauses)}"
+    db = pages_database()
+    total = arrow(f"SELECT count(*) AS n {source}", params, db).column("n")[0].as_py()
+    if limit > MAX_LIMIT:  # a whole small table (a job's ranks): one query, as it always was
+        order_by = f'"{sort}" {direction} NULLS LAST' + (f", {tiebreak}" if tiebreak else "")
+        sql = f"SELECT {', '.join(select)} {source} ORDER BY {order_by}, file_row_number LIMIT ? OFFSET ?"
+        table = arrow(sql, [*params, int(limit), int(offset)], db)
+        return {"total": int(total), "offset": offset, "limit": limit, "rows": records(table)}
+    keys = _sort_keys(select, sort, direction, tiebreak)
+    found = arrow(
+        f"SELECT file_row_number AS r {source} ORDER BY {keys} LIMIT ? OFFSET ?",
+        [*params, int(limit), int(offset)],
+        db,
+    )
+    wanted = [int(r) for r in found.column("r").to_pylist()]
+    if not wanted:
+        return {"total": int(total), "offset": offset, "limit": limit, "rows": []}
+    listed = ", ".join(map(str, wanted))  # integers DuckDB gave: no text of the request
+    table = arrow(
+        f"SELECT {', '.join(select)}, file_row_number AS __row FROM read_parquet(?, file_row_number = true) "
+        f"WHERE file_row_number IN ({listed})",
+        [str(path)],
+        db,
+    )
+    at = {row: i for i, row in enumerate(table.column("__row").to_pylist())}
+    table = table.drop_columns(["__row"]).take([at[row] for row in wanted])
     return {"total": int(total), "offset": offset, "limit": limit, "rows": records(table)}
+
+
+def _sort_keys(select: Sequence[str], sort: str, direction: str, tiebreak: str) -> str:
+    """The ORDER BY of a page in terms of the file's columns: ``sort`` and each ``tiebreak`` name
+    stand for the SELECT expression of that alias when there is one (as ORDER BY binds an alias
+    of the SELECT list first: a null ``self_ns`` selected as ``coalesce(self_ns, 0)`` sorts as 0),
+    else for the column; file order breaks the remaining ties."""
+    aliases = {}
+    for item in select:
+        expression, sep, alias = item.rpartition(" AS ")
+        if sep:
+            aliases[alias.strip()] = f"({expression})"
+    quoted = '"' + sort + '"'
+    terms = [f"{aliases.get(sort, quoted)} {direction} NULLS LAST"]
+    for name in (t.strip() for t in tiebreak.split(",") if t.strip()):
+        terms.append(aliases.get(name, name))
+    return ", ".join([*terms, "file_row_number"])
 
 
 @dataclasses.dataclass(frozen=True)
