@@ -187,26 +187,30 @@ def measure(base: Path, port: int, repeat: int) -> dict[str, Any]:
         plan = browser_requests(run, tracks["end_ns"], (span["start_ns"], span["end_ns"]))
         rows = []
         for label, path, params in plan:
-            peaks, times = [], []
+            peaks, rises, times = [], [], []
             for i in range(1 + repeat):
                 _reset_peak(pid)
+                before = _status(pid)["VmRSS"]
                 t0 = time.perf_counter()
                 server.get(path, **params)
                 times.append(time.perf_counter() - t0)
                 peaks.append(_status(pid)["VmHWM"])
+                rises.append(peaks[-1] - before)
                 if i == 0:
                     cold = times[0]
             rows.append(
                 {
                     "route": label,
                     "peak_mb": max(peaks),
+                    "rise_mb": max(rises),
                     "cold_ms": cold * 1e3,
                     "p50_ms": statistics.median(times[1:] or times) * 1e3,
                     "rss_after_mb": _status(pid)["VmRSS"],
                 }
             )
             print(
-                f"{label:34s} peak {rows[-1]['peak_mb']:6d} MB  cold {rows[-1]['cold_ms']:8.1f} ms  "
+                f"{label:34s} peak {rows[-1]['peak_mb']:6d} MB (+{rows[-1]['rise_mb']:4d})  "
+                f"cold {rows[-1]['cold_ms']:8.1f} ms  "
                 f"p50 {rows[-1]['p50_ms']:8.1f} ms  rss {rows[-1]['rss_after_mb']} MB",
                 flush=True,
             )

@@ -93,27 +93,71 @@ def _normalised(text: str) -> str:
     return "".join(ch for ch in text.lower() if ch not in SEPARATORS)
 
 
+def _words(q: str | None) -> list[str]:
+    return [w for w in (_normalised(word) for word in (q or "").split()) if w]
+
+
+def _contains_word(column: str) -> str:
+    """The fuzzy rule for one word (a parameter) and one column, in SQL."""
+    return f"contains(translate(lower(coalesce({column}, '')), '{SEPARATORS}', ''), ?)"
+
+
 def fuzzy_clause(q: str | None, columns: Sequence[str]) -> tuple[str, list[Any]]:
     """SQL (``TRUE`` when ``q`` is empty) and parameters for the fuzzy filter over ``columns``:
     every word of ``q`` must occur in one of the columns, ignoring case and separators."""
-    words = [w for w in (_normalised(word) for word in (q or "").split()) if w]
+    words = _words(q)
     if not words:
         return "TRUE", []
-    strip = "'" + SEPARATORS + "'"
     parts, params = [], []
     for word in words:
-        ors = " OR ".join(f"contains(translate(lower(coalesce({c}, '')), {strip}, ''), ?)" for c in columns)
+        ors = " OR ".join(_contains_word(c) for c in columns)
         parts.append(f"({ors})")
         params.extend([word] * len(columns))
     return " AND ".join(parts), params
 
 
+def fuzzy_in_file(q: str | None, columns: Sequence[str], path: Path) -> tuple[str, list[Any]]:
+    """:func:`fuzzy_clause` over the Parquet file at ``path``, the rule applied once per distinct
+    value of each column (a few hundred names) and the rows then kept by membership.
+
+    Why: DuckDB runs ``translate`` on every row, not once per dictionary entry: 5 s for one word
+    over the 10 million operator rows of a 10 GB trace, against 0.1 s this way.  (A subquery of
+    the distinct values does not help: the filter is pushed below the DISTINCT.)"""
+    words = _words(q)
+    if not words or not path.is_file():
+        return fuzzy_clause(q, columns)
+    db = pages_database()
+    distinct = {
+        c: arrow(f"SELECT DISTINCT {c} AS v FROM read_parquet(?) WHERE {c} IS NOT NULL", [str(path)], db)
+        for c in columns
+    }
+    parts, params = [], []
+    cur = db.cursor()
+    try:
+        for word in words:
+            ors = []
+            for c in columns:
+                cur.register("distinct_values", distinct[c])
+                found = cur.execute(f"SELECT v FROM distinct_values WHERE {_contains_word('v')}", [word])
+                ors.append(f"{c} IN (SELECT unnest(?::VARCHAR[]))")
+                params.append([row[0] for row in found.fetchall()])
+            parts.append(f"({' OR '.join(ors)})")
+    finally:
+        cur.close()
+    return " AND ".join(parts), params
+
+
 def instance_filters(
-    q: str | None, fuzzy_columns: Sequence[str], name: str | None, step: int | None
+    q: str | None,
+    fuzzy_columns: Sequence[str],
+    name: str | None,
+    step: int | None,
+    source: Path | None = None,
 ) -> list[tuple[str, list[Any]]]:
     """WHERE clauses of a page of instances (operators, kernels): the fuzzy search ``q`` over
-    ``fuzzy_columns``, then the exact type ``name`` (a drill-down from a type row) and ``step``."""
-    where = [fuzzy_clause(q, fuzzy_columns)]
+    ``fuzzy_columns`` (decided per distinct value of the Parquet file ``source`` when given: see
+    :func:`fuzzy_in_file`), then the exact type ``name`` (a drill-down from a type row) and ``step``."""
+    where = [fuzzy_clause(q, fuzzy_columns) if source is None else fuzzy_in_file(q, fuzzy_columns, source)]
     if name is not None:
         where.append(("name = ?", [name]))
     if step is not None:
@@ -246,9 +290,9 @@ def view_page(
 ) -> dict[str, Any]:
     """One page of ``view`` over the Parquet file at ``path`` (see :func:`page`)."""
     if view.instances:
-        where = instance_filters(q, view.fuzzy, name, step)
+        where = instance_filters(q, view.fuzzy, name, step, path)
     else:
-        where = [fuzzy_clause(q, view.fuzzy)]
+        where = [fuzzy_in_file(q, view.fuzzy, path)]
     column = view.sort_columns.get(sort, sort)
     return page(
         path, view.select(origin_ns), sortable=[*view.sortable, *view.sort_columns.values()], sort=column,
