@@ -338,10 +338,11 @@ class TimelineArrays:
             # a plain ndarray over the mapped file: slicing a np.memmap costs more than the search
             setattr(self, name, np.asarray(np.load(folder / f"{name}.npy", mmap_mode="r")))
 
-    def chunks(self, *names: str, rows: int = CHUNK_ROWS) -> Iterator[tuple[int, list[np.ndarray]]]:
+    def chunks(self, *names: str, rows: int | None = None) -> Iterator[tuple[int, list[np.ndarray]]]:
         """``(first position, [piece of each array])`` over the arrays ``names`` (of one length),
-        ``rows`` entries at a time, read from their files into memory of their own (the mapping's
-        pages are not touched, so a scan leaves nothing resident behind it)."""
+        ``rows`` (default :data:`CHUNK_ROWS`) entries at a time, read from their files into memory
+        of their own (the mapping's pages are not touched, so a scan leaves nothing resident)."""
+        rows = rows or CHUNK_ROWS
         with contextlib.ExitStack() as stack:
             files = []
             for name in names:
