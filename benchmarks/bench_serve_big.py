@@ -14,6 +14,11 @@ asked once cold (first request, nothing memoised) and ``--repeat`` times more fo
 Usage::
 
     python benchmarks/bench_serve_big.py --base /tmp/sb/base1 [--repeat 5] [--port 8765]
+    python benchmarks/bench_serve_big.py --base /tmp/sb/base2 --operators-times 5
+
+The second form stands in for a trace too big to analyse here: the base's ``operator_instances``
+table is written five times over into one file and deep pages of it are asked, each in a fresh
+process, their rise in peak RSS printed (run it with ``PYTHONPATH`` on an older ``src`` to compare).
 
 ``--base`` holds the trace and the folder ``perfsight analyse TRACE --out`` wrote (the one run of
 that base dir must be ready at once).
@@ -225,7 +230,65 @@ def measure(base: Path, port: int, repeat: int) -> dict[str, Any]:
         server.close()
 
 
+PROBE_PAGES = (("dur_ns", 0), ("dur_ns", 25_000), ("start_ns", "90%"), ("name", "40%"))
+"""(sort, offset) of the operator pages probed on a scaled table: the first page, a page past
+DuckDB's top-N, and two deep ones (an offset ending in % is that share of the table)."""
+
+
+def probe_page(path: Path, sort: str, offset: int) -> None:
+    """One operators page of ``path`` in this (fresh) process: prints its rise in peak RSS."""
+    from perfsight.server import queries
+
+    queries.database()
+    getattr(queries, "pages_database", lambda: None)()  # absent before the bounded pages
+    before = _status(os.getpid())["VmHWM"]
+    t0 = time.perf_counter()
+    page = queries.view_page(queries.OPERATORS, path, sort=sort, order="desc", offset=offset, limit=25)
+    elapsed = time.perf_counter() - t0
+    rise = _status(os.getpid())["VmHWM"] - before
+    print(json.dumps({"sort": sort, "offset": offset, "rise_mb": rise, "s": elapsed, "total": page["total"]}))
+
+
+def scaled_operators(base: Path, times: int) -> dict[str, Any]:
+    """The base's ``operator_instances`` written ``times`` over into one file (slice ids shifted so
+    they stay unique), as a trace ``times`` larger would have it; each of :data:`PROBE_PAGES`
+    asked of it in a fresh process."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    (source,) = base.glob("*/rank*/cache/analysis/operator_instances.parquet")
+    table = pq.read_table(source)
+    shift = int(pc.max(table.column("slice")).as_py()) + 1
+    folder = Path(tempfile.mkdtemp(prefix="bench_serve_big_ops_"))
+    target = folder / "operator_instances.parquet"
+    try:
+        with pq.ParquetWriter(target, table.schema) as writer:
+            for k in range(times):
+                column = table.schema.get_field_index("slice")
+                writer.write_table(
+                    table.set_column(column, "slice", pc.add(table.column("slice"), k * shift))
+                )
+        rows = table.num_rows * times
+        del table
+        out = []
+        for sort, at in PROBE_PAGES:
+            offset = int(rows * int(at[:-1]) / 100) if isinstance(at, str) else at
+            cmd = [sys.executable, __file__, "--probe-page", str(target), sort, str(offset)]
+            done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+            out.append(json.loads(done.stdout.splitlines()[-1]))
+            print(
+                f"{rows:,} rows, sort {sort}, offset {offset:,}: "
+                f"+{out[-1]['rise_mb']} MB, {out[-1]['s']:.2f} s"
+            )
+        return {"rows": rows, "pages": out, "load": os.getloadavg()}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--probe-page":
+        probe_page(Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
+        return
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -233,13 +296,21 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="requests per route after the first")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    args = parser.parse_args()
-    result = measure(args.base, args.port, args.repeat)
-    print(
-        f"server RSS after opening: {result['started_rss_mb']} MB; "
-        f"peak of any route: {result['peak_mb']} MB; "
-        f"load average {result['load'][0]:.2f}"
+    parser.add_argument(
+        "--operators-times",
+        type=int,
+        help="instead: the operators pages of the base's operator table repeated this many times",
     )
+    args = parser.parse_args()
+    if args.operators_times:
+        result = scaled_operators(args.base, args.operators_times)
+    else:
+        result = measure(args.base, args.port, args.repeat)
+        print(
+            f"server RSS after opening: {result['started_rss_mb']} MB; "
+            f"peak of any route: {result['peak_mb']} MB; "
+            f"load average {result['load'][0]:.2f}"
+        )
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
 

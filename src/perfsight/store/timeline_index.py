@@ -317,8 +317,9 @@ def _save_levels(folder: Path, parts: list[dict[str, np.ndarray]]) -> np.ndarray
     return np.concatenate([p["first"] for p in parts])
 
 
-CHUNK_ROWS = 1 << 20
-"""Entries per piece of a whole-array scan (:meth:`TimelineArrays.chunks`): 4-8 MB an array."""
+CHUNK_ROWS = 1 << 18
+"""Entries per piece of a whole-array scan (:meth:`TimelineArrays.chunks`): 1-2 MB an array, about
+10 MB with the temporaries of a flow or search scan."""
 
 
 class TimelineArrays:
