@@ -18,7 +18,9 @@ nesting depth, see ``perfsight.store.timeline_index``) events do not overlap, so
 So every event at least a pixel long is always returned as itself, whatever the zoom, and a
 response holds at most about two entries per pixel per lane; the work per lane is bounded by the
 pixels, not by the trace.  Search scans the name dictionary, then one integer column of the whole
-trace: it finds an event anywhere, not only in loaded windows.
+trace: it finds an event anywhere, not only in loaded windows.  Whole-column scans (search, a
+window's flows, an event's flows) read the index in pieces (``TimelineArrays.chunks``), so the
+server's memory does not grow with the trace.
 
 The track list also says what a user needs to find their way: each track's label (rank, pipeline
 stage, device, thread or stream) and every rank's profiled steps, which the viewer opens on and
