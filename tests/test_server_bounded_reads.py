@@ -229,3 +229,49 @@ def test_event_details_are_the_slice_row_and_its_flows(served: Any, small_pieces
         assert [f["id"] for f in body["flows"] if f["direction"] == "in"] == into
         if event_id in linked:
             assert out  # an event with a flow shows it
+
+
+def _reduced(allocated: np.ndarray, points: int) -> np.ndarray:
+    """Rows of one device's curve kept for drawing, from the whole curve (docs/API.md's rule): all
+    rows up to ``points``; else of each of ``points // 3`` buckets (cut at a linspace of the rows)
+    its first row, its first row of most and of least allocated bytes, and the last row."""
+    n = len(allocated)
+    if n <= points:
+        return np.arange(n)
+    edges = np.linspace(0, n, max(1, points // 3) + 1).astype(np.int64)
+    keep = {n - 1}
+    for a, b in zip(edges[:-1], edges[1:], strict=True):
+        if b > a:
+            part = allocated[a:b]
+            keep |= {int(a), int(a + np.argmax(np.where(np.isnan(part), -np.inf, part)))}
+            keep.add(int(a + np.argmin(np.where(np.isnan(part), np.inf, part))))
+    return np.array(sorted(keep))
+
+
+def test_memory_curves_keep_each_buckets_first_peak_and_trough_of_the_whole_curve(served: Any) -> None:
+    client, rank_dir = served
+    origin = _get(client, "/api/run/timeline/tracks")["origin_ns"]
+    curve = pq.read_table(rank_dir / "cache" / "analysis" / "memory_curve.parquet").to_pylist()
+    devices = sorted({(str(r["device_type"]), r["device_index"]) for r in curve})
+    assert len(curve) > 20_000  # a real curve, reduced at every size asked below
+    for points in (10, 11, 2000, 7919, 20_000):
+        body = _get(client, "/api/run/memory", points=points)
+        assert [(d["device_type"], d["device_index"]) for d in body["devices"]] == devices
+        for device in body["devices"]:
+            rows = [
+                r
+                for r in curve
+                if (str(r["device_type"]), r["device_index"])
+                == (device["device_type"], device["device_index"])
+            ]
+            allocated = np.array(
+                [np.nan if r["allocated_bytes"] is None else r["allocated_bytes"] for r in rows]
+            )
+            kept = _reduced(allocated, points)
+            assert device["points"] == len(rows)
+            assert device["curve"]["ts_ns"] == [rows[i]["ts_ns"] - origin for i in kept]
+            assert device["curve"]["allocated_bytes"] == [rows[i]["allocated_bytes"] for i in kept]
+            assert device["curve"]["reserved_bytes"] == [rows[i]["reserved_bytes"] for i in kept]
+            assert max(device["curve"]["allocated_bytes"]) == max(
+                r["allocated_bytes"] for r in rows
+            )  # the peak
