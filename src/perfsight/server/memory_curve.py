@@ -31,8 +31,8 @@ s AS (  -- buckets: np.linspace(0, n, buckets + 1) truncated, step = n / buckets
     SELECT *, CAST(n AS DOUBLE) / ? AS step, CAST(floor(pos / (CAST(n AS DOUBLE) / ?)) AS BIGINT) AS k0
     FROM p
 ),
-b AS (
-    SELECT *,
+b AS MATERIALIZED (  -- each row's bucket: the last whose first row is at or before it
+    SELECT device_type, device_index, n, pos, ts_ns, allocated_bytes, reserved_bytes,
         CASE WHEN n <= ? THEN pos
              ELSE least(? - 1,
                  CASE WHEN CAST(trunc((k0 + 1) * step) AS BIGINT) <= pos THEN k0 + 1
@@ -41,18 +41,21 @@ b AS (
         END AS bucket
     FROM s
 ),
-r AS (
-    SELECT *,
-        row_number() OVER (q ORDER BY pos) AS first_rank,
-        row_number() OVER (q ORDER BY allocated_bytes DESC NULLS LAST, pos) AS max_rank,
-        row_number() OVER (q ORDER BY allocated_bytes ASC NULLS LAST, pos) AS min_rank
-    FROM b WINDOW q AS (PARTITION BY device_type, device_index, bucket)
-)
+g AS (  -- per bucket: its first row, its first row of most and of least allocated bytes
+    SELECT device_type, device_index,
+        min(pos) AS first_pos,
+        arg_max(pos, struct_pack(a := coalesce(allocated_bytes, -9223372036854775808), p := -pos)) AS max_pos,
+        arg_min(pos, struct_pack(a := coalesce(allocated_bytes, 9223372036854775807), p := pos)) AS min_pos
+    FROM b GROUP BY device_type, device_index, bucket
+),
+k AS (SELECT device_type, device_index, unnest([first_pos, max_pos, min_pos]) AS pos FROM g)
 SELECT device_type, device_index, n, ts_ns, allocated_bytes, reserved_bytes
-FROM r
-WHERE first_rank = 1 OR max_rank = 1 OR min_rank = 1 OR pos = n - 1
+FROM b
+WHERE pos = n - 1 OR (device_type, device_index, pos) IN (SELECT (device_type, device_index, pos) FROM k)
 ORDER BY device_type, device_index, pos
 """
+"""Why aggregates and not a window per bucket: three sorts of every row took 2.2 s on a 2 GB
+trace's 1.7M curve rows, the hash aggregates 0.8 s (the structs break ties by the lower row)."""
 
 
 def reduced_curves(path: Path, points: int) -> list[dict[str, Any]]:
