@@ -15,10 +15,12 @@ Usage::
 
     python benchmarks/bench_serve_big.py --base /tmp/sb/base1 [--repeat 5] [--port 8765]
     python benchmarks/bench_serve_big.py --base /tmp/sb/base2 --operators-times 5
+    python benchmarks/bench_serve_big.py --base /tmp/sb/base2 --memory-times 5
 
-The second form stands in for a trace too big to analyse here: the base's ``operator_instances``
-table is written five times over into one file and deep pages of it are asked, each in a fresh
-process, their rise in peak RSS printed (run it with ``PYTHONPATH`` on an older ``src`` to compare).
+The last two forms stand in for a trace too big to analyse here: the base's ``operator_instances``
+table (or ``memory_curve``) is written five times over into one file and deep pages of it (or the
+memory page) are asked, each in a fresh process, their rise in peak RSS printed (run it with
+``PYTHONPATH`` on an older ``src`` to compare).
 
 ``--base`` holds the trace and the folder ``perfsight analyse TRACE --out`` wrote (the one run of
 that base dir must be ready at once).
@@ -285,9 +287,59 @@ def scaled_operators(base: Path, times: int) -> dict[str, Any]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def probe_memory(folder: Path) -> None:
+    """The memory page's curves of the rank folder ``folder`` in this (fresh) process: prints the
+    rise in peak RSS."""
+    import types
+
+    from perfsight.server import pages, queries
+
+    queries.database()
+    getattr(queries, "pages_database", lambda: None)()
+    data = types.SimpleNamespace(
+        rank=0, table_path=lambda name: folder / "cache" / "analysis" / f"{name}.parquet"
+    )
+    opened = types.SimpleNamespace(origin_ns=0, run=types.SimpleNamespace(id="probe"))
+    before = _status(os.getpid())["VmHWM"]
+    t0 = time.perf_counter()
+    body = pages.memory(opened, data, 2000, 20)  # type: ignore[arg-type]
+    elapsed = time.perf_counter() - t0
+    rise = _status(os.getpid())["VmHWM"] - before
+    print(json.dumps({"rise_mb": rise, "s": elapsed, "rows": sum(d["points"] for d in body["devices"])}))
+
+
+def scaled_memory(base: Path, times: int) -> dict[str, Any]:
+    """The base's ``memory_curve`` written ``times`` over (each copy later in time), its memory page
+    asked in a fresh process."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    (source,) = base.glob("*/rank*/cache/analysis/memory_curve.parquet")
+    table = pq.read_table(source)
+    span = int(pc.max(table.column("ts_ns")).as_py()) - int(pc.min(table.column("ts_ns")).as_py()) + 1
+    folder = Path(tempfile.mkdtemp(prefix="bench_serve_big_mem_"))
+    try:
+        (folder / "cache" / "analysis").mkdir(parents=True)
+        column = table.schema.get_field_index("ts_ns")
+        with pq.ParquetWriter(folder / "cache" / "analysis" / "memory_curve.parquet", table.schema) as writer:
+            for k in range(times):
+                writer.write_table(table.set_column(column, "ts_ns", pc.add(table.column("ts_ns"), k * span)))
+        del table
+        cmd = [sys.executable, __file__, "--probe-memory", str(folder)]
+        done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        found = json.loads(done.stdout.splitlines()[-1])
+        print(f"memory page of {found['rows']:,} curve rows: +{found['rise_mb']} MB, {found['s']:.2f} s")
+        return {**found, "load": os.getloadavg()}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main() -> None:
     if len(sys.argv) == 5 and sys.argv[1] == "--probe-page":
         probe_page(Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
+        return
+    if len(sys.argv) == 3 and sys.argv[1] == "--probe-memory":
+        probe_memory(Path(sys.argv[2]))
         return
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -301,9 +353,16 @@ def main() -> None:
         type=int,
         help="instead: the operators pages of the base's operator table repeated this many times",
     )
+    parser.add_argument(
+        "--memory-times",
+        type=int,
+        help="instead: the memory page of the base's memory curve repeated this many times",
+    )
     args = parser.parse_args()
     if args.operators_times:
         result = scaled_operators(args.base, args.operators_times)
+    elif args.memory_times:
+        result = scaled_memory(args.base, args.memory_times)
     else:
         result = measure(args.base, args.port, args.repeat)
         print(
