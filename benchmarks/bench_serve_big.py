@@ -3,8 +3,8 @@
 Why a benchmark of its own: ``bench_server.py`` times queries in-process; what matters here is the
 memory of a real ``perfsight serve`` process while a browser opens the overview, the operators
 page (its tables, a sort, a search, a later page) and the timeline (first view, a zoomed window),
-on one rank whose trace is gigabytes.  The analysis is made beforehand by ``perfsight analyse``
-(``--out`` beside the trace, so the server reads it and analyses nothing itself).
+then the memory and step-trace pages, on one rank whose trace is gigabytes.  The analysis is made
+beforehand by ``perfsight analyse`` (``--out`` beside the trace, so the server analyses nothing).
 
 How memory is measured: before each request the process's peak RSS is reset (``5`` written to
 ``/proc/PID/clear_refs``, Linux >= 4.0), so ``VmHWM`` after the request is the peak *during* it
@@ -133,7 +133,7 @@ def browser_requests(run: str, end_ns: int, span: tuple[int, int]) -> list[tuple
         ("operators: operators by start", "/api/run/operators", {**ops, "sort": "start_ns", "order": "asc"}),
         ("operators: operators by name", "/api/run/operators", {**ops, "sort": "name", "order": "asc"}),
         (
-            "operators: operators page 1000",
+            "operators: operators page 1001",
             "/api/run/operators",
             {**ops, "sort": "dur_ns", "order": "desc", "offset": 25_000},
         ),
@@ -174,6 +174,8 @@ def browser_requests(run: str, end_ns: int, span: tuple[int, int]) -> list[tuple
             {"run": run, "start_ns": zoomed[0], "end_ns": zoomed[1], "limit": 2000},
         ),
         ("timeline: search", "/api/run/timeline/search", {"run": run, "q": "all_reduce", "limit": 100}),
+        ("memory page", "/api/run/memory", r),
+        ("step-trace page", "/api/run/step-trace", r),
     ]
 
 
