@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -22,7 +23,7 @@ from fastapi.testclient import TestClient
 from _server_helpers import copy_into
 from conftest import kineto_file
 from perfsight.api import analyse
-from perfsight.server import create_app
+from perfsight.server import create_app, queries
 from perfsight.store import timeline_index
 
 TRACE = "df_index_resolver/df_index_resolver.json.gz"
@@ -275,3 +276,21 @@ def test_memory_curves_keep_each_buckets_first_peak_and_trough_of_the_whole_curv
             assert max(device["curve"]["allocated_bytes"]) == max(
                 r["allocated_bytes"] for r in rows
             )  # the peak
+
+
+def test_a_page_past_the_query_memory_is_refused_and_the_analysis_kept(
+    served: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query DuckDB cannot fit in its limit (here 1 MB and no spilling) answers 503 naming the
+    cause; the analysis is not taken for damaged (the next page is served from it as before)."""
+    client, _ = served
+    tiny = duckdb.connect(config={"threads": 1, "memory_limit": "1MB", "temp_directory": ""})
+    monkeypatch.setattr(queries, "_pages_db", tiny)
+    deep = {"sort": "name", "order": "asc", "offset": 30_000, "limit": 25}
+    response = client.get("/api/run/operators", params={"run": RUN, **deep})
+    assert response.status_code == 503
+    assert "more memory than the server may use" in response.json()["detail"]
+    monkeypatch.undo()
+    tiny.close()
+    assert client.get("/api/run/status", params={"run": RUN}).json()["status"] == "ready"
+    assert len(_get(client, "/api/run/operators", **deep)["rows"]) == 25
