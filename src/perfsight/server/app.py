@@ -141,6 +141,7 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
         registry.jobs.stop()  # a running analysis child must not outlive the server
+        queries.close()  # the table pages' spill folder goes with it
 
     app = FastAPI(
         lifespan=lifespan,

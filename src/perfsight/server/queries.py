@@ -14,8 +14,9 @@ subsequence, so it filtered nothing.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
-import os
+import shutil
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
@@ -37,6 +38,7 @@ trace), and a page deep into one of them sorts every row's keys; without a limit
 the trace (188 MB at 1M rows, measured), with it the server's memory is the same for any trace."""
 _db: duckdb.DuckDBPyConnection | None = None
 _pages_db: duckdb.DuckDBPyConnection | None = None
+_spill_folders: list[str] = []
 _db_lock = threading.Lock()
 
 
@@ -56,17 +58,32 @@ def database() -> duckdb.DuckDBPyConnection:
 
 def pages_database() -> duckdb.DuckDBPyConnection:
     """The DuckDB of the per-row table pages (:func:`page`): a database of its own, limited to
-    :data:`PAGES_MEMORY_LIMIT` and spilling into a private temporary folder (DuckDB's default,
-    ``.tmp`` in the working directory, would write into the user's folder).  Its own database, so
-    the job pages' queries keep the main one's memory."""
+    :data:`PAGES_MEMORY_LIMIT` and spilling into a private temporary folder, removed when the
+    process exits (DuckDB's default, ``.tmp`` in the working directory, would write into the
+    user's folder, and DuckDB leaves the folder behind).  Its own database, so the job pages'
+    queries keep the main one's memory."""
     global _pages_db
     with _db_lock:
         if _pages_db is None:
-            spill = Path(tempfile.gettempdir()) / f"perfsight-duckdb-{os.getpid()}"
+            spill = tempfile.mkdtemp(prefix="perfsight-duckdb-")
+            atexit.register(shutil.rmtree, spill, True)  # uvicorn exits by its signal: see close()
+            _spill_folders.append(spill)
             _pages_db = duckdb.connect(
-                config={"threads": 2, "memory_limit": PAGES_MEMORY_LIMIT, "temp_directory": str(spill)}
+                config={"threads": 2, "memory_limit": PAGES_MEMORY_LIMIT, "temp_directory": spill}
             )
         return _pages_db
+
+
+def close() -> None:
+    """Close the pages' database and remove its spill folder: called when the server stops (uvicorn
+    ends a server stopped by a signal with that signal, so ``atexit`` does not run there)."""
+    global _pages_db
+    with _db_lock:
+        if _pages_db is not None:
+            _pages_db.close()
+            _pages_db = None
+        while _spill_folders:
+            shutil.rmtree(_spill_folders.pop(), ignore_errors=True)
 
 
 def arrow(sql: str, params: Sequence[Any], db: duckdb.DuckDBPyConnection | None = None) -> pa.Table:
