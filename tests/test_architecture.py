@@ -44,7 +44,12 @@ TOP_LEVEL = {
     "terminal": "base",  # one printable line of text
     "layout": "base",  # names of the files perfsight writes (run folder, cache)
     "model": "model",
-    "pipeline": "rank",  # one rank: read or take from the cache, analyse, write
+    "model_chunks": "model",  # a trace cut into chunks of whole steps (the bounded path's unit)
+    "sorted_runs": "base",  # a table spilled as sorted runs, merged back in order
+    "memory_budget": "base",  # a memory limit as a chunk size
+    "pipeline": "rank",
+    "pipeline_bounded": "rank",  # one rank within a memory limit, chunk by chunk
+    "chunked_analysis": "rank",  # the analyses of ANALYSES chunk by chunk, merged  # one rank: read or take from the cache, analyse, write
     "api": "rank",  # perfsight.analyse / perfsight.load
     "summary": "rank",  # the printed and --json summary of one rank
     "cli": "top",

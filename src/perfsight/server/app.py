@@ -141,6 +141,7 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
         registry.jobs.stop()  # a running analysis child must not outlive the server
+        queries.close()  # the table pages' spill folder goes with it
 
     app = FastAPI(
         lifespan=lifespan,
@@ -165,6 +166,11 @@ def create_app(
     @app.exception_handler(findings.NoFindings)
     async def _no_findings(_: Request, error: findings.NoFindings) -> JSONResponse:
         return JSONResponse({"detail": registry.public(str(error))}, status_code=404)
+
+    @app.exception_handler(queries.QueryTooLarge)
+    async def _too_large(_: Request, error: queries.QueryTooLarge) -> JSONResponse:
+        detail = f"this request needs more memory than the server may use: {error}"
+        return JSONResponse({"detail": detail}, status_code=503)
 
     @app.exception_handler(NotReady)
     async def _not_ready(_: Request, error: NotReady) -> JSONResponse:

@@ -109,7 +109,7 @@ def op_type_kernels_page(
     if not _has_op_types(details):
         return None
     view = queries.KERNELS
-    where = queries.instance_filters(q, view.fuzzy, None, step) + [("op_type = ?", [op_type])]
+    where = queries.instance_filters(q, view.fuzzy, None, step, details) + [("op_type = ?", [op_type])]
     return queries.page(
         details, view.select(origin_ns), sortable=[*view.sortable, *view.sort_columns.values()],
         sort=view.sort_columns.get(sort, sort), order=order, offset=offset, limit=limit, where=where,

@@ -18,10 +18,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from perfsight import __version__, columns
+from perfsight import __version__
 from perfsight.analysis.operators import RANKING_MEASURES
 from perfsight.analysis.overlap import SHARES
-from perfsight.server import models, queries, step_points
+from perfsight.server import memory_curve, models, queries, step_points
 from perfsight.server.kernel_types import top_op_types
 from perfsight.server.registry import OpenedRun, RankData
 
@@ -295,23 +295,7 @@ def step_trace(
     }
 
 
-def _reduce(values: np.ndarray, points: int) -> np.ndarray:
-    """Indices keeping each bucket's first, min and max of ``values``: the peak always survives."""
-    n = len(values)
-    if n <= points:
-        return np.arange(n)
-    buckets = max(1, points // 3)
-    edges = np.linspace(0, n, buckets + 1).astype(np.int64)
-    starts = edges[:-1][edges[:-1] < edges[1:]]
-    filled = np.where(np.isnan(values), -np.inf, values)
-    idx_max = [a + int(np.argmax(filled[a:b])) for a, b in zip(starts, np.append(starts[1:], n), strict=True)]
-    filled = np.where(np.isnan(values), np.inf, values)
-    idx_min = [a + int(np.argmin(filled[a:b])) for a, b in zip(starts, np.append(starts[1:], n), strict=True)]
-    return np.unique(np.concatenate([starts, idx_max, idx_min, [n - 1]]))
-
-
 def memory(opened: OpenedRun, data: RankData, points: int, top: int) -> dict[str, Any]:
-    devices = []
     peaks = {
         (r["device_type"], r["device_index"]): r
         for r in queries.rows(
@@ -321,41 +305,26 @@ def memory(opened: OpenedRun, data: RankData, points: int, top: int) -> dict[str
             "peak_allocated_bytes, peak_reserved_bytes, peak_ts_ns",
         )
     }
-    curve_path = data.table_path("memory_curve")
-    if curve_path.is_file():
-        curve = pq.ParquetFile(curve_path).read(
-            columns=["device_type", "device_index", "ts_ns", "allocated_bytes", "reserved_bytes"]
+    devices = []
+    for curve in memory_curve.reduced_curves(data.table_path("memory_curve"), points):
+        peak = peaks.get((curve["device_type"], curve["device_index"]), {})
+        devices.append(
+            {
+                "device_type": curve["device_type"],
+                "device_index": curve["device_index"],
+                "peak_allocated_bytes": peak.get("peak_allocated_bytes"),
+                "peak_reserved_bytes": peak.get("peak_reserved_bytes"),
+                "peak_ts_ns": None
+                if peak.get("peak_ts_ns") is None
+                else peak["peak_ts_ns"] - opened.origin_ns,
+                "points": curve["points"],
+                "curve": {
+                    "ts_ns": [t - opened.origin_ns for t in curve["ts_ns"]],
+                    "allocated_bytes": curve["allocated_bytes"],
+                    "reserved_bytes": curve["reserved_bytes"],
+                },
+            }
         )
-        kinds = (
-            columns.combined(curve.column("device_type")).cast("string").to_pylist() if curve.num_rows else []
-        )
-        index = columns.int64(curve.column("device_index"), -1)
-        keys = sorted(set(zip(kinds, index.tolist(), strict=True)))
-        kinds_arr = np.array(kinds, dtype=object)
-        for device_type, device_index in keys:
-            rows = np.flatnonzero((kinds_arr == device_type) & (index == device_index))
-            ts = columns.int64(curve.column("ts_ns").take(rows), 0)
-            allocated = columns.numpy(curve.column("allocated_bytes").take(rows).cast("float64"), np.nan)
-            reserved = columns.numpy(curve.column("reserved_bytes").take(rows).cast("float64"), np.nan)
-            keep = _reduce(allocated, points)
-            peak = peaks.get((device_type, device_index), {})
-            devices.append(
-                {
-                    "device_type": device_type,
-                    "device_index": device_index,
-                    "peak_allocated_bytes": peak.get("peak_allocated_bytes"),
-                    "peak_reserved_bytes": peak.get("peak_reserved_bytes"),
-                    "peak_ts_ns": None
-                    if peak.get("peak_ts_ns") is None
-                    else peak["peak_ts_ns"] - opened.origin_ns,
-                    "points": len(rows),
-                    "curve": {
-                        "ts_ns": (ts[keep] - opened.origin_ns).tolist(),
-                        "allocated_bytes": [None if np.isnan(v) else int(v) for v in allocated[keep]],
-                        "reserved_bytes": [None if np.isnan(v) else int(v) for v in reserved[keep]],
-                    },
-                }
-            )
     top_ops = queries.rows(
         data.table_path("operator_memory"),
         "WHERE size_bytes > 0 GROUP BY name ORDER BY total_bytes DESC, name LIMIT ?",

@@ -14,7 +14,10 @@ subsequence, so it filtered nothing.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import shutil
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,8 +31,20 @@ from pydantic import BaseModel
 from perfsight.server import models
 
 MAX_LIMIT = 1000
+PAGES_MEMORY_LIMIT = "256MB"
+"""What the DuckDB of the per-row table pages may hold before it spills to disk.  Why a limit: a
+rank's ``operator_instances`` or ``kernel_details`` has a row per call (millions on a gigabyte
+trace), and a page deep into one of them sorts every row's keys; without a limit that sort grew with
+the trace (188 MB at 1M rows, measured), with it the server's memory is the same for any trace."""
 _db: duckdb.DuckDBPyConnection | None = None
+_pages_db: duckdb.DuckDBPyConnection | None = None
+_spill_folders: list[str] = []
 _db_lock = threading.Lock()
+
+
+class QueryTooLarge(RuntimeError):
+    """A query needed more memory than the server's DuckDB may use, even spilling to disk (not a
+    damaged file: the analysis is fine, the request is too big for this server)."""
 
 
 def database() -> duckdb.DuckDBPyConnection:
@@ -41,15 +56,48 @@ def database() -> duckdb.DuckDBPyConnection:
         return _db
 
 
-def arrow(sql: str, params: Sequence[Any]) -> pa.Table:
-    """``sql`` with ``params`` as an Arrow table, on a cursor of its own (cursors are per thread)."""
-    cur = database().cursor()
+def pages_database() -> duckdb.DuckDBPyConnection:
+    """The DuckDB of the per-row table pages (:func:`page`): a database of its own, limited to
+    :data:`PAGES_MEMORY_LIMIT` and spilling into a private temporary folder, removed when the
+    process exits (DuckDB's default, ``.tmp`` in the working directory, would write into the
+    user's folder, and DuckDB leaves the folder behind).  Its own database, so the job pages'
+    queries keep the main one's memory."""
+    global _pages_db
+    with _db_lock:
+        if _pages_db is None:
+            spill = tempfile.mkdtemp(prefix="perfsight-duckdb-")
+            atexit.register(shutil.rmtree, spill, True)  # uvicorn exits by its signal: see close()
+            _spill_folders.append(spill)
+            _pages_db = duckdb.connect(
+                config={"threads": 2, "memory_limit": PAGES_MEMORY_LIMIT, "temp_directory": spill}
+            )
+        return _pages_db
+
+
+def close() -> None:
+    """Close the pages' database and remove its spill folder: called when the server stops (uvicorn
+    ends a server stopped by a signal with that signal, so ``atexit`` does not run there)."""
+    global _pages_db
+    with _db_lock:
+        if _pages_db is not None:
+            _pages_db.close()
+            _pages_db = None
+        while _spill_folders:
+            shutil.rmtree(_spill_folders.pop(), ignore_errors=True)
+
+
+def arrow(sql: str, params: Sequence[Any], db: duckdb.DuckDBPyConnection | None = None) -> pa.Table:
+    """``sql`` with ``params`` as an Arrow table, on a cursor of its own (cursors are per thread) of
+    ``db`` (default :func:`database`)."""
+    cur = (db or database()).cursor()
     try:
         relation = cur.sql(sql, params=list(params))
         if relation is None:
             return pa.table({})
         method = getattr(relation, "to_arrow_table", None) or relation.arrow  # DuckDB 2 / DuckDB 1
         return method()
+    except duckdb.OutOfMemoryException as error:
+        raise QueryTooLarge(str(error).splitlines()[0]) from None
     finally:
         cur.close()
 
@@ -62,27 +110,71 @@ def _normalised(text: str) -> str:
     return "".join(ch for ch in text.lower() if ch not in SEPARATORS)
 
 
+def _words(q: str | None) -> list[str]:
+    return [w for w in (_normalised(word) for word in (q or "").split()) if w]
+
+
+def _contains_word(column: str) -> str:
+    """The fuzzy rule for one word (a parameter) and one column, in SQL."""
+    return f"contains(translate(lower(coalesce({column}, '')), '{SEPARATORS}', ''), ?)"
+
+
 def fuzzy_clause(q: str | None, columns: Sequence[str]) -> tuple[str, list[Any]]:
     """SQL (``TRUE`` when ``q`` is empty) and parameters for the fuzzy filter over ``columns``:
     every word of ``q`` must occur in one of the columns, ignoring case and separators."""
-    words = [w for w in (_normalised(word) for word in (q or "").split()) if w]
+    words = _words(q)
     if not words:
         return "TRUE", []
-    strip = "'" + SEPARATORS + "'"
     parts, params = [], []
     for word in words:
-        ors = " OR ".join(f"contains(translate(lower(coalesce({c}, '')), {strip}, ''), ?)" for c in columns)
+        ors = " OR ".join(_contains_word(c) for c in columns)
         parts.append(f"({ors})")
         params.extend([word] * len(columns))
     return " AND ".join(parts), params
 
 
+def fuzzy_in_file(q: str | None, columns: Sequence[str], path: Path) -> tuple[str, list[Any]]:
+    """:func:`fuzzy_clause` over the Parquet file at ``path``, the rule applied once per distinct
+    value of each column (a few hundred names) and the rows then kept by membership.
+
+    Why: DuckDB runs ``translate`` on every row, not once per dictionary entry: 5 s for one word
+    over the 10 million operator rows of a 10 GB trace, against 0.1 s this way.  (A subquery of
+    the distinct values does not help: the filter is pushed below the DISTINCT.)"""
+    words = _words(q)
+    if not words or not path.is_file():
+        return fuzzy_clause(q, columns)
+    db = pages_database()
+    distinct = {
+        c: arrow(f"SELECT DISTINCT {c} AS v FROM read_parquet(?) WHERE {c} IS NOT NULL", [str(path)], db)
+        for c in columns
+    }
+    parts, params = [], []
+    cur = db.cursor()
+    try:
+        for word in words:
+            ors = []
+            for c in columns:
+                cur.register("distinct_values", distinct[c])
+                found = cur.execute(f"SELECT v FROM distinct_values WHERE {_contains_word('v')}", [word])
+                ors.append(f"{c} IN (SELECT unnest(?::VARCHAR[]))")
+                params.append([row[0] for row in found.fetchall()])
+            parts.append(f"({' OR '.join(ors)})")
+    finally:
+        cur.close()
+    return " AND ".join(parts), params
+
+
 def instance_filters(
-    q: str | None, fuzzy_columns: Sequence[str], name: str | None, step: int | None
+    q: str | None,
+    fuzzy_columns: Sequence[str],
+    name: str | None,
+    step: int | None,
+    source: Path | None = None,
 ) -> list[tuple[str, list[Any]]]:
     """WHERE clauses of a page of instances (operators, kernels): the fuzzy search ``q`` over
-    ``fuzzy_columns``, then the exact type ``name`` (a drill-down from a type row) and ``step``."""
-    where = [fuzzy_clause(q, fuzzy_columns)]
+    ``fuzzy_columns`` (decided per distinct value of the Parquet file ``source`` when given: see
+    :func:`fuzzy_in_file`), then the exact type ``name`` (a drill-down from a type row) and ``step``."""
+    where = [fuzzy_clause(q, fuzzy_columns) if source is None else fuzzy_in_file(q, fuzzy_columns, source)]
     if name is not None:
         where.append(("name = ?", [name]))
     if step is not None:
@@ -106,7 +198,14 @@ def page(
     ``offset``, ``limit`` and ``rows`` (dicts).
 
     ``select`` are SQL expressions with aliases from a fixed list (never from the request);
-    ``sort`` must be in ``sortable`` (the caller has validated it, this re-checks).
+    ``sort`` must be in ``sortable`` (the caller has validated it, this re-checks).  Rows that tie
+    on ``sort`` and ``tiebreak`` come in file order.
+
+    Why two queries for a page (of at most :data:`MAX_LIMIT` rows): the first sorts only the sort
+    keys and row numbers and keeps the page's row numbers, the second reads those rows alone (a
+    row-number filter DuckDB pushes into the Parquet scan).  Sorting whole rows (shapes, types,
+    names) past DuckDB's top-N -- any page beyond the first 0.7 % of the table -- held every row
+    in memory.  Both run in :func:`pages_database`, which spills past its memory limit.
     """
     if sort not in sortable:
         raise ValueError(f"cannot sort by {sort!r}; choose from {', '.join(sortable)}")
@@ -117,12 +216,50 @@ def page(
     for _, p in where:
         params.extend(p)
     direction = "DESC" if order == "desc" else "ASC"
-    source = f"FROM read_parquet(?) WHERE {' AND '.join(clauses)}"
-    total = arrow(f"SELECT count(*) AS n {source}", params).column("n")[0].as_py()
-    order_by = f'"{sort}" {direction} NULLS LAST' + (f", {tiebreak}" if tiebreak else "")
-    sql = f"SELECT {', '.join(select)} {source} ORDER BY {order_by} LIMIT ? OFFSET ?"
-    table = arrow(sql, [*params, int(limit), int(offset)])
+    source = f"FROM read_parquet(?, file_row_number = true) WHERE {' AND '.join(clauses)}"
+    db = pages_database()
+    total = arrow(f"SELECT count(*) AS n {source}", params, db).column("n")[0].as_py()
+    if limit > MAX_LIMIT:  # a whole small table (a job's ranks): one query, as it always was
+        order_by = f'"{sort}" {direction} NULLS LAST' + (f", {tiebreak}" if tiebreak else "")
+        sql = f"SELECT {', '.join(select)} {source} ORDER BY {order_by}, file_row_number LIMIT ? OFFSET ?"
+        table = arrow(sql, [*params, int(limit), int(offset)], db)
+        return {"total": int(total), "offset": offset, "limit": limit, "rows": records(table)}
+    keys = _sort_keys(select, sort, direction, tiebreak)
+    found = arrow(
+        f"SELECT file_row_number AS r {source} ORDER BY {keys} LIMIT ? OFFSET ?",
+        [*params, int(limit), int(offset)],
+        db,
+    )
+    wanted = [int(r) for r in found.column("r").to_pylist()]
+    if not wanted:
+        return {"total": int(total), "offset": offset, "limit": limit, "rows": []}
+    listed = ", ".join(map(str, wanted))  # integers DuckDB gave: no text of the request
+    table = arrow(
+        f"SELECT {', '.join(select)}, file_row_number AS __row FROM read_parquet(?, file_row_number = true) "
+        f"WHERE file_row_number IN ({listed})",
+        [str(path)],
+        db,
+    )
+    at = {row: i for i, row in enumerate(table.column("__row").to_pylist())}
+    table = table.drop_columns(["__row"]).take([at[row] for row in wanted])
     return {"total": int(total), "offset": offset, "limit": limit, "rows": records(table)}
+
+
+def _sort_keys(select: Sequence[str], sort: str, direction: str, tiebreak: str) -> str:
+    """The ORDER BY of a page in terms of the file's columns: ``sort`` and each ``tiebreak`` name
+    stand for the SELECT expression of that alias when there is one (as ORDER BY binds an alias
+    of the SELECT list first: a null ``self_ns`` selected as ``coalesce(self_ns, 0)`` sorts as 0),
+    else for the column; file order breaks the remaining ties."""
+    aliases = {}
+    for item in select:
+        expression, sep, alias = item.rpartition(" AS ")
+        if sep:
+            aliases[alias.strip()] = f"({expression})"
+    quoted = '"' + sort + '"'
+    terms = [f"{aliases.get(sort, quoted)} {direction} NULLS LAST"]
+    for name in (t.strip() for t in tiebreak.split(",") if t.strip()):
+        terms.append(aliases.get(name, name))
+    return ", ".join([*terms, "file_row_number"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,9 +307,9 @@ def view_page(
 ) -> dict[str, Any]:
     """One page of ``view`` over the Parquet file at ``path`` (see :func:`page`)."""
     if view.instances:
-        where = instance_filters(q, view.fuzzy, name, step)
+        where = instance_filters(q, view.fuzzy, name, step, path)
     else:
-        where = [fuzzy_clause(q, view.fuzzy)]
+        where = [fuzzy_in_file(q, view.fuzzy, path)]
     column = view.sort_columns.get(sort, sort)
     return page(
         path, view.select(origin_ns), sortable=[*view.sortable, *view.sort_columns.values()], sort=column,

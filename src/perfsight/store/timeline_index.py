@@ -46,8 +46,10 @@ answering a window lives in the server.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -315,16 +317,49 @@ def _save_levels(folder: Path, parts: list[dict[str, np.ndarray]]) -> np.ndarray
     return np.concatenate([p["first"] for p in parts])
 
 
+CHUNK_ROWS = 1 << 18
+"""Entries per piece of a whole-array scan (:meth:`TimelineArrays.chunks`): 1-2 MB an array, about
+10 MB with the temporaries of a flow or search scan."""
+
+
 class TimelineArrays:
-    """The saved index of one rank, memory-mapped (opening it reads only meta.idx and names.idx)."""
+    """The saved index of one rank, memory-mapped (opening it reads only meta.idx and names.idx).
+
+    Lookups (binary searches, a window's entries) use the mapped arrays and touch only the pages
+    they read; a scan of a whole array (search over every event's name, the flows of a window)
+    reads it in pieces with :meth:`chunks` instead, so that no scan leaves the whole array
+    resident in the server: its memory stays the same for a trace of any size."""
 
     def __init__(self, cache_folder: str | Path) -> None:
         folder = Path(cache_folder) / FOLDER
+        self.folder = folder
         self.meta: dict[str, Any] = json.loads((folder / META).read_text(encoding="utf-8"))
         self.names: list[str] = json.loads((folder / NAMES).read_text(encoding="utf-8"))
         for name in ARRAYS:
             # a plain ndarray over the mapped file: slicing a np.memmap costs more than the search
             setattr(self, name, np.asarray(np.load(folder / f"{name}.npy", mmap_mode="r")))
+
+    def chunks(self, *names: str, rows: int | None = None) -> Iterator[tuple[int, list[np.ndarray]]]:
+        """``(first position, [piece of each array])`` over the arrays ``names`` (of one length),
+        ``rows`` (default :data:`CHUNK_ROWS`) entries at a time, read from their files into memory
+        of their own (the mapping's pages are not touched, so a scan leaves nothing resident)."""
+        rows = rows or CHUNK_ROWS
+        with contextlib.ExitStack() as stack:
+            files = []
+            for name in names:
+                handle = stack.enter_context(open(self.folder / f"{name}.npy", "rb"))
+                major, _ = np.lib.format.read_magic(handle)
+                if major == 1:
+                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(handle)
+                else:
+                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(handle)
+                if fortran or len(shape) != 1:
+                    raise ValueError(f"{self.folder / name}.npy: not a flat array")
+                files.append((handle, dtype, shape[0]))
+            total = min((n for _, _, n in files), default=0)
+            for first in range(0, total, rows):
+                count = min(rows, total - first)
+                yield first, [np.fromfile(handle, dtype, count) for handle, dtype, _ in files]
 
     start: np.ndarray
     dur: np.ndarray
