@@ -78,6 +78,9 @@ SPILLED = ("slices", "flows", "comm", "memory", "dataloader", "comm_tasks")
 FLOW_ENDS = ("__row", "__src_start", "__src_track", "__dst_start", "__dst_track")
 """Columns the flows' runs carry beside the model's: the flow's row, and each end's start and track."""
 DUCKDB_MEMORY = "512MB"
+"""What the DuckDB sorts (timeline lanes, a CSV's rows out of order) may hold before spilling."""
+SPILL_BATCH_ROWS = 65_536
+"""Rows per batch of a spilled run read back: the merge holds one batch per chunk."""
 
 Batches = Callable[[], Iterator[pa.Table]]
 
@@ -150,7 +153,7 @@ class _SpilledTrace:
 
 def _spill_chunks(chunks: Callable[[], Iterator[TraceChunk]], spill: Path) -> _SpilledTrace:
     """One pass over the chunks: each table's rows as a run keyed by their whole-trace rows."""
-    spills = {name: RunSpill(spill, name) for name in SPILLED}
+    spills = {name: RunSpill(spill, name, SPILL_BATCH_ROWS) for name in SPILLED}
     times = trace_view.TimeSpan()
     devices: set[str] = set()
     first: Trace | None = None
@@ -369,7 +372,7 @@ def _external_sort(
             con.execute(f"SET temp_directory='{spill / 'duckdb'}'")
             order = ", ".join(f'"{name}" ASC' for name, _ in keys)
             query = f"SELECT * EXCLUDE (__seq) FROM read_parquet('{path}') ORDER BY {order}, __seq"
-            for batch in con.execute(query).to_arrow_reader(65_536):
+            for batch in con.sql(query).to_arrow_reader(65_536):
                 yield pa.Table.from_batches([batch]).cast(schema)
             con.close()
 

@@ -509,7 +509,7 @@ def write_timeline_index_spilled(
         done = flushed = 0
         lane_parts: list[pa.RecordBatch] = []
         lane_key = None
-        reader = con.execute(query).to_arrow_reader(65_536) if n else iter(())
+        reader = con.sql(query).to_arrow_reader(65_536) if n else iter(())
         for batch in reader:
             key = columns.int64(batch.column("track")) * 65536 + columns.int64(batch.column("depth"))
             bounds = np.flatnonzero(np.diff(key)) + 1
@@ -532,7 +532,7 @@ def write_timeline_index_spilled(
         stream.close()
     pos = _NpyStream(folder, "pos", ids)
     if n:
-        for batch in con.execute(f"SELECT pos FROM read_parquet('{posmap}') ORDER BY row").to_arrow_reader(
+        for batch in con.sql(f"SELECT pos FROM read_parquet('{posmap}') ORDER BY row").to_arrow_reader(
             65_536
         ):
             pos.add(columns.int64(batch.column("pos")))
@@ -548,7 +548,7 @@ def write_timeline_index_spilled(
             f"JOIN read_parquet('{posmap}') b ON f.dst = b.row "
             "ORDER BY f.src_start_ns, f.row"
         )
-        for batch in con.execute(query).to_arrow_reader(65_536):
+        for batch in con.sql(query).to_arrow_reader(65_536):
             for key in ("src", "dst", "kind"):
                 flow[f"flow_{key}"].add(columns.int64(batch.column(key)))
     for stream in flow.values():
