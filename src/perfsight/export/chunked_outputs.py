@@ -105,7 +105,8 @@ def write_outputs_chunked(
     with staged(rank_dir, (OUTPUT_DIR, CACHE_DIR)) as stage:
         spill = stage / SPILL_DIR
         trace = _spill_chunks(chunks, spill)
-        streams = {name: _stream(name, rows[name], tables) for name in ROW_TABLES if name in rows}
+        streams = {n: _stream(n, rows.get(n), tables) for n in ROW_TABLES if n in rows or n in tables}
+        tables = {name: table for name, table in tables.items() if name not in streams}
         out, cache_dir = stage / OUTPUT_DIR, stage / CACHE_DIR
         out.mkdir(parents=True, exist_ok=True)
         try:
@@ -125,11 +126,9 @@ def write_outputs_chunked(
                 db_tables: dict[str, pa.Table | sqlite_db.TableStream] = dict(ordered)
                 db_tables["slices"] = (trace.schemas["slices"], trace.spills["slices"].merged)
                 sqlite_db.write_db(out / f"perfsight_{trace.first.rank}.db", db_tables)
-            for name, table in ordered.items():
-                if isinstance(table, pa.Table):
-                    cache.save_tables(cache_dir, {name: table})
-                else:
-                    cache.save_table_batches(cache_dir, name, table[0], table[1]())
+            cache.save_tables(cache_dir, tables)
+            for name, (schema, batches) in streams.items():
+                cache.save_table_batches(cache_dir, name, schema, batches())
             advisor.write_advisor_json(out / advisor.ADVISOR_JSON, findings, "rank")
         finally:
             for run in trace.spills.values():
@@ -381,9 +380,13 @@ def _external_sort(
     return sort
 
 
-def _stream(name: str, batches: Batches, tables: Mapping[str, pa.Table]) -> sqlite_db.TableStream:
+def _stream(name: str, batches: Batches | None, tables: Mapping[str, pa.Table]) -> sqlite_db.TableStream:
     """A per-row table as (schema, batches as tables): the schema of its first batch, else the
-    table's in ``tables``, else the analysis's (an empty table may yield no batch at all)."""
+    table's in ``tables``, else the analysis's (an empty table may yield no batch at all).  A
+    table given whole in ``tables`` instead of ``rows`` is one batch."""
+    if batches is None:
+        table = tables.get(name, ROW_SCHEMAS[name].empty_table())
+        return table.schema, lambda: iter([table])
 
     def as_tables() -> Iterator[pa.Table]:
         for batch in batches():
