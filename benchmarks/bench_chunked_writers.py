@@ -109,11 +109,12 @@ def write(mode: str, work: Path, out: Path, export_types: tuple[str, ...]) -> di
     """One mode's writers, in this (fresh) process; returns its memory figures and time."""
     import pyarrow.parquet as pq
 
-    from perfsight import advisor, pipeline
+    from perfsight import advisor, heap, pipeline
     from perfsight.export.chunked_outputs import ROW_TABLES, write_outputs_chunked
     from perfsight.export.staging import background_writer, staged
     from perfsight.store import cache
 
+    heap.prefer_returning_pool()  # as in `perfsight analyse`, where reading the trace sets it
     options = pipeline.Options(export_types=export_types)
     info = json.loads((work / "info.json").read_text())
     findings = json.loads((work / "findings.json").read_text())

@@ -83,7 +83,8 @@ def _assert_same_outputs(whole: Path, chunked: Path) -> None:
 def test_chunked_writers_write_the_whole_pipelines_files(
     trace: Trace, export_types: tuple[str, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(chunked_outputs, "SPILL_BATCH_ROWS", 1000)  # runs merge across many batches
+    monkeypatch.setattr(chunked_outputs, "MERGE_ROWS", 1000)  # runs merge across many batches
+    monkeypatch.setattr(chunked_outputs, "MIN_BATCH_ROWS", 100)
     whole, chunked = _both(trace, tmp_path, export_types)
     assert (whole / "PROFILER_OUTPUT" / "trace_view.json").stat().st_size > 0
     assert ("db" in export_types) == any((whole / "PROFILER_OUTPUT").glob("*.db"))

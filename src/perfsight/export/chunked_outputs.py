@@ -77,10 +77,12 @@ SPILLED = ("slices", "flows", "comm", "memory", "dataloader", "comm_tasks")
 """The trace tables with rows per chunk; ``tracks`` is whole in every chunk, ``steps`` is given."""
 FLOW_ENDS = ("__row", "__src_start", "__src_track", "__dst_start", "__dst_track")
 """Columns the flows' runs carry beside the model's: the flow's row, and each end's start and track."""
-DUCKDB_MEMORY = "512MB"
+DUCKDB_MEMORY = "128MB"
 """What the DuckDB sorts (timeline lanes, a CSV's rows out of order) may hold before spilling."""
-SPILL_BATCH_ROWS = 65_536
-"""Rows per batch of a spilled run read back: the merge holds one batch per chunk."""
+MERGE_ROWS = 65_536
+"""Rows a merge of spilled runs holds at once, over all its runs (one batch each): each run's
+batch is this over the number of runs, at least :data:`MIN_BATCH_ROWS`."""
+MIN_BATCH_ROWS = 1024
 
 Batches = Callable[[], Iterator[pa.Table]]
 
@@ -152,7 +154,7 @@ class _SpilledTrace:
 
 def _spill_chunks(chunks: Callable[[], Iterator[TraceChunk]], spill: Path) -> _SpilledTrace:
     """One pass over the chunks: each table's rows as a run keyed by their whole-trace rows."""
-    spills = {name: RunSpill(spill, name, SPILL_BATCH_ROWS) for name in SPILLED}
+    spills = {name: RunSpill(spill, name) for name in SPILLED}
     times = trace_view.TimeSpan()
     devices: set[str] = set()
     first: Trace | None = None
@@ -202,6 +204,8 @@ def _spill_chunks(chunks: Callable[[], Iterator[TraceChunk]], spill: Path) -> _S
             spills["dataloader"].add(t.dataloader, chunk.table_rows["dataloader"])
     if first is None:
         raise ValueError("the trace gave no chunk")
+    for run in spills.values():
+        run.batch_rows = max(MIN_BATCH_ROWS, MERGE_ROWS // max(1, len(run.runs)))
     return _SpilledTrace(first, spills, schemas, times, sorted(devices))
 
 

@@ -450,7 +450,7 @@ def write_timeline_index_spilled(
     con = duckdb.connect()
     con.execute(f"SET memory_limit='{memory_limit}'")
     con.execute(f"SET temp_directory='{spill / 'duckdb'}'")
-    con.execute("SET threads=2")
+    con.execute("SET threads=1")
     n = sum(pq.ParquetFile(f).metadata.num_rows for f in slice_files)
     ids = np.int32 if n < 2**31 else np.int64
     out = {
