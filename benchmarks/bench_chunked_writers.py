@@ -10,7 +10,7 @@ memory can be written.  This script measures that on a generated trace:
    per-row tables (``chunked_outputs.ROW_TABLES``) and the other tables as Parquet, the advisor's
    findings as JSON;
 3. a fresh process per mode writes the rank's outputs from those files and reports its peak RSS
-   (``ru_maxrss``) and its RSS before the writers started:
+   (``VmHWM``) and its RSS before the writers started:
 
    * ``whole``: the trace and every table loaded whole, then the writers of
      ``pipeline.analyse_and_write`` (cached trace, ``_write_tables``, advisor.json);
@@ -39,6 +39,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+BATCH_ROWS = 65_536
+"""Rows per batch of the per-row tables fed to the chunked writers."""
 
 
 def _rss_mb() -> float:
@@ -47,6 +49,12 @@ def _rss_mb() -> float:
 
 
 def _peak_mb() -> float:
+    """This process's peak RSS (``VmHWM``: unlike ``ru_maxrss``, not inherited from the parent
+    that forked it, which held the whole trace while preparing)."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -65,8 +73,8 @@ def prepare(trace_path: Path, work: Path, max_slices: int, export_types: tuple[s
     cache.save_trace(trace, work / "trace")
     result = pipeline.analyse_trace(trace, pipeline.Options(export_types=export_types))
     (work / "tables").mkdir(parents=True)
-    for name, table in result.tables.items():
-        pq.write_table(table, work / "tables" / f"{name}.parquet")
+    for name, table in result.tables.items():  # row groups of a batch: read back one at a time
+        pq.write_table(table, work / "tables" / f"{name}.parquet", row_group_size=BATCH_ROWS)
     (work / "findings.json").write_text(json.dumps(advisor.rank_findings(result.tables, trace), default=str))
     count = 0
     for chunk in split_by_steps(trace, max_slices):
@@ -138,7 +146,7 @@ def write(mode: str, work: Path, out: Path, export_types: tuple[str, ...]) -> di
         }
 
         def batches(name: str) -> Iterator:
-            return pq.ParquetFile(work / "tables" / f"{name}.parquet").iter_batches(65_536)
+            return pq.ParquetFile(work / "tables" / f"{name}.parquet").iter_batches(BATCH_ROWS)
 
         rows = {name: (lambda n=name: batches(n)) for name in info["row_tables"]}
         steps = cache.load_trace_table(work / "trace", "steps")

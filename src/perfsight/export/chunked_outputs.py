@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from perfsight import advisor, columns
+from perfsight.heap import return_freed_memory
 from perfsight.analysis import communication, kernels, memory, operators, overlap
 from perfsight.export import data_pipeline_files, mindspore_csv, sqlite_db, trace_view
 from perfsight.export.communication_json import write_communication_json
@@ -116,10 +117,12 @@ def write_outputs_chunked(
             timeline_index.write_timeline_index_spilled(
                 cache_dir, trace.first.rank, *index_input, spill, memory_limit=DUCKDB_MEMORY
             )
+            return_freed_memory()
             ordered = _in_analysis_order(tables, streams)
             if "text" in options.export_types:
                 _write_trace_view(out / "trace_view.json", trace, streams["overlap_intervals"])
                 _write_csvs(out, tables, streams, spill)
+                return_freed_memory()
                 data_pipeline_files.write_all(out, tables)
                 if trace.spills["comm"].rows:
                     comm_tables = {**tables, **{n: _whole(streams[n]) for n in _COMM_ROWS}}
@@ -206,6 +209,7 @@ def _spill_chunks(chunks: Callable[[], Iterator[TraceChunk]], spill: Path) -> _S
         raise ValueError("the trace gave no chunk")
     for run in spills.values():
         run.batch_rows = max(MIN_BATCH_ROWS, MERGE_ROWS // max(1, len(run.runs)))
+    return_freed_memory()  # the chunks' tables: gone before the writers grow the heap
     return _SpilledTrace(first, spills, schemas, times, sorted(devices))
 
 

@@ -283,7 +283,7 @@ def write_csv_batches(
     ranks: set[int] = set()
     quoted, ordered = False, True
     last: pa.Table | None = None
-    for batch in batches():
+    for batch in _slices(batches):
         if not batch.num_rows:
             continue
         ranks |= _ranks(batch)
@@ -293,8 +293,18 @@ def write_csv_batches(
         last = batch.slice(batch.num_rows - 1)
     _one_rank(ranks, file_name)
     source = batches if ordered else sort(keys)
-    parts = (build(FILES[file_name], batch) for batch in source())
+    parts = (build(FILES[file_name], batch) for batch in _slices(source))
     return _write_csv(Path(folder) / file_name, list(FILES[file_name]), parts, quoted)
+
+
+CSV_BATCH_ROWS = 16_384
+"""Rows formatted at once by :func:`write_csv_batches`: its text is a few times the rows' size."""
+
+
+def _slices(batches: Callable[[], Iterator[pa.Table]]) -> Iterator[pa.Table]:
+    for batch in batches():
+        for lo in range(0, max(batch.num_rows, 1), CSV_BATCH_ROWS):
+            yield batch.slice(lo, CSV_BATCH_ROWS)
 
 
 def write_kernel_details(folder: str | Path, kernels: pa.Table) -> Path:
