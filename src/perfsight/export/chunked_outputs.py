@@ -37,16 +37,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from perfsight import advisor, columns
-from perfsight.heap import return_freed_memory
 from perfsight.analysis import communication, kernels, memory, operators, overlap
 from perfsight.export import data_pipeline_files, mindspore_csv, sqlite_db, trace_view
 from perfsight.export.communication_json import write_communication_json
 from perfsight.export.staging import staged
+from perfsight.heap import return_freed_memory
 from perfsight.layout import CACHE_DIR, OUTPUT_DIR
 from perfsight.model import NO_ID, TABLE_SCHEMAS, Trace
 from perfsight.model_chunks import TraceChunk
 from perfsight.sorted_runs import RunSpill
-from perfsight.store import cache, timeline_index
+from perfsight.store import cache, external_sort, timeline_index
 
 if TYPE_CHECKING:
     from perfsight.pipeline import Options
@@ -78,7 +78,7 @@ SPILLED = ("slices", "flows", "comm", "memory", "dataloader", "comm_tasks")
 """The trace tables with rows per chunk; ``tracks`` is whole in every chunk, ``steps`` is given."""
 FLOW_ENDS = ("__row", "__src_start", "__src_track", "__dst_start", "__dst_track")
 """Columns the flows' runs carry beside the model's: the flow's row, and each end's start and track."""
-DUCKDB_MEMORY = "128MB"
+DUCKDB_MEMORY = external_sort.MEMORY_LIMIT
 """What the DuckDB sorts (timeline lanes, a CSV's rows out of order) may hold before spilling."""
 MERGE_ROWS = 65_536
 """Rows a merge of spilled runs holds at once, over all its runs (one batch each): each run's
@@ -360,8 +360,6 @@ def _external_sort(
     """A stable sort of ``batches`` by ascending keys on disk (DuckDB, within :data:`DUCKDB_MEMORY`)."""
 
     def sort(keys: list[tuple[str, str]]) -> Batches:
-        import duckdb
-
         spill.mkdir(parents=True, exist_ok=True)
         path = spill / "unsorted.parquet"
         seq = 0
@@ -374,11 +372,10 @@ def _external_sort(
                 seq += n
 
         def sorted_batches() -> Iterator[pa.Table]:
-            con = duckdb.connect()
-            con.execute(f"SET memory_limit='{DUCKDB_MEMORY}'")
-            con.execute(f"SET temp_directory='{spill / 'duckdb'}'")
+            con = external_sort.connect(spill, DUCKDB_MEMORY)
             order = ", ".join(f'"{name}" ASC' for name, _ in keys)
-            query = f"SELECT * EXCLUDE (__seq) FROM read_parquet('{path}') ORDER BY {order}, __seq"
+            source = f"read_parquet({external_sort.quoted(path)})"
+            query = f"SELECT * EXCLUDE (__seq) FROM {source} ORDER BY {order}, __seq"
             for batch in con.sql(query).to_arrow_reader(65_536):
                 yield pa.Table.from_batches([batch]).cast(schema)
             con.close()

@@ -430,27 +430,26 @@ def write_timeline_index_spilled(
     spill: Path,
     *,
     level_min_events: int = LEVEL_MIN_EVENTS,
-    memory_limit: str = "512MB",
+    memory_limit: str | None = None,
 ) -> Path:
     """:func:`write_timeline_index` of a trace whose slices (``SPILLED_SLICE_COLUMNS``) and flows
     (``SPILLED_FLOW_COLUMNS``) are Parquet files: the same files, byte for byte.
 
-    DuckDB sorts the slices into lane order within ``memory_limit`` (spilling under ``spill``);
-    they are then read a batch at a time, one lane held at once (its pyramid needs all of it).
+    DuckDB sorts the slices into lane order within ``memory_limit`` (default
+    ``external_sort.MEMORY_LIMIT``), spilling under ``spill``; they are then read a batch at a
+    time, one lane held at once (its pyramid needs all of it: the memory of the largest lane).
     The inverse permutation and the flows' ends are two more DuckDB sorts.
     """
-    import duckdb
     import pyarrow.parquet as pq
+
+    from perfsight.store.external_sort import MEMORY_LIMIT, connect, files, quoted
 
     cache_folder = Path(cache_folder)
     folder = cache_folder / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     (folder / META).unlink(missing_ok=True)
     spill.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect()
-    con.execute(f"SET memory_limit='{memory_limit}'")
-    con.execute(f"SET temp_directory='{spill / 'duckdb'}'")
-    con.execute("SET threads=1")
+    con = connect(spill, memory_limit or MEMORY_LIMIT)
     n = sum(pq.ParquetFile(f).metadata.num_rows for f in slice_files)
     ids = np.int32 if n < 2**31 else np.int64
     out = {
@@ -500,10 +499,9 @@ def write_timeline_index_spilled(
             out["lod_row"].add(row[local])
             lod_total += len(level["start"])
 
-    files = ", ".join(f"'{f}'" for f in slice_files)
     query = (
         "SELECT row, track, depth, start_ns, greatest(dur_ns, 0) AS dur_ns, kind, name "
-        f"FROM read_parquet([{files}]) ORDER BY track, depth, start_ns, row"
+        f"FROM read_parquet({files(slice_files)}) ORDER BY track, depth, start_ns, row"
     )
     with pq.ParquetWriter(posmap, pa.schema([("row", pa.int64()), ("pos", pa.int64())])) as positions:
         done = flushed = 0
@@ -532,7 +530,7 @@ def write_timeline_index_spilled(
         stream.close()
     pos = _NpyStream(folder, "pos", ids)
     if n:
-        for batch in con.sql(f"SELECT pos FROM read_parquet('{posmap}') ORDER BY row").to_arrow_reader(
+        for batch in con.sql(f"SELECT pos FROM read_parquet({quoted(posmap)}) ORDER BY row").to_arrow_reader(
             65_536
         ):
             pos.add(columns.int64(batch.column("pos")))
@@ -540,12 +538,11 @@ def write_timeline_index_spilled(
     flow = {name: _NpyStream(folder, name, dtype) for name, dtype in (
         ("flow_src", ids), ("flow_dst", ids), ("flow_kind", np.int8))}  # fmt: skip
     if flow_files:
-        ffiles = ", ".join(f"'{f}'" for f in flow_files)
         query = (
             "SELECT a.pos AS src, b.pos AS dst, f.kind AS kind "
-            f"FROM read_parquet([{ffiles}]) f "
-            f"JOIN read_parquet('{posmap}') a ON f.src = a.row "
-            f"JOIN read_parquet('{posmap}') b ON f.dst = b.row "
+            f"FROM read_parquet({files(flow_files)}) f "
+            f"JOIN read_parquet({quoted(posmap)}) a ON f.src = a.row "
+            f"JOIN read_parquet({quoted(posmap)}) b ON f.dst = b.row "
             "ORDER BY f.src_start_ns, f.row"
         )
         for batch in con.sql(query).to_arrow_reader(65_536):
