@@ -85,6 +85,7 @@ def test_chunked_writers_write_the_whole_pipelines_files(
 ) -> None:
     monkeypatch.setattr(chunked_outputs, "MERGE_ROWS", 1000)  # runs merge across many batches
     monkeypatch.setattr(chunked_outputs, "MIN_BATCH_ROWS", 100)
+    monkeypatch.setattr(chunked_outputs, "RUN_ROWS", 300)  # communication ops in several runs by step
     whole, chunked = _both(trace, tmp_path, export_types)
     assert (whole / "PROFILER_OUTPUT" / "trace_view.json").stat().st_size > 0
     assert ("db" in export_types) == any((whole / "PROFILER_OUTPUT").glob("*.db"))

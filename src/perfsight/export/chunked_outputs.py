@@ -15,13 +15,15 @@ per-row table:
 * ``trace_view.json`` is written in the whole writer's event order: slices, flow starts, flow
   finishes, memory counters, overlap intervals, each from its merged runs or its row stream;
 * the per-row CSVs, the SQLite db and the cached analysis tables take the per-row tables a batch
-  at a time; the small tables go to the whole-table writers unchanged.
+  at a time (a CSV whose rows come out of its order is sorted by DuckDB on disk, as is the
+  timeline index: ``store/external_sort.py``); ``communication.json`` takes one step's ops and
+  links at a time, spilled as runs sorted by step; the small tables go to the whole-table
+  writers unchanged.
 
 Everything spilled lives in the staging folder (``export/staging.py``) and goes with it.  The
 formatting is the whole-trace writers' own: this module only feeds them pieces in order.
-Known bound: ``communication.json`` is built from the whole ``communication_ops`` and
-``communication_links`` (one row per collective and per link of it, thousands per step, not per
-event): its text groups ops by step, which the op order does not follow.
+What stays whole: the small tables, the largest timeline lane (its pyramid is built from all of
+it) and one step's communication ops.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import pyarrow.parquet as pq
 from perfsight import advisor, columns
 from perfsight.analysis import communication, kernels, memory, operators, overlap
 from perfsight.export import data_pipeline_files, mindspore_csv, sqlite_db, trace_view
-from perfsight.export.communication_json import write_communication_json
+from perfsight.export.communication_json import write_communication_json_by_step
 from perfsight.export.staging import staged
 from perfsight.heap import return_freed_memory
 from perfsight.layout import CACHE_DIR, OUTPUT_DIR
@@ -125,8 +127,8 @@ def write_outputs_chunked(
                 return_freed_memory()
                 data_pipeline_files.write_all(out, tables)
                 if trace.spills["comm"].rows:
-                    comm_tables = {**tables, **{n: _whole(streams[n]) for n in _COMM_ROWS}}
-                    write_communication_json(out / "communication.json", comm_tables)
+                    steps_tables = _communication_steps(streams, tables, spill)
+                    write_communication_json_by_step(out / "communication.json", steps_tables)
             if "db" in options.export_types:
                 db_tables: dict[str, pa.Table | sqlite_db.TableStream] = dict(ordered)
                 db_tables["slices"] = (trace.schemas["slices"], trace.spills["slices"].merged)
@@ -138,9 +140,6 @@ def write_outputs_chunked(
         finally:
             for run in trace.spills.values():
                 run.remove()
-
-
-_COMM_ROWS = ("communication_ops", "communication_links")
 
 
 @dataclasses.dataclass
@@ -404,9 +403,104 @@ def _stream(name: str, batches: Batches | None, tables: Mapping[str, pa.Table]) 
     return schema, lambda: iter([schema.empty_table()])
 
 
-def _whole(stream: sqlite_db.TableStream) -> pa.Table:
-    schema, batches = stream
-    return pa.concat_tables([schema.empty_table(), *batches()]).combine_chunks()
+RUN_ROWS = 262_144
+"""Rows of a per-row table sorted in memory into one run of a spill (communication by step)."""
+_STEP_TABLES = ("communication_steps", "communication_step_links", "communication_step_sizes")
+
+
+def _communication_steps(
+    streams: Mapping[str, sqlite_db.TableStream], tables: Mapping[str, pa.Table], spill: Path
+) -> Iterator[dict[str, pa.Table]]:
+    """Each step's communication tables (``write_communication_json_by_step``), steps ascending:
+    the ops and links spilled as runs sorted by step and merged back a step at a time (their
+    order within a step is their order in the table); the per-step and size tables are small."""
+    ops = _by_step(streams["communication_ops"], spill, "communication_ops")
+    links = _by_step(streams["communication_links"], spill, "communication_links")
+    sizes = _step_slices(tables["communication_sizes"])
+    per_step = {name: _step_slices(tables[name]) for name in _STEP_TABLES}
+    try:
+        for (step, step_ops), (_, step_links) in zip(_groups(ops), _groups(links), strict=True):
+            step_sizes = sizes(step)
+            local = np.searchsorted(
+                columns.int64(step_ops.column("op")), columns.int64(step_sizes.column("op"))
+            )
+            yield {
+                "communication_ops": step_ops,
+                "communication_links": step_links,
+                "communication_sizes": _with(step_sizes, op=local),
+                **{name: rows(step) for name, rows in per_step.items()},
+            }
+    finally:
+        ops.remove()
+        links.remove()
+
+
+def _step_of(table: pa.Table) -> np.ndarray:
+    return columns.int64(table.column("step"), NO_ID)
+
+
+def _by_step(stream: sqlite_db.TableStream, spill: Path, name: str) -> RunSpill:
+    """``stream`` as runs sorted by step, each row with its place in the table (``__pos``)."""
+    runs = RunSpill(spill, f"{name}.by_step")
+    buffered: list[pa.Table] = []
+    done = 0
+
+    def flush() -> None:
+        nonlocal done
+        if not buffered:
+            return
+        table = pa.concat_tables(buffered)
+        table = table.append_column("__pos", pa.array(np.arange(done, done + table.num_rows), pa.int64()))
+        order = np.argsort(_step_of(table), kind="stable")
+        table = table.take(pa.array(order))
+        runs.add(table, _step_of(table))
+        done += table.num_rows
+        buffered.clear()
+
+    for batch in stream[1]():
+        buffered.append(batch)
+        if sum(b.num_rows for b in buffered) >= RUN_ROWS:
+            flush()
+    flush()
+    runs.batch_rows = max(MIN_BATCH_ROWS, MERGE_ROWS // max(1, len(runs.runs)))
+    return runs
+
+
+def _groups(runs: RunSpill) -> Iterator[tuple[int, pa.Table]]:
+    """Each step's rows of the merged runs, in their table order (``__pos``, then dropped)."""
+
+    def done(step: int, parts: list[pa.Table]) -> tuple[int, pa.Table]:
+        table = pa.concat_tables(parts)
+        order = np.argsort(columns.int64(table.column("__pos")), kind="stable")
+        return step, table.take(pa.array(order)).drop_columns(["__pos"])
+
+    parts: list[pa.Table] = []
+    current: int | None = None
+    for batch in runs.merged():
+        steps = _step_of(batch)
+        cuts = [0, *(np.flatnonzero(np.diff(steps)) + 1).tolist(), len(steps)]
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+            if current is not None and int(steps[a]) != current:
+                yield done(current, parts)
+                parts = []
+            current = int(steps[a])
+            parts.append(batch.slice(a, b - a))
+    if current is not None:
+        yield done(current, parts)
+
+
+def _step_slices(table: pa.Table) -> Callable[[int], pa.Table]:
+    """The rows of one step of a small table (in their order), by one stable sort up front."""
+    steps = _step_of(table)
+    order = np.argsort(steps, kind="stable")
+    by_step = table.take(pa.array(order))
+    sorted_steps = steps[order]
+
+    def rows(step: int) -> pa.Table:
+        lo, hi = np.searchsorted(sorted_steps, [step, step + 1])
+        return by_step.slice(int(lo), int(hi - lo))
+
+    return rows
 
 
 def _in_analysis_order(
