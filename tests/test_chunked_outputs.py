@@ -19,7 +19,7 @@ import pytest
 
 from conftest import kineto_file, need_file
 from perfsight import advisor, pipeline
-from perfsight.export import chunked_outputs
+from perfsight.export import chunked_outputs, spilled_trace
 from perfsight.export.chunked_outputs import ROW_TABLES, write_outputs_chunked
 from perfsight.ingest import read_trace
 from perfsight.model import Trace
@@ -83,8 +83,8 @@ def _assert_same_outputs(whole: Path, chunked: Path) -> None:
 def test_chunked_writers_write_the_whole_pipelines_files(
     trace: Trace, export_types: tuple[str, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(chunked_outputs, "MERGE_ROWS", 1000)  # runs merge across many batches
-    monkeypatch.setattr(chunked_outputs, "MIN_BATCH_ROWS", 100)
+    monkeypatch.setattr(spilled_trace, "MERGE_ROWS", 1000)  # runs merge across many batches
+    monkeypatch.setattr(spilled_trace, "MIN_BATCH_ROWS", 100)
     monkeypatch.setattr(chunked_outputs, "RUN_ROWS", 300)  # communication ops in several runs by step
     whole, chunked = _both(trace, tmp_path, export_types)
     assert (whole / "PROFILER_OUTPUT" / "trace_view.json").stat().st_size > 0

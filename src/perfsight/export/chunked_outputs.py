@@ -5,20 +5,15 @@ outputs must still be the files ``pipeline.analyse_and_write`` writes for the wh
 for byte (Parquet: the same table read back).  Here no writer holds the whole trace or a whole
 per-row table:
 
-* one pass over the chunks spills each trace table as sorted runs (:class:`~perfsight.sorted_runs.RunSpill`)
-  keyed by each row's row in the whole trace, with the chunk's row indices (flow ends, a comm
-  row's slice, an HCCL task's op) turned into the whole trace's; the same pass gathers what the
-  trace view's header needs (the time offset, the memory devices);
-* the cached trace's tables are then written as Parquet row groups from the merged runs, in
-  whole-trace order, and the timeline index is built from the slices spilled in that order
-  (DuckDB sorts them into lane order within a memory limit);
+* the chunks are spilled and read back in the whole trace's row order
+  (:mod:`perfsight.export.spilled_trace`), which writes the cached trace's tables as Parquet row
+  groups and the timeline index from the slices (DuckDB sorts them into lane order on disk);
 * ``trace_view.json`` is written in the whole writer's event order: slices, flow starts, flow
   finishes, memory counters, overlap intervals, each from its merged runs or its row stream;
 * the per-row CSVs, the SQLite db and the cached analysis tables take the per-row tables a batch
-  at a time (a CSV whose rows come out of its order is sorted by DuckDB on disk, as is the
-  timeline index: ``store/external_sort.py``); ``communication.json`` takes one step's ops and
-  links at a time, spilled as runs sorted by step; the small tables go to the whole-table
-  writers unchanged.
+  at a time (a CSV whose rows come out of its order is sorted by DuckDB on disk,
+  ``store/external_sort.py``); ``communication.json`` takes one step's ops and links at a time,
+  spilled as runs sorted by step; the small tables go to the whole-table writers unchanged.
 
 Everything spilled lives in the staging folder (``export/staging.py``) and goes with it.  The
 formatting is the whole-trace writers' own: this module only feeds them pieces in order.
@@ -28,24 +23,29 @@ it) and one step's communication ops.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from perfsight import advisor, columns
 from perfsight.analysis import communication, kernels, memory, operators, overlap
 from perfsight.export import data_pipeline_files, mindspore_csv, sqlite_db, trace_view
 from perfsight.export.communication_json import write_communication_json_by_step
+from perfsight.export.spilled_trace import (
+    SpilledTrace,
+    merge_batch_rows,
+    spill_chunks,
+    with_columns,
+    write_cached_trace,
+)
 from perfsight.export.staging import staged
 from perfsight.heap import return_freed_memory
 from perfsight.layout import CACHE_DIR, OUTPUT_DIR
-from perfsight.model import NO_ID, TABLE_SCHEMAS, Trace
+from perfsight.model import NO_ID
 from perfsight.model_chunks import TraceChunk
 from perfsight.sorted_runs import RunSpill
 from perfsight.store import cache, external_sort, timeline_index
@@ -76,17 +76,8 @@ ROW_SCHEMAS: dict[str, pa.Schema] = {
 """The schema of a per-row table whose stream yields no batch at all (an empty table)."""
 
 SPILL_DIR = ".spill"
-SPILLED = ("slices", "flows", "comm", "memory", "dataloader", "comm_tasks")
-"""The trace tables with rows per chunk; ``tracks`` is whole in every chunk, ``steps`` is given."""
-FLOW_ENDS = ("__row", "__src_start", "__src_track", "__dst_start", "__dst_track")
-"""Columns the flows' runs carry beside the model's: the flow's row, and each end's start and track."""
 DUCKDB_MEMORY = external_sort.MEMORY_LIMIT
 """What the DuckDB sorts (timeline lanes, a CSV's rows out of order) may hold before spilling."""
-MERGE_ROWS = 65_536
-"""Rows a merge of spilled runs holds at once, over all its runs (one batch each): each run's
-batch is this over the number of runs, at least :data:`MIN_BATCH_ROWS`."""
-MIN_BATCH_ROWS = 1024
-
 Batches = Callable[[], Iterator[pa.Table]]
 
 
@@ -109,13 +100,13 @@ def write_outputs_chunked(
     rank_dir = Path(rank_dir)
     with staged(rank_dir, (OUTPUT_DIR, CACHE_DIR)) as stage:
         spill = stage / SPILL_DIR
-        trace = _spill_chunks(chunks, spill)
+        trace = spill_chunks(chunks, spill)
         streams = {n: _stream(n, rows.get(n), tables) for n in ROW_TABLES if n in rows or n in tables}
         tables = {name: table for name, table in tables.items() if name not in streams}
         out, cache_dir = stage / OUTPUT_DIR, stage / CACHE_DIR
         out.mkdir(parents=True, exist_ok=True)
         try:
-            index_input = _write_cached_trace(trace, steps, cache_dir, spill)
+            index_input = write_cached_trace(trace, steps, cache_dir, spill)
             timeline_index.write_timeline_index_spilled(
                 cache_dir, trace.first.rank, *index_input, spill, memory_limit=DUCKDB_MEMORY
             )
@@ -142,169 +133,7 @@ def write_outputs_chunked(
                 run.remove()
 
 
-@dataclasses.dataclass
-class _SpilledTrace:
-    """The trace after the spilling pass: its tables as sorted runs, plus its whole small parts."""
-
-    first: Trace
-    """The first chunk's trace without its rows: tracks, metadata, vendor results (whole in each chunk)."""
-    spills: dict[str, RunSpill]
-    schemas: dict[str, pa.Schema]
-    times: trace_view.TimeSpan
-    memory_devices: list[str]
-
-
-def _spill_chunks(chunks: Callable[[], Iterator[TraceChunk]], spill: Path) -> _SpilledTrace:
-    """One pass over the chunks: each table's rows as a run keyed by their whole-trace rows."""
-    spills = {name: RunSpill(spill, name) for name in SPILLED}
-    times = trace_view.TimeSpan()
-    devices: set[str] = set()
-    first: Trace | None = None
-    schemas: dict[str, pa.Schema] = {}
-    for chunk in chunks():
-        t = chunk.trace
-        if first is None:
-            first = dataclasses.replace(
-                t, **{name: getattr(t, name).schema.empty_table() for name in SPILLED}
-            )
-            schemas = {name: getattr(t, name).schema for name in TABLE_SCHEMAS}
-        slice_rows = chunk.slice_rows
-        spills["slices"].add(t.slices, slice_rows)
-        start = columns.int64(t.slices.column("start_ns"))
-        times.add(start)
-        times.add(start + columns.int64(t.slices.column("dur_ns")))
-        flows = t.flows
-        if flows.num_rows:
-            src, dst = columns.int64(flows.column("src")), columns.int64(flows.column("dst"))
-            track = columns.int64(t.slices.column("track"))
-            flows = _with(flows, src=slice_rows[src], dst=slice_rows[dst])
-            extra = {
-                "__row": chunk.table_rows["flows"],
-                "__src_start": start[src],
-                "__src_track": track[src],
-                "__dst_start": start[dst],
-                "__dst_track": track[dst],
-            }
-            for name, values in extra.items():
-                flows = flows.append_column(name, pa.array(values, pa.int64()))
-            spills["flows"].add(flows, chunk.table_rows["flows"])
-        comm_rows = chunk.table_rows.get("comm", np.zeros(0, np.int64))
-        if t.comm.num_rows:
-            spills["comm"].add(_with(t.comm, slice=_whole_rows(t.comm, "slice", slice_rows)), comm_rows)
-        if t.comm_tasks.num_rows:
-            tasks = _with(
-                t.comm_tasks,
-                op=_whole_rows(t.comm_tasks, "op", comm_rows),
-                slice=_whole_rows(t.comm_tasks, "slice", slice_rows),
-            )
-            spills["comm_tasks"].add(tasks, chunk.table_rows["comm_tasks"])
-        if t.memory.num_rows:
-            spills["memory"].add(t.memory, chunk.table_rows["memory"])
-            times.add(columns.int64(t.memory.column("ts_ns")))
-            devices |= set(pc.unique(trace_view.memory_keys(t.memory)).to_pylist())
-        if t.dataloader.num_rows:
-            spills["dataloader"].add(t.dataloader, chunk.table_rows["dataloader"])
-    if first is None:
-        raise ValueError("the trace gave no chunk")
-    for run in spills.values():
-        run.batch_rows = max(MIN_BATCH_ROWS, MERGE_ROWS // max(1, len(run.runs)))
-    return_freed_memory()  # the chunks' tables: gone before the writers grow the heap
-    return _SpilledTrace(first, spills, schemas, times, sorted(devices))
-
-
-def _with(table: pa.Table, **values: np.ndarray) -> pa.Table:
-    """``table`` with the named int64 columns replaced."""
-    for name, array in values.items():
-        index = table.schema.get_field_index(name)
-        field = table.schema.field(name)
-        table = table.set_column(index, field, pa.array(array, pa.int64()).cast(field.type))
-    return table
-
-
-def _whole_rows(table: pa.Table, name: str, rows: np.ndarray) -> np.ndarray:
-    """Column ``name`` of chunk row indices as the whole trace's (``rows[i]``), NO_ID kept."""
-    local = columns.int64(table.column(name))
-    if not len(rows):
-        return np.full(len(local), NO_ID, np.int64)
-    return np.where(local != NO_ID, rows[np.clip(local, 0, len(rows) - 1)], NO_ID)
-
-
-def _write_cached_trace(
-    trace: _SpilledTrace, steps: pa.Table, folder: Path, spill: Path
-) -> tuple[list[Path], list[Path], list[Any], list[Any]]:
-    """The cache's trace tables in whole-trace row order; returns what the timeline index reads
-    (its slice and flow files, the names and the flow kinds, coded in that same order)."""
-    cache.start_trace(folder)
-    names, flow_kinds = timeline_index.FirstSeenCodes(), timeline_index.FirstSeenCodes()
-    slice_file, flow_file = spill / "timeline_slices.parquet", spill / "timeline_flows.parquet"
-
-    def slices() -> Iterator[pa.Table]:
-        done = 0
-        with pq.ParquetWriter(slice_file, _SLICE_INDEX) as index:
-            for batch in trace.spills["slices"].merged():
-                n = batch.num_rows
-                index.write_table(
-                    pa.table(
-                        {
-                            "row": pa.array(np.arange(done, done + n, dtype=np.int64)),
-                            "track": batch.column("track"),
-                            "depth": batch.column("depth"),
-                            "start_ns": batch.column("start_ns"),
-                            "dur_ns": batch.column("dur_ns"),
-                            "kind": pa.array(timeline_index.kind_index(batch.column("kind")), pa.int8()),
-                            "name": pa.array(names.add(batch.column("name")), pa.int32()),
-                        },
-                        schema=_SLICE_INDEX,
-                    )
-                )
-                done += n
-                yield batch
-
-    def flows() -> Iterator[pa.Table]:
-        with pq.ParquetWriter(flow_file, _FLOW_INDEX) as index:
-            for batch in trace.spills["flows"].merged():
-                index.write_table(
-                    pa.table(
-                        {
-                            "row": batch.column("__row"),
-                            "src": batch.column("src"),
-                            "dst": batch.column("dst"),
-                            "kind": pa.array(flow_kinds.add(batch.column("kind")), pa.int64()),
-                            "src_start_ns": batch.column("__src_start"),
-                        },
-                        schema=_FLOW_INDEX,
-                    )
-                )
-                yield batch.drop_columns(list(FLOW_ENDS))
-
-    for name, schema in trace.schemas.items():
-        path = folder / f"{name}.parquet"
-        if name == "tracks":
-            cache.write_parquet_batches(path, schema, [trace.first.tracks])
-        elif name == "steps":
-            cache.write_parquet_batches(path, schema, [steps])
-        elif name == "slices":
-            cache.write_parquet_batches(path, schema, slices())
-        elif name == "flows":
-            cache.write_parquet_batches(path, schema, flows())
-        else:
-            cache.write_parquet_batches(path, schema, trace.spills[name].merged())
-    cache.finish_trace(folder, trace.first)
-    has_flows = trace.spills["flows"].rows > 0
-    return [slice_file], [flow_file] if has_flows else [], names.values, flow_kinds.values
-
-
-_SLICE_INDEX = pa.schema(
-    [("row", pa.int64()), ("track", pa.int32()), ("depth", pa.int16()), ("start_ns", pa.int64()),
-     ("dur_ns", pa.int64()), ("kind", pa.int8()), ("name", pa.int32())]
-)  # fmt: skip
-_FLOW_INDEX = pa.schema(
-    [("row", pa.int64()), ("src", pa.int64()), ("dst", pa.int64()), ("kind", pa.int64()),
-     ("src_start_ns", pa.int64())]
-)  # fmt: skip
-
-
-def _write_trace_view(path: Path, trace: _SpilledTrace, overlap_rows: sqlite_db.TableStream) -> None:
+def _write_trace_view(path: Path, trace: SpilledTrace, overlap_rows: sqlite_db.TableStream) -> None:
     """``trace_view.json`` in the whole writer's event order, a merged batch at a time."""
     times = trace.times
     for batch in overlap_rows[1]():
@@ -427,7 +256,7 @@ def _communication_steps(
             yield {
                 "communication_ops": step_ops,
                 "communication_links": step_links,
-                "communication_sizes": _with(step_sizes, op=local),
+                "communication_sizes": with_columns(step_sizes, op=local),
                 **{name: rows(step) for name, rows in per_step.items()},
             }
     finally:
@@ -462,7 +291,7 @@ def _by_step(stream: sqlite_db.TableStream, spill: Path, name: str) -> RunSpill:
         if sum(b.num_rows for b in buffered) >= RUN_ROWS:
             flush()
     flush()
-    runs.batch_rows = max(MIN_BATCH_ROWS, MERGE_ROWS // max(1, len(runs.runs)))
+    runs.batch_rows = merge_batch_rows(runs)
     return runs
 
 
