@@ -122,7 +122,7 @@ def write_outputs_chunked(
                     write_communication_json_by_step(out / "communication.json", steps_tables)
             if "db" in options.export_types:
                 db_tables: dict[str, pa.Table | sqlite_db.TableStream] = dict(ordered)
-                db_tables["slices"] = (trace.schemas["slices"], trace.spills["slices"].merged)
+                db_tables["slices"] = (trace.schemas["slices"], lambda: trace.rows("slices"))
                 sqlite_db.write_db(out / f"perfsight_{trace.first.rank}.db", db_tables)
             cache.save_tables(cache_dir, tables)
             for name, (schema, batches) in streams.items():
@@ -143,13 +143,13 @@ def _write_trace_view(path: Path, trace: SpilledTrace, overlap_rows: sqlite_db.T
     lanes = trace_view.view_lanes(trace.first, trace.memory_devices)
 
     def slices() -> Iterator[memoryview]:
-        for batch in trace.spills["slices"].merged():
+        for batch in trace.rows("slices"):
             yield from trace_view.slice_events(batch, lanes, offset)
 
     def flows() -> Iterator[memoryview]:
         for phase, end in trace_view.FLOW_PHASES:
             prefix = f"__{end}"
-            for batch in trace.spills["flows"].merged():
+            for batch in trace.rows("flows"):
                 yield trace_view.flow_events(
                     phase,
                     columns.int64(batch.column("__row")),
@@ -161,7 +161,7 @@ def _write_trace_view(path: Path, trace: SpilledTrace, overlap_rows: sqlite_db.T
                 )
 
     def memory_rows() -> Iterator[memoryview]:
-        for batch in trace.spills["memory"].merged():
+        for batch in trace.rows("memory"):
             yield from trace_view.memory_events(batch, lanes, trace_view.memory_keys(batch), offset)
 
     def overlaps() -> Iterator[memoryview]:

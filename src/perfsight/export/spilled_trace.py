@@ -40,6 +40,8 @@ MERGE_ROWS = 65_536
 """Rows a merge of spilled runs holds at once, over all its runs (one batch each): each run's
 batch is this over the number of runs, at least :data:`MIN_BATCH_ROWS`."""
 MIN_BATCH_ROWS = 1024
+BATCH_ROWS = 65_536
+"""Rows per batch handed to the writers (:meth:`SpilledTrace.rows`)."""
 
 
 @dataclasses.dataclass
@@ -52,6 +54,11 @@ class SpilledTrace:
     schemas: dict[str, pa.Schema]
     times: trace_view.TimeSpan
     memory_devices: list[str]
+
+    def rows(self, name: str) -> Iterator[pa.Table]:
+        """Table ``name`` in the whole trace's row order, in batches of about :data:`BATCH_ROWS`
+        (a merge yields as little as one run's share; the writers pay per batch)."""
+        return coalesced(self.spills[name].merged(), BATCH_ROWS)
 
 
 def spill_chunks(chunks: Callable[[], Iterator[TraceChunk]], spill: Path) -> SpilledTrace:
@@ -142,7 +149,7 @@ def write_cached_trace(
     def slices() -> Iterator[pa.Table]:
         done = 0
         with pq.ParquetWriter(slice_file, _SLICE_INDEX) as index:
-            for batch in trace.spills["slices"].merged():
+            for batch in trace.rows("slices"):
                 n = batch.num_rows
                 index.write_table(
                     pa.table(
@@ -163,7 +170,7 @@ def write_cached_trace(
 
     def flows() -> Iterator[pa.Table]:
         with pq.ParquetWriter(flow_file, _FLOW_INDEX) as index:
-            for batch in trace.spills["flows"].merged():
+            for batch in trace.rows("flows"):
                 index.write_table(
                     pa.table(
                         {
@@ -189,7 +196,7 @@ def write_cached_trace(
         elif name == "flows":
             cache.write_parquet_batches(path, schema, flows())
         else:
-            cache.write_parquet_batches(path, schema, trace.spills[name].merged())
+            cache.write_parquet_batches(path, schema, trace.rows(name))
     cache.finish_trace(folder, trace.first)
     has_flows = trace.spills["flows"].rows > 0
     return [slice_file], [flow_file] if has_flows else [], names.values, flow_kinds.values
@@ -208,3 +215,17 @@ _FLOW_INDEX = pa.schema(
 def merge_batch_rows(runs: RunSpill) -> int:
     """Rows per run's batch when ``runs`` are merged: :data:`MERGE_ROWS` over them all."""
     return max(MIN_BATCH_ROWS, MERGE_ROWS // max(1, len(runs.runs)))
+
+
+def coalesced(batches: Iterator[pa.Table], rows: int) -> Iterator[pa.Table]:
+    """``batches`` joined into batches of at least ``rows`` rows (the last may be smaller)."""
+    parts: list[pa.Table] = []
+    held = 0
+    for batch in batches:
+        parts.append(batch)
+        held += batch.num_rows
+        if held >= rows:
+            yield pa.concat_tables(parts).combine_chunks()
+            parts, held = [], 0
+    if parts:
+        yield pa.concat_tables(parts).combine_chunks()
