@@ -468,27 +468,29 @@ def write_timeline_index_spilled(
     first_ns = last_ns = None
     posmap = spill / "timeline_pos.parquet"
 
-    def lane_done(parts: list[pa.RecordBatch], offset: int) -> None:
+    def lane_done(parts: list[pa.RecordBatch], offset: int) -> int:
+        """Write one lane (its batches in ``parts``, emptied here); return its event count."""
         nonlocal lod_total, first_ns, last_ns
         lane = pa.Table.from_batches(parts)
+        track, depth = int(lane.column("track")[0].as_py()), int(lane.column("depth")[0].as_py())
         start = columns.int64(lane.column("start_ns"))
         dur = columns.int64(lane.column("dur_ns"))
-        end = start + dur
         kind = columns.numpy(lane.column("kind")).astype(np.int8)
         name = columns.numpy(lane.column("name")).astype(np.int32)
         row = columns.int64(lane.column("row")).astype(ids)
-        entry, levels = _lane(
-            int(lane.column("track")[0].as_py()), int(lane.column("depth")[0].as_py()),
-            offset, start, end, lod_total, level_min_events,
-        )  # fmt: skip
-        lanes.append(entry)
+        del lane
+        parts.clear()  # the batches: only the arrays are held while the pyramid is built
+        end = start + dur
         for key, values in (("start", start), ("dur", dur), ("kind", kind), ("name", name), ("row", row)):
             out[key].add(values)
         out["end_max"].add(np.maximum.accumulate(end))
         counts[:] += np.bincount(kind, minlength=len(KIND_NAMES))
         totals[:] += np.bincount(kind, weights=dur, minlength=len(KIND_NAMES))
+        del dur
         first_ns = int(start.min()) if first_ns is None else min(first_ns, int(start.min()))
         last_ns = int(end.max()) if last_ns is None else max(last_ns, int(end.max()))
+        entry, levels = _lane(track, depth, offset, start, end, lod_total, level_min_events)
+        lanes.append(entry)
         for level in levels:
             local = level["first"] - offset
             for key in ("start", "end", "count"):
@@ -498,6 +500,7 @@ def write_timeline_index_spilled(
             out["lod_kind"].add(kind[local])
             out["lod_row"].add(row[local])
             lod_total += len(level["start"])
+        return len(start)
 
     query = (
         "SELECT row, track, depth, start_ns, greatest(dur_ns, 0) AS dur_ns, kind, name "
@@ -514,8 +517,7 @@ def write_timeline_index_spilled(
             cuts = [0, *bounds.tolist(), len(key)]
             for a, b in zip(cuts[:-1], cuts[1:], strict=True):
                 if lane_key is not None and key[a] != lane_key:
-                    lane_done(lane_parts, flushed)
-                    flushed += sum(p.num_rows for p in lane_parts)
+                    flushed += lane_done(lane_parts, flushed)
                     lane_parts = []
                 lane_key = key[a]
                 lane_parts.append(batch.slice(a, b - a))
