@@ -70,6 +70,10 @@ MODULES = {
     # for the catalogue of output files, but belong to the cluster layer
     "perfsight.export.cluster_csv": "cluster",
     "perfsight.export.communication_matrix_json": "cluster",
+    # the writers of one rank fed chunk by chunk: they drive the export and store writers (and
+    # advisor.json) as pipeline.analyse_and_write does for the whole trace, in the driver's layer
+    "perfsight.export.chunked_outputs": "rank",
+    "perfsight.export.spilled_trace": "rank",
 }
 """Modules whose layer is not their package's, each with the reason."""
 
