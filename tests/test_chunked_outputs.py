@@ -9,6 +9,7 @@ metadata included) read back from each Parquet file.
 
 from __future__ import annotations
 
+import dataclasses
 import filecmp
 from pathlib import Path
 
@@ -127,3 +128,15 @@ def test_a_per_row_table_that_yields_no_batch_is_written_empty(tmp_path: Path) -
     saved = pq.read_table(tmp_path / "cache" / "analysis" / "memory_curve.parquet")
     assert saved.num_rows == 0 and saved.schema.equals(result.tables["memory_curve"].schema)
     assert isinstance(saved, pa.Table)
+
+
+def test_a_chunk_that_does_not_say_where_its_rows_go_is_refused_by_name(tmp_path: Path) -> None:
+    trace = read_trace(INPUTS["nccl_data"]())
+    result = pipeline.analyse_trace(trace, pipeline.Options())
+    small = {name: table for name, table in result.tables.items() if name not in ROW_TABLES}
+    chunks = [dataclasses.replace(c, table_rows={}) for c in split_by_steps(trace, 1)]
+    with pytest.raises(ValueError, match=r"table_rows\['flows'\]"):
+        write_outputs_chunked(
+            tmp_path / "rank", lambda: iter(chunks), small, {}, trace.steps, pipeline.Options(), []
+        )
+    assert not (tmp_path / "rank").exists()  # nothing half-written is left

@@ -86,7 +86,7 @@ def spill_chunks(chunks: Callable[[], Iterator[TraceChunk]], spill: Path) -> Spi
             track = columns.int64(t.slices.column("track"))
             flows = with_columns(flows, src=slice_rows[src], dst=slice_rows[dst])
             extra = {
-                "__row": chunk.table_rows["flows"],
+                "__row": _rows_of(chunk, "flows"),
                 "__src_start": start[src],
                 "__src_track": track[src],
                 "__dst_start": start[dst],
@@ -94,8 +94,8 @@ def spill_chunks(chunks: Callable[[], Iterator[TraceChunk]], spill: Path) -> Spi
             }
             for name, values in extra.items():
                 flows = flows.append_column(name, pa.array(values, pa.int64()))
-            spills["flows"].add(flows, chunk.table_rows["flows"])
-        comm_rows = chunk.table_rows.get("comm", np.zeros(0, np.int64))
+            spills["flows"].add(flows, _rows_of(chunk, "flows"))
+        comm_rows = _rows_of(chunk, "comm")
         if t.comm.num_rows:
             comm = with_columns(t.comm, slice=_whole_rows(t.comm, "slice", slice_rows))
             spills["comm"].add(comm, comm_rows)
@@ -105,19 +105,34 @@ def spill_chunks(chunks: Callable[[], Iterator[TraceChunk]], spill: Path) -> Spi
                 op=_whole_rows(t.comm_tasks, "op", comm_rows),
                 slice=_whole_rows(t.comm_tasks, "slice", slice_rows),
             )
-            spills["comm_tasks"].add(tasks, chunk.table_rows["comm_tasks"])
+            spills["comm_tasks"].add(tasks, _rows_of(chunk, "comm_tasks"))
         if t.memory.num_rows:
-            spills["memory"].add(t.memory, chunk.table_rows["memory"])
+            spills["memory"].add(t.memory, _rows_of(chunk, "memory"))
             times.add(columns.int64(t.memory.column("ts_ns")))
             devices |= set(pc.unique(trace_view.memory_keys(t.memory)).to_pylist())
         if t.dataloader.num_rows:
-            spills["dataloader"].add(t.dataloader, chunk.table_rows["dataloader"])
+            spills["dataloader"].add(t.dataloader, _rows_of(chunk, "dataloader"))
     if first is None:
         raise ValueError("the trace gave no chunk")
     for run in spills.values():
         run.batch_rows = merge_batch_rows(run)
     return_freed_memory()  # the chunks' tables: gone before the writers grow the heap
     return SpilledTrace(first, spills, schemas, times, sorted(devices))
+
+
+def _rows_of(chunk: TraceChunk, name: str) -> np.ndarray:
+    """The whole trace's row of each of the chunk's rows of table ``name`` (none: no rows)."""
+    rows = chunk.table_rows.get(name)
+    count = getattr(chunk.trace, name).num_rows
+    if rows is None and count == 0:
+        return np.zeros(0, np.int64)
+    if rows is None or len(rows) != count:
+        raise ValueError(
+            f"chunk {chunk.number} of rank {chunk.trace.rank}: TraceChunk.table_rows[{name!r}] must give "
+            f"the whole trace's row of each of its {count} {name} rows (the chunked writers put them back "
+            "in that order)"
+        )
+    return np.asarray(rows, np.int64)
 
 
 def with_columns(table: pa.Table, **values: np.ndarray) -> pa.Table:
