@@ -47,9 +47,9 @@ TOP_LEVEL = {
     "model_chunks": "model",  # a trace cut into chunks of whole steps (the bounded path's unit)
     "sorted_runs": "base",  # a table spilled as sorted runs, merged back in order
     "memory_budget": "base",  # a memory limit as a chunk size
-    "pipeline": "rank",
+    "pipeline": "rank",  # one rank: read or take from the cache, analyse, write
     "pipeline_bounded": "rank",  # one rank within a memory limit, chunk by chunk
-    "chunked_analysis": "rank",  # the analyses of ANALYSES chunk by chunk, merged  # one rank: read or take from the cache, analyse, write
+    "chunked_analysis": "rank",  # the analyses of ANALYSES chunk by chunk, merged
     "api": "rank",  # perfsight.analyse / perfsight.load
     "summary": "rank",  # the printed and --json summary of one rank
     "cli": "top",
@@ -75,6 +75,10 @@ MODULES = {
     # for the catalogue of output files, but belong to the cluster layer
     "perfsight.export.cluster_csv": "cluster",
     "perfsight.export.communication_matrix_json": "cluster",
+    # the writers of one rank fed chunk by chunk: they drive the export and store writers (and
+    # advisor.json) as pipeline.analyse_and_write does for the whole trace, in the driver's layer
+    "perfsight.export.chunked_outputs": "rank",
+    "perfsight.export.spilled_trace": "rank",
 }
 """Modules whose layer is not their package's, each with the reason."""
 

@@ -49,6 +49,9 @@ class TraceChunk:
     """0 for the first chunk, counting up."""
     count: int
     """How many chunks the trace was cut into."""
+    table_rows: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    """For ``flows``, ``comm``, ``memory``, ``dataloader`` and ``comm_tasks``: each chunk row's row in
+    the whole trace's table (int64, increasing), so the chunked writers put them back in order."""
 
     @property
     def is_last(self) -> bool:
@@ -143,12 +146,14 @@ def split_by_steps(trace: Trace, max_slices: int) -> Iterator[TraceChunk]:
         rows = np.flatnonzero(chunk == number)
         low = bounds[number] if number else None
         high = bounds[number + 1] if number + 1 < len(bounds) else None
+        table_rows: dict[str, np.ndarray] = {}
         yield TraceChunk(
-            trace=_take(trace, rows, np.flatnonzero(comm_chunk == number), owned, low, high),
+            trace=_take(trace, rows, np.flatnonzero(comm_chunk == number), owned, low, high, table_rows),
             slice_rows=rows.astype(np.int64),
             steps=owned,
             number=number,
             count=len(steps_of),
+            table_rows=table_rows,
         )
 
 
@@ -208,14 +213,18 @@ def _take(
     owned: tuple[int, ...],
     low: int | None,
     high: int | None,
+    table_rows: dict[str, np.ndarray],
 ) -> Trace:
-    """The chunk's :class:`Trace`: ``rows`` of the slices and whatever belongs with them."""
+    """The chunk's :class:`Trace`: ``rows`` of the slices and whatever belongs with them (the whole
+    trace's row of each taken row of the other tables goes into ``table_rows``)."""
     index = pa.array(rows, pa.int64())
     slices = trace.slices.take(index)
     flows = trace.flows
+    table_rows["flows"] = np.zeros(0, np.int64)
     if flows.num_rows:
         src = _local_rows(flows.column("src").to_numpy(), rows)
         keep = src != NO_ID
+        table_rows["flows"] = np.flatnonzero(keep).astype(np.int64)
         dst = _local_rows(flows.column("dst").to_numpy()[keep], rows)
         flows = flows.filter(pa.array(keep))
         flows = flows.set_column(
@@ -224,17 +233,20 @@ def _take(
         flows = flows.set_column(
             flows.schema.get_field_index("dst"), flows.schema.field("dst"), pa.array(dst, pa.int64())
         )
+    table_rows["comm"] = comm_rows.astype(np.int64)
     comm = trace.comm.take(pa.array(comm_rows, pa.int64()))
     if comm.num_rows:
         local = _local_rows(comm.column("slice").to_numpy(), rows)
         comm = comm.set_column(
             comm.schema.get_field_index("slice"), comm.schema.field("slice"), pa.array(local, pa.int64())
         )
-    memory = trace.memory.filter(pa.array(in_window(trace.memory.column("ts_ns").to_numpy(), low, high)))
-    dataloader = trace.dataloader.filter(
-        pa.array(in_window(trace.dataloader.column("start_ns").to_numpy(), low, high))
-    )
-    comm_tasks = _tasks(trace, comm_rows, rows, low, high)
+    keep_memory = in_window(trace.memory.column("ts_ns").to_numpy(), low, high)
+    memory = trace.memory.filter(pa.array(keep_memory))
+    keep_loader = in_window(trace.dataloader.column("start_ns").to_numpy(), low, high)
+    dataloader = trace.dataloader.filter(pa.array(keep_loader))
+    table_rows["memory"] = np.flatnonzero(keep_memory).astype(np.int64)
+    table_rows["dataloader"] = np.flatnonzero(keep_loader).astype(np.int64)
+    comm_tasks = _tasks(trace, comm_rows, rows, low, high, table_rows)
     steps = trace.steps.filter(
         pa.array(np.isin(trace.steps.column("step").to_numpy(), np.array(owned, np.int64)))
     )
@@ -251,16 +263,23 @@ def _take(
 
 
 def _tasks(
-    trace: Trace, comm_rows: np.ndarray, rows: np.ndarray, low: int | None, high: int | None
+    trace: Trace,
+    comm_rows: np.ndarray,
+    rows: np.ndarray,
+    low: int | None,
+    high: int | None,
+    table_rows: dict[str, np.ndarray],
 ) -> pa.Table:
     """HCCL task rows of the chunk, their ``op`` and ``slice`` as chunk rows (by time when unmatched)."""
     tasks = trace.comm_tasks
     if not tasks.num_rows:
+        table_rows["comm_tasks"] = np.zeros(0, np.int64)
         return tasks
     op = tasks.column("op").to_numpy()
     keep = in_window(tasks.column("start_ns").to_numpy(), low, high)
     matched = op != NO_ID
     keep[matched] = np.isin(op[matched], comm_rows)
+    table_rows["comm_tasks"] = np.flatnonzero(keep).astype(np.int64)
     tasks = tasks.filter(pa.array(keep))
     local_op = _local_rows(tasks.column("op").to_numpy(), comm_rows.astype(np.int64))
     local_slice = _local_rows(tasks.column("slice").to_numpy(), rows)

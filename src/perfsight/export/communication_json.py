@@ -236,3 +236,22 @@ def write_communication_json(path: str | Path, tables: Mapping[str, pa.Table]) -
     path = Path(path)
     path.write_text(communication_json_text(tables), encoding="utf-8")
     return path
+
+
+def write_communication_json_by_step(path: str | Path, steps: Iterable[Mapping[str, pa.Table]]) -> Path:
+    """The same file from each step's tables in turn, steps ascending (the chunked writers: one
+    step's ops held at a time).  A step's tables are those of :func:`communication_json_text`
+    cut to its rows: its ops in their order, their links, their sizes with ``op`` counting
+    those ops from 0, and the step tables' rows of that step.  A step's entry depends on its
+    own rows only, so the text is the whole one's."""
+    path = Path(path)
+    with path.open("w", encoding="utf-8") as handle:
+        handle.write("{")
+        separator = ""
+        for tables in steps:
+            body = communication_json_text(tables)[1:-1]  # the one step's entry, without braces
+            if body:
+                handle.write(separator + body)
+                separator = ", "
+        handle.write("}")
+    return path

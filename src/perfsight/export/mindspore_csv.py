@@ -21,7 +21,7 @@ This module must not compute analyses (``op_statistic``'s rows and ratios are
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -188,14 +188,15 @@ FILES: dict[str, dict[str, ColumnBuilder]] = {
 # building and writing
 
 
-def _one_rank(table: pa.Table, what: str) -> None:
-    if "rank" in table.column_names and table.num_rows:
-        ranks = pc.unique(table.column("rank"))
-        if len(ranks) > 1:
-            raise ValueError(
-                f"{what}: table holds ranks {sorted(ranks.to_pylist())}; "
-                "MindSpore files are per rank, pass one rank's rows"
-            )
+def _ranks(table: pa.Table) -> set[int]:
+    return set(pc.unique(table.column("rank")).to_pylist()) if "rank" in table.column_names else set()
+
+
+def _one_rank(ranks: set[int], what: str) -> None:
+    if len(ranks) > 1:
+        raise ValueError(
+            f"{what}: table holds ranks {sorted(ranks)}; MindSpore files are per rank, pass one rank's rows"
+        )
 
 
 def build(columns: Mapping[str, ColumnBuilder], table: pa.Table) -> pa.Table:
@@ -205,14 +206,21 @@ def build(columns: Mapping[str, ColumnBuilder], table: pa.Table) -> pa.Table:
 
 def write_table_csv(path: str | Path, table: pa.Table) -> Path:
     """``table`` as CSV at ``path``: a bare header line, then pyarrow's vectorised body."""
+    return _write_csv(path, table.column_names, [table], _needs_quotes(table))
+
+
+def _write_csv(path: str | Path, header: list[str], parts: Iterable[pa.Table], quoted: bool) -> Path:
+    """The header line, then each of ``parts`` (tables with those columns) as CSV rows; string
+    cells all quoted when ``quoted`` (some cell of the whole file needs it)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="", encoding="utf-8") as handle:
-        csv.writer(handle, lineterminator="\n").writerow(table.column_names)
+        csv.writer(handle, lineterminator="\n").writerow(header)
+    options = pcsv.WriteOptions(include_header=False, quoting_style="needed" if quoted else "none")
     with path.open("ab") as handle:
-        if table.num_rows:
-            style = "needed" if _needs_quotes(table) else "none"
-            pcsv.write_csv(table, handle, pcsv.WriteOptions(include_header=False, quoting_style=style))
+        for part in parts:
+            if part.num_rows:
+                pcsv.write_csv(part, handle, options)
     return path
 
 
@@ -240,15 +248,68 @@ def _in_order(table: pa.Table, keys: list[tuple[str, str]]) -> bool:
 
 
 def _write(folder: str | Path, file_name: str, table: pa.Table, sort_keys: list[tuple[str, str]]) -> Path:
-    _one_rank(table, file_name)
+    _one_rank(_ranks(table) if table.num_rows else set(), file_name)
     if sort_keys and table.num_rows and not _in_order(table, sort_keys):
         table = table.sort_by(sort_keys)
     return write_table_csv(Path(folder) / file_name, build(FILES[file_name], table))
 
 
+SORT_KEYS: dict[str, list[tuple[str, str]]] = {
+    "kernel_details": [("start_ns", "ascending"), ("stream", "ascending")],
+    "memory_curve": [("ts_ns", "ascending")],
+    "operator_memory": [("alloc_ns", "ascending")],
+}
+"""The row order of each per-row file, by its source table (rows out of it are sorted, stably)."""
+
+ROW_FILES = {
+    "kernel_details": KERNEL_DETAILS,
+    "memory_curve": MEMORY_RECORD,
+    "operator_memory": OPERATOR_MEMORY,
+}
+"""The files written a row per row of a (possibly huge) analysis table, by that table."""
+
+
+def write_csv_batches(
+    folder: str | Path,
+    table_name: str,
+    batches: Callable[[], Iterator[pa.Table]],
+    sort: Callable[[list[tuple[str, str]]], Callable[[], Iterator[pa.Table]]],
+) -> Path:
+    """The file of :data:`ROW_FILES` for ``table_name`` from its rows given a batch at a time
+    (``batches()`` may be called twice): the bytes :func:`write_all` writes for the whole table.
+    A first pass checks the rank, the order and whether cells need quotes; rows out of order are
+    put in order by ``sort(keys)`` (an external stable sort: the caller's spill)."""
+    file_name, keys = ROW_FILES[table_name], SORT_KEYS[table_name]
+    ranks: set[int] = set()
+    quoted, ordered = False, True
+    last: pa.Table | None = None
+    for batch in _slices(batches):
+        if not batch.num_rows:
+            continue
+        ranks |= _ranks(batch)
+        quoted = quoted or _needs_quotes(build(FILES[file_name], batch))
+        joined = batch if last is None else pa.concat_tables([last, batch.select(last.column_names)])
+        ordered = ordered and _in_order(joined, keys)
+        last = batch.slice(batch.num_rows - 1)
+    _one_rank(ranks, file_name)
+    source = batches if ordered else sort(keys)
+    parts = (build(FILES[file_name], batch) for batch in _slices(source))
+    return _write_csv(Path(folder) / file_name, list(FILES[file_name]), parts, quoted)
+
+
+CSV_BATCH_ROWS = 16_384
+"""Rows formatted at once by :func:`write_csv_batches`: its text is a few times the rows' size."""
+
+
+def _slices(batches: Callable[[], Iterator[pa.Table]]) -> Iterator[pa.Table]:
+    for batch in batches():
+        for lo in range(0, max(batch.num_rows, 1), CSV_BATCH_ROWS):
+            yield batch.slice(lo, CSV_BATCH_ROWS)
+
+
 def write_kernel_details(folder: str | Path, kernels: pa.Table) -> Path:
     """``kernel_details.csv`` from ``kernel_details(trace)``, in start-time order."""
-    return _write(folder, KERNEL_DETAILS, kernels, [("start_ns", "ascending"), ("stream", "ascending")])
+    return _write(folder, KERNEL_DETAILS, kernels, SORT_KEYS["kernel_details"])
 
 
 def write_op_statistic(folder: str | Path, op_stats: pa.Table) -> Path:
@@ -263,12 +324,12 @@ def write_step_trace_time(folder: str | Path, breakdown: pa.Table) -> Path:
 
 def write_memory_record(folder: str | Path, curve: pa.Table) -> Path:
     """``memory_record.csv`` from ``memory_curve(trace)`` (``Trace.memory`` has the same columns)."""
-    return _write(folder, MEMORY_RECORD, curve, [("ts_ns", "ascending")])
+    return _write(folder, MEMORY_RECORD, curve, SORT_KEYS["memory_curve"])
 
 
 def write_operator_memory(folder: str | Path, op_memory: pa.Table) -> Path:
     """``operator_memory.csv`` from ``operator_memory(trace)``, in allocation order."""
-    return _write(folder, OPERATOR_MEMORY, op_memory, [("alloc_ns", "ascending")])
+    return _write(folder, OPERATOR_MEMORY, op_memory, SORT_KEYS["operator_memory"])
 
 
 def write_all(folder: str | Path, tables: Mapping[str, pa.Table]) -> list[Path]:

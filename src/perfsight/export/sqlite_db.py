@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import pyarrow as pa
@@ -65,14 +65,20 @@ def _sql_column(column: pa.Array) -> pa.Array:
     return arr
 
 
-def _rows(table: pa.Table) -> Iterator[list[tuple]]:
-    for batch in table.to_batches(max_chunksize=BATCH_ROWS):
-        columns = [_sql_column(batch.column(i)).to_pylist() for i in range(batch.num_columns)]
-        yield list(zip(*columns, strict=True))
+def _rows(parts: Iterable[pa.Table]) -> Iterator[list[tuple]]:
+    for part in parts:
+        for batch in part.to_batches(max_chunksize=BATCH_ROWS):
+            columns = [_sql_column(batch.column(i)).to_pylist() for i in range(batch.num_columns)]
+            yield list(zip(*columns, strict=True))
 
 
-def write_db(path: str | Path, tables: Mapping[str, pa.Table]) -> Path:
-    """Write every table of ``tables`` (name -> Arrow table) into a new SQLite file at ``path``.
+TableStream = tuple[pa.Schema, Callable[[], Iterable[pa.Table]]]
+"""A table too large to hold, as its schema and a function giving its rows a batch at a time."""
+
+
+def write_db(path: str | Path, tables: Mapping[str, pa.Table | TableStream]) -> Path:
+    """Write every table of ``tables`` (name -> Arrow table, or a :data:`TableStream`) into a new
+    SQLite file at ``path`` (a stream's rows are inserted a batch at a time: the same file).
 
     An existing file at ``path`` is replaced.  Table names must be identifiers (``kernel_details``).
     """
@@ -88,11 +94,12 @@ def write_db(path: str | Path, tables: Mapping[str, pa.Table]) -> Path:
         connection.execute("PRAGMA journal_mode = OFF")  # a temporary file: atomicity comes from the rename
         connection.execute("BEGIN")
         for name, table in tables.items():
-            columns = ", ".join(f"{_quote(f.name)} {_sql_type(f.type)}" for f in table.schema)
+            schema, parts = (table.schema, [table]) if isinstance(table, pa.Table) else (table[0], table[1]())
+            columns = ", ".join(f"{_quote(f.name)} {_sql_type(f.type)}" for f in schema)
             connection.execute(f"CREATE TABLE {name} ({columns})")
-            marks = ", ".join("?" for _ in table.schema)
+            marks = ", ".join("?" for _ in schema)
             insert = f"INSERT INTO {name} VALUES ({marks})"
-            for rows in _rows(table):
+            for rows in _rows(parts):
                 connection.executemany(insert, rows)
         connection.execute("COMMIT")
     except BaseException:

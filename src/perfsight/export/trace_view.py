@@ -38,7 +38,7 @@ via ``units.py``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -107,16 +107,41 @@ def _timestamps(trace: Trace, overlap: pa.Table | None) -> Iterator[np.ndarray]:
 
 def time_offset_ns(trace: Trace, overlap: pa.Table | None = None) -> int:
     """The nanoseconds subtracted from every timestamp: 0 unless doubles would lose precision."""
-    low, high, whole_us = None, 0, True
-    for values in _timestamps(trace, overlap):
-        low = int(values.min()) if low is None else min(low, int(values.min()))
-        high = max(high, int(np.abs(values).max()))
-        whole_us = whole_us and is_whole_us(values)
-    if low is None:
-        return 0
-    if high < EXACT_US_LIMIT * NS_PER_US or (whole_us and high < WHOLE_US_LIMIT * NS_PER_US):
-        return 0
-    return (low // NS_PER_S) * NS_PER_S
+    return offset_of(_timestamps(trace, overlap))
+
+
+def offset_of(timestamps: Iterable[np.ndarray]) -> int:
+    """:func:`time_offset_ns` of every timestamp (ns) the file will hold, given an array at a time."""
+    span = TimeSpan()
+    for values in timestamps:
+        span.add(values)
+    return span.offset_ns()
+
+
+class TimeSpan:
+    """What the time offset depends on, gathered an array of timestamps at a time (the chunked
+    writer adds each chunk's): the lowest, the largest magnitude, and whether all are whole µs."""
+
+    def __init__(self) -> None:
+        self.low: int | None = None
+        self.high = 0
+        self.whole_us = True
+
+    def add(self, values: np.ndarray) -> None:
+        if not len(values):
+            return
+        self.low = int(values.min()) if self.low is None else min(self.low, int(values.min()))
+        self.high = max(self.high, int(np.abs(values).max()))
+        self.whole_us = self.whole_us and is_whole_us(values)
+
+    def offset_ns(self) -> int:
+        """The nanoseconds subtracted from every timestamp (see the module docstring)."""
+        if self.low is None:
+            return 0
+        exact = self.high < EXACT_US_LIMIT * NS_PER_US
+        if exact or (self.whole_us and self.high < WHOLE_US_LIMIT * NS_PER_US):
+            return 0
+        return (self.low // NS_PER_S) * NS_PER_S
 
 
 class _Ids:
@@ -288,8 +313,10 @@ def _ids(values: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pa.array(ids, pa.int64(), mask=ids == NO_ID)
 
 
-def _slice_chunks(trace: Trace, lanes: _Lanes, offset: int, chunk_rows: int) -> Iterator[memoryview]:
-    slices = trace.slices
+def slice_events(
+    slices: pa.Table, lanes: _Lanes, offset: int, chunk_rows: int = CHUNK_ROWS
+) -> Iterator[memoryview]:
+    """The ``X`` events of ``slices`` (any run of the trace's slices, in their order)."""
     name_code, name_esc = _escaped_dictionary(slices.column("name"))
     kind_code, kind_esc = _escaped_dictionary(slices.column("kind"))
     cat_code, cat_esc = _escaped_dictionary(slices.column("category"))
@@ -338,34 +365,53 @@ def _flow_chunks(trace: Trace, lanes: _Lanes, offset: int, chunk_rows: int) -> I
     flows = trace.flows
     start = columns.numpy(trace.slices.column("start_ns"))
     track = columns.numpy(trace.slices.column("track"))
-    kind_code, kind_esc = _escaped_dictionary(flows.column("kind"))
-    kinds = [f',"cat":{k},"name":{k}' for k in kind_esc]
-    lane_text = _lane_texts(lanes)
-    for phase, end in (('"s"', "src"), ('"f","bp":"e"', "dst")):  # every start, then every finish
+    for phase, end in FLOW_PHASES:  # every start, then every finish
         at = columns.int64(flows.column(end))
         for lo in range(0, flows.num_rows, chunk_rows):
             hi = min(lo + chunk_rows, flows.num_rows)
-            rows = text.TextRows(hi - lo)
-            rows.add(',\n{"ph":' + phase + ',"id":')
-            rows.add_values(pa.array(np.arange(lo, hi, dtype=np.int64)).cast(pa.string()))
-            rows.add_choice(kind_code[lo:hi], kinds)
-            rows.add_choice(track[at[lo:hi]], lane_text)
-            _add_us(rows, start[at[lo:hi]] - offset)
-            rows.add("}")
-            yield rows.to_bytes()
+            ids = np.arange(lo, hi, dtype=np.int64)
+            kind = flows.column("kind").slice(lo, hi - lo)
+            yield flow_events(phase, ids, kind, track[at[lo:hi]], start[at[lo:hi]], lanes, offset)
 
 
-def _memory_keys(trace: Trace) -> pa.Array:
+FLOW_PHASES = (('"s"', "src"), ('"f","bp":"e"', "dst"))
+"""Each flow's two events, the phase text and the end it binds to: all starts are written first."""
+
+
+def flow_events(
+    phase: str,
+    ids: np.ndarray,
+    kind: pa.ChunkedArray | pa.Array,
+    track: np.ndarray,
+    start_ns: np.ndarray,
+    lanes: _Lanes,
+    offset: int,
+) -> memoryview:
+    """One ``phase`` event per flow: its row in the trace's flows (``ids``), its kind, and the
+    track and start of the slice it binds to."""
+    kind_code, kind_esc = _escaped_dictionary(kind)
+    kinds = [f',"cat":{k},"name":{k}' for k in kind_esc]
+    rows = text.TextRows(len(ids))
+    rows.add(',\n{"ph":' + phase + ',"id":')
+    rows.add_values(pa.array(ids, pa.int64()).cast(pa.string()))
+    rows.add_choice(kind_code, kinds)
+    rows.add_choice(track, _lane_texts(lanes))
+    _add_us(rows, start_ns - offset)
+    rows.add("}")
+    return rows.to_bytes()
+
+
+def memory_keys(memory: pa.Table) -> pa.Array:
+    """Each allocator row's device text ("CUDA:0"): one counter process per distinct text."""
     from perfsight.export.mindspore_csv import device_type_text
 
-    memory = trace.memory
     return device_type_text(memory.column("device_type"), memory.column("device_index"))
 
 
-def _memory_chunks(
-    trace: Trace, lanes: _Lanes, keys: pa.Array, offset: int, chunk_rows: int
+def memory_events(
+    memory: pa.Table, lanes: _Lanes, keys: pa.Array, offset: int, chunk_rows: int = CHUNK_ROWS
 ) -> Iterator[memoryview]:
-    memory = trace.memory
+    """The ``C`` events of ``memory`` (any run of the trace's allocator rows; ``keys``: theirs)."""
     heads = [
         f',\n{{"ph":"C","name":"Memory (MB)","pid":{pid},"tid":{pid},"ts":'
         for pid in lanes.memory_pid.values()
@@ -393,7 +439,10 @@ def _memory_chunks(
         yield rows.to_bytes()
 
 
-def _overlap_chunks(overlap: pa.Table, lanes: _Lanes, offset: int, chunk_rows: int) -> Iterator[memoryview]:
+def overlap_events(
+    overlap: pa.Table, lanes: _Lanes, offset: int, chunk_rows: int = CHUNK_ROWS
+) -> Iterator[memoryview]:
+    """The ``X`` events of the overlap lanes for ``overlap`` (any run of ``overlap_intervals``)."""
     lane_names = pa.array(OVERLAP_LANES, pa.string())
     heads = [
         f',\n{{"ph":"X","name":{orjson.dumps(lane).decode()},"cat":"overlap"'
@@ -425,11 +474,36 @@ def write_trace_view(
         from perfsight.analysis.overlap import overlap_intervals
 
         overlap = overlap_intervals(trace)
+    offset = time_offset_ns(trace, overlap)
+    keys = memory_keys(trace.memory)
+    lanes = view_lanes(trace, sorted(pc.unique(keys).to_pylist()) if len(keys) else [])
+    return write_events(
+        path,
+        trace,
+        lanes,
+        offset,
+        (
+            slice_events(trace.slices, lanes, offset, chunk_rows),
+            _flow_chunks(trace, lanes, offset, chunk_rows),
+            memory_events(trace.memory, lanes, keys, offset, chunk_rows),
+            overlap_events(overlap, lanes, offset, chunk_rows),
+        ),
+    )
+
+
+def view_lanes(trace: Trace, memory_devices: list[str]) -> _Lanes:
+    """The output pids/tids of ``trace``'s tracks (a chunk has them all) and of the counter
+    processes of ``memory_devices`` (every distinct :func:`memory_keys` text, sorted)."""
+    return _lanes(trace, memory_devices)
+
+
+def write_events(
+    path: str | Path, trace: Trace, lanes: _Lanes, offset: int, parts: Iterable[Iterable[memoryview]]
+) -> Path:
+    """The file: its header from ``trace``'s metadata, the lanes' ``M`` events, then every
+    event text of ``parts`` in order (slices, flow starts and finishes, memory, overlap)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    offset = time_offset_ns(trace, overlap)
-    keys = _memory_keys(trace)
-    lanes = _lanes(trace, sorted(pc.unique(keys).to_pylist()) if len(keys) else [])
     other = {
         "producer": "perfsight",
         "rank": trace.rank,
@@ -441,12 +515,7 @@ def write_trace_view(
     with tmp.open("wb") as handle:
         handle.write(b'{"displayTimeUnit":"ns","otherData":' + orjson.dumps(other) + b',"traceEvents":[\n')
         handle.write(b",\n".join(orjson.dumps(m) for m in lanes.metadata))  # never empty: see _lanes
-        for chunks in (
-            _slice_chunks(trace, lanes, offset, chunk_rows),
-            _flow_chunks(trace, lanes, offset, chunk_rows),
-            _memory_chunks(trace, lanes, keys, offset, chunk_rows),
-            _overlap_chunks(overlap, lanes, offset, chunk_rows),
-        ):
+        for chunks in parts:
             for chunk in chunks:
                 handle.write(chunk)
         handle.write(b"\n]}\n")

@@ -87,13 +87,30 @@ def _write_bytes(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
+def _parquet_options(schema: pa.Schema) -> dict[str, Any]:
+    """How every cached table is written: zstd, and only text columns dictionary-encoded (names
+    repeat; ids and times rarely do, and trying costs a third of the write), and no column
+    statistics (nothing reads the cache by row-group filter): the file is smaller and written faster."""
+    text = [f.name for f in schema if pa.types.is_dictionary(f.type) or is_text(f.type)]
+    return {"compression": COMPRESSION, "use_dictionary": text, "write_statistics": False}
+
+
 def _write_parquet(path: Path, table: pa.Table) -> None:
-    """``table`` as zstd Parquet.  Only text columns are dictionary-encoded (names repeat; ids and
-    times rarely do, and trying costs a third of the write) and no column statistics are kept
-    (nothing reads the cache by row-group filter): the file is smaller and written faster."""
-    text = [f.name for f in table.schema if pa.types.is_dictionary(f.type) or is_text(f.type)]
+    """``table`` as Parquet (see :func:`_parquet_options`)."""
     tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp, compression=COMPRESSION, use_dictionary=text, write_statistics=False)
+    pq.write_table(table, tmp, **_parquet_options(table.schema))
+    tmp.replace(path)
+
+
+def write_parquet_batches(path: Path, schema: pa.Schema, batches: Iterable[pa.Table]) -> None:
+    """A table given a batch at a time (in its row order) as Parquet, one row group per batch or
+    more: what :func:`_write_parquet` writes for the whole table, read back equal, in the memory
+    of one batch (the chunked writers' cached trace and analysis tables)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with pq.ParquetWriter(tmp, schema, **_parquet_options(schema)) as writer:
+        for batch in batches:
+            if batch.num_rows:
+                writer.write_table(batch.cast(schema) if batch.schema != schema else batch)
     tmp.replace(path)
 
 
@@ -120,10 +137,21 @@ def save_trace(
     fingerprint is what :func:`is_fresh` checks later.
     """
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / CACHE_SOURCE_FILE).unlink(missing_ok=True)  # not fresh while being rewritten
+    start_trace(folder)
     for name in TABLE_SCHEMAS:
         _write_parquet(folder / f"{name}.parquet", getattr(trace, name))
+    return finish_trace(folder, trace, sources)
+
+
+def start_trace(folder: Path) -> None:
+    """Make ``folder`` and mark its cache not fresh while its tables are (re)written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / CACHE_SOURCE_FILE).unlink(missing_ok=True)  # not fresh while being rewritten
+
+
+def finish_trace(folder: Path, trace: Trace, sources: Iterable[str | os.PathLike[str]] | None = None) -> Path:
+    """After the tables of :data:`TABLE_SCHEMAS` are written: ``trace``'s vendor results, metadata
+    and, last, the sources' fingerprint (a chunk of the trace has the same as the whole)."""
     _save_vendor(trace.vendor, folder / VENDOR_DIR)
     return_freed_memory()  # the encoder's buffers: gone before the next writer grows the heap
     _write_bytes(folder / CACHE_META_FILE, json.dumps(trace.meta.to_dict(), indent=1, default=str).encode())
@@ -203,14 +231,26 @@ def is_fresh(folder: str | Path, sources: Iterable[str | os.PathLike[str]]) -> b
 
 def save_tables(folder: str | Path, tables: Mapping[str, pa.Table]) -> Path:
     """Save analysis outputs as ``{folder}/analysis/{name}.parquet``; return that folder."""
+    (Path(folder) / ANALYSIS_DIR).mkdir(parents=True, exist_ok=True)
+    for name, table in tables.items():
+        _write_parquet(_analysis_path(folder, name), table)
+    return_freed_memory()
+    return Path(folder) / ANALYSIS_DIR
+
+
+def save_table_batches(folder: str | Path, name: str, schema: pa.Schema, batches: Iterable[pa.Table]) -> Path:
+    """One analysis output given a batch at a time, saved as :func:`save_tables` saves it whole."""
+    path = _analysis_path(folder, name)
+    write_parquet_batches(path, schema, batches)
+    return path
+
+
+def _analysis_path(folder: str | Path, name: str) -> Path:
+    if not name or "/" in name or "\\" in name or name.startswith("."):
+        raise ValueError(f"analysis table name {name!r} is not a plain file name")
     target = Path(folder) / ANALYSIS_DIR
     target.mkdir(parents=True, exist_ok=True)
-    for name, table in tables.items():
-        if not name or "/" in name or "\\" in name or name.startswith("."):
-            raise ValueError(f"analysis table name {name!r} is not a plain file name")
-        _write_parquet(target / f"{name}.parquet", table)
-    return_freed_memory()
-    return target
+    return target / f"{name}.parquet"
 
 
 def load_tables(

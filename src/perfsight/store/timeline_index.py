@@ -220,23 +220,18 @@ def write_timeline_index(
     lod_total = 0
     for a, b in zip(offsets[:-1], offsets[1:], strict=True):
         np.maximum.accumulate(s_end[a:b], out=end_max[a:b])
-        ordered = bool(b - a < 2 or np.all(s_start[a + 1 : b] >= s_end[a : b - 1]))
-        levels = []
-        for k, level in _lane_levels(s_start[a:b], s_end[a:b], ordered, level_min_events):
-            level["first"] += a
-            lod_parts.append(level)
-            levels.append([k, lod_total, len(level["start"])])
-            lod_total += len(level["start"])
-        lanes.append(
-            {
-                "track": int(track[order[a]]),
-                "depth": int(depth[order[a]]),
-                "offset": int(a),
-                "count": int(b - a),
-                "ordered": ordered,
-                "levels": levels,
-            }
+        lane, parts = _lane(
+            int(track[order[a]]),
+            int(depth[order[a]]),
+            int(a),
+            s_start[a:b],
+            s_end[a:b],
+            lod_total,
+            level_min_events,
         )
+        lanes.append(lane)
+        lod_parts += parts
+        lod_total += sum(len(level["start"]) for level in parts)
     _save(folder, "end_max", end_max)
     del end_max
     first = _save_levels(folder, lod_parts)
@@ -250,15 +245,50 @@ def write_timeline_index(
     del order
     _save(folder, "pos", pos)
     flow_kinds = _save_flows(folder, trace.flows, pos, s_start)
+    first_ns, last_ns = (int(s_start.min()), int(s_end.max())) if n else (0, 0)
+    _finish(cache_folder, trace.rank, names, n, first_ns, last_ns, lanes, flow_kinds, counts, totals)
+    return folder
+
+
+def _lane(
+    track: int, depth: int, offset: int, start: np.ndarray, end: np.ndarray, lod_total: int, min_events: int
+) -> tuple[dict[str, Any], list[dict[str, np.ndarray]]]:
+    """One lane's entry of meta.idx and its pyramid levels (``first`` as index positions), given the
+    lane's starts and ends in lane order; ``lod_total``: the pyramid entries of the lanes before it."""
+    ordered = bool(len(start) < 2 or np.all(start[1:] >= end[:-1]))
+    levels, parts = [], []
+    for k, level in _lane_levels(start, end, ordered, min_events):
+        level["first"] += offset
+        parts.append(level)
+        levels.append([k, lod_total, len(level["start"])])
+        lod_total += len(level["start"])
+    lane = {"track": track, "depth": depth, "offset": offset, "count": len(start), "ordered": ordered}
+    return {**lane, "levels": levels}, parts
+
+
+def _finish(
+    cache_folder: Path,
+    rank: int,
+    names: list[Any],
+    n: int,
+    first_ns: int,
+    last_ns: int,
+    lanes: list[dict[str, Any]],
+    flow_kinds: list[Any],
+    counts: np.ndarray,
+    totals: np.ndarray,
+) -> None:
+    """names.idx, then meta.idx (written last: a half-written index is never current)."""
+    folder = cache_folder / FOLDER
     tmp = folder / (NAMES + ".tmp")
     tmp.write_text(json.dumps(names, ensure_ascii=False), encoding="utf-8")
     tmp.replace(folder / NAMES)
     meta = {
         "format": FORMAT,
-        "rank": trace.rank,
+        "rank": rank,
         "events": int(n),
-        "first_ns": int(s_start.min()) if n else 0,
-        "last_ns": int(s_end.max()) if n else 0,
+        "first_ns": first_ns,
+        "last_ns": last_ns,
         "lanes": lanes,
         "flow_kinds": [str(k) for k in flow_kinds],
         "by_kind": [
@@ -270,19 +300,23 @@ def write_timeline_index(
     }
     tmp = folder / (META + ".tmp")
     tmp.write_text(json.dumps(meta), encoding="utf-8")
-    tmp.replace(folder / META)  # written last: a half-written index is never current
-    return folder
+    tmp.replace(folder / META)
 
 
 def _kinds_sorted(kind: pa.ChunkedArray, order: np.ndarray) -> np.ndarray:
     """Each slice's index into ``KIND_NAMES``, in lane order (int8)."""
     if not len(order):
         return np.zeros(0, np.int8)
+    return kind_index(kind)[order]
+
+
+def kind_index(kind: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Each slice's index into ``KIND_NAMES`` (int8; an unknown kind: the last one)."""
     kind_codes, kind_values = _codes_and_values(kind)
     kind_map = np.array(
         [KIND_NAMES.index(k) if k in KIND_NAMES else len(KIND_NAMES) - 1 for k in kind_values], np.int8
     )
-    return kind_map[kind_codes[order]]
+    return kind_map[kind_codes]
 
 
 def _save_flows(folder: Path, flows: pa.Table, pos: np.ndarray, s_start: np.ndarray) -> list[Any]:
@@ -378,3 +412,207 @@ class TimelineArrays:
     lod_name: np.ndarray
     lod_kind: np.ndarray
     lod_row: np.ndarray
+
+
+# ---------------------------------------------------------------------------------------------
+# The same index from slices spilled to disk (the chunked writers: a trace larger than memory)
+
+SPILLED_SLICE_COLUMNS = ("row", "track", "depth", "start_ns", "dur_ns", "kind", "name")
+"""What :func:`write_timeline_index_spilled` reads per slice: its row in ``slices``, its lane and
+times, its :func:`kind_index` and its code into the names list."""
+SPILLED_FLOW_COLUMNS = ("row", "src", "dst", "kind", "src_start_ns")
+"""Per flow: its row in ``flows``, its ends' slice rows, its code into the flow kinds, its source's start."""
+
+
+class _NpyStream:
+    """A 1-D ``.npy`` file written a piece at a time, byte-identical to ``np.save`` of the whole."""
+
+    def __init__(self, folder: Path, name: str, dtype: np.dtype | type) -> None:
+        self.path = folder / f"{name}.npy"
+        self.body = folder / f"{name}.body.tmp"
+        self.dtype = np.dtype(dtype)
+        self.handle = self.body.open("wb")
+        self.count = 0
+
+    def add(self, values: np.ndarray) -> None:
+        self.handle.write(np.ascontiguousarray(values, dtype=self.dtype).tobytes())
+        self.count += len(values)
+
+    def close(self) -> None:
+        import shutil
+
+        self.handle.close()
+        tmp = self.path.with_name(self.path.stem + ".tmp.npy")
+        header = {
+            "descr": np.lib.format.dtype_to_descr(self.dtype),
+            "fortran_order": False,
+            "shape": (self.count,),
+        }
+        with tmp.open("wb") as out, self.body.open("rb") as body:
+            np.lib.format.write_array_header_1_0(out, header)
+            shutil.copyfileobj(body, out, 1 << 22)
+        self.body.unlink()
+        tmp.replace(self.path)
+
+
+def write_timeline_index_spilled(
+    cache_folder: str | Path,
+    rank: int,
+    slice_files: list[Path],
+    flow_files: list[Path],
+    names: list[Any],
+    flow_kinds: list[Any],
+    spill: Path,
+    *,
+    level_min_events: int = LEVEL_MIN_EVENTS,
+    memory_limit: str | None = None,
+) -> Path:
+    """:func:`write_timeline_index` of a trace whose slices (``SPILLED_SLICE_COLUMNS``) and flows
+    (``SPILLED_FLOW_COLUMNS``) are Parquet files: the same files, byte for byte.
+
+    DuckDB sorts the slices into lane order within ``memory_limit`` (default
+    ``external_sort.MEMORY_LIMIT``), spilling under ``spill``; they are then read a batch at a
+    time, one lane held at once (its pyramid needs all of it: the memory of the largest lane).
+    The inverse permutation and the flows' ends are two more DuckDB sorts.
+    """
+    import pyarrow.parquet as pq
+
+    from perfsight.store.external_sort import MEMORY_LIMIT, connect, files, quoted
+
+    cache_folder = Path(cache_folder)
+    folder = cache_folder / FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / META).unlink(missing_ok=True)
+    spill.mkdir(parents=True, exist_ok=True)
+    con = connect(spill, memory_limit or MEMORY_LIMIT)
+    n = sum(pq.ParquetFile(f).metadata.num_rows for f in slice_files)
+    ids = np.int32 if n < 2**31 else np.int64
+    out = {
+        name: _NpyStream(folder, name, dtype)
+        for name, dtype in (
+            ("start", np.int64), ("dur", np.int64), ("end_max", np.int64), ("kind", np.int8),
+            ("name", np.int32), ("row", ids), ("lod_start", np.int64), ("lod_end", np.int64),
+            ("lod_end_max", np.int64), ("lod_count", np.int64), ("lod_name", np.int32),
+            ("lod_kind", np.int8), ("lod_row", ids),
+        )
+    }  # fmt: skip
+    counts = np.zeros(len(KIND_NAMES), np.int64)
+    totals = np.zeros(len(KIND_NAMES), np.float64)
+    lanes: list[dict[str, Any]] = []
+    lod_total = 0
+    first_ns = last_ns = None
+    posmap = spill / "timeline_pos.parquet"
+
+    def lane_done(parts: list[pa.RecordBatch], offset: int) -> int:
+        """Write one lane (its batches in ``parts``, emptied here); return its event count."""
+        nonlocal lod_total, first_ns, last_ns
+        lane = pa.Table.from_batches(parts)
+        track, depth = int(lane.column("track")[0].as_py()), int(lane.column("depth")[0].as_py())
+        start = columns.int64(lane.column("start_ns"))
+        dur = columns.int64(lane.column("dur_ns"))
+        kind = columns.numpy(lane.column("kind")).astype(np.int8)
+        name = columns.numpy(lane.column("name")).astype(np.int32)
+        row = columns.int64(lane.column("row")).astype(ids)
+        del lane
+        parts.clear()  # the batches: only the arrays are held while the pyramid is built
+        end = start + dur
+        for key, values in (("start", start), ("dur", dur), ("kind", kind), ("name", name), ("row", row)):
+            out[key].add(values)
+        out["end_max"].add(np.maximum.accumulate(end))
+        counts[:] += np.bincount(kind, minlength=len(KIND_NAMES))
+        totals[:] += np.bincount(kind, weights=dur, minlength=len(KIND_NAMES))
+        del dur
+        first_ns = int(start.min()) if first_ns is None else min(first_ns, int(start.min()))
+        last_ns = int(end.max()) if last_ns is None else max(last_ns, int(end.max()))
+        entry, levels = _lane(track, depth, offset, start, end, lod_total, level_min_events)
+        lanes.append(entry)
+        for level in levels:
+            local = level["first"] - offset
+            for key in ("start", "end", "count"):
+                out[f"lod_{key}"].add(level[key])
+            out["lod_end_max"].add(np.maximum.accumulate(level["end"]))
+            out["lod_name"].add(name[local])
+            out["lod_kind"].add(kind[local])
+            out["lod_row"].add(row[local])
+            lod_total += len(level["start"])
+        return len(start)
+
+    query = (
+        "SELECT row, track, depth, start_ns, greatest(dur_ns, 0) AS dur_ns, kind, name "
+        f"FROM read_parquet({files(slice_files)}) ORDER BY track, depth, start_ns, row"
+    )
+    with pq.ParquetWriter(posmap, pa.schema([("row", pa.int64()), ("pos", pa.int64())])) as positions:
+        done = flushed = 0
+        lane_parts: list[pa.RecordBatch] = []
+        lane_key = None
+        reader = con.sql(query).to_arrow_reader(65_536) if n else iter(())
+        for batch in reader:
+            key = columns.int64(batch.column("track")) * 65536 + columns.int64(batch.column("depth"))
+            bounds = np.flatnonzero(np.diff(key)) + 1
+            cuts = [0, *bounds.tolist(), len(key)]
+            for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+                if lane_key is not None and key[a] != lane_key:
+                    flushed += lane_done(lane_parts, flushed)
+                    lane_parts = []
+                lane_key = key[a]
+                lane_parts.append(batch.slice(a, b - a))
+            rows = batch.column("row")
+            positions.write_table(
+                pa.table({"row": rows, "pos": pa.array(np.arange(done, done + len(key), dtype=np.int64))})
+            )
+            done += len(key)
+        if lane_parts:
+            lane_done(lane_parts, flushed)
+    for stream in out.values():
+        stream.close()
+    pos = _NpyStream(folder, "pos", ids)
+    if n:
+        for batch in con.sql(f"SELECT pos FROM read_parquet({quoted(posmap)}) ORDER BY row").to_arrow_reader(
+            65_536
+        ):
+            pos.add(columns.int64(batch.column("pos")))
+    pos.close()
+    flow = {name: _NpyStream(folder, name, dtype) for name, dtype in (
+        ("flow_src", ids), ("flow_dst", ids), ("flow_kind", np.int8))}  # fmt: skip
+    if flow_files:
+        query = (
+            "SELECT a.pos AS src, b.pos AS dst, f.kind AS kind "
+            f"FROM read_parquet({files(flow_files)}) f "
+            f"JOIN read_parquet({quoted(posmap)}) a ON f.src = a.row "
+            f"JOIN read_parquet({quoted(posmap)}) b ON f.dst = b.row "
+            "ORDER BY f.src_start_ns, f.row"
+        )
+        for batch in con.sql(query).to_arrow_reader(65_536):
+            for key in ("src", "dst", "kind"):
+                flow[f"flow_{key}"].add(columns.int64(batch.column(key)))
+    for stream in flow.values():
+        stream.close()
+    con.close()
+    posmap.unlink(missing_ok=True)
+    _finish(
+        cache_folder, rank, names, n, first_ns or 0, last_ns or 0, lanes, flow_kinds if flow_files else [],
+        counts, totals,
+    )  # fmt: skip
+    return folder
+
+
+class FirstSeenCodes:
+    """Codes of a column given a batch at a time, numbered in order of first appearance over all
+    batches: what the whole-trace index gives the whole column (``values`` is names.idx)."""
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+        self._code: dict[Any, int] = {}
+
+    def add(self, column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+        """The codes of one batch's rows (-1 for null)."""
+        if not len(column):
+            return np.zeros(0, np.int64)
+        codes, values = _codes_and_values(column)
+        mapping = np.empty(len(values), np.int64)
+        for i, value in enumerate(values):  # the batch's distinct values, not its rows
+            if value not in self._code:
+                self._code[value] = len(self.values)
+                self.values.append(value)
+            mapping[i] = self._code[value]
+        return np.where(codes >= 0, mapping[np.maximum(codes, 0)], -1)
