@@ -21,7 +21,7 @@ from typing import Any
 
 from perfsight import memory_budget
 from perfsight.model import Trace, empty_table
-from perfsight.pipeline import CACHE_DIR, OUTPUT_DIR, Options, OutputError, RankResult
+from perfsight.pipeline import OUTPUT_DIR, Options, OutputError, RankResult
 
 
 def analyse_and_write_bounded(
@@ -36,7 +36,7 @@ def analyse_and_write_bounded(
     """
     from perfsight.chunked_analysis import analyse_chunks
     from perfsight.export.chunked_outputs import write_outputs_chunked
-    from perfsight.export.staging import STAGING_PREFIX, remove_folder, staged
+    from perfsight.export.staging import STAGING_PREFIX, remove_folder
     from perfsight.ingest.kineto_spill import spill_kineto
 
     max_slices = memory_budget.slices_per_chunk(budget)
@@ -46,12 +46,12 @@ def analyse_and_write_bounded(
             spill.mkdir(parents=True)
         with spill_kineto(path, spill / "trace", max_slices, rank=options.rank) as spilled:
             rank_dir = place(spilled.meta.rank)
-            with OutputError.naming(rank_dir), staged(rank_dir, (OUTPUT_DIR, CACHE_DIR)) as stage:
-                chunked = analyse_chunks(spilled.chunks(), options, spill / "rows")
-                if progress is not None:
-                    progress.update(1)
+            chunked = analyse_chunks(spilled.chunks(), options, spill / "rows")
+            if progress is not None:
+                progress.update(1)
+            with OutputError.naming(rank_dir):  # staged: complete or absent (export/staging.py)
                 write_outputs_chunked(
-                    stage,
+                    rank_dir,
                     spilled.chunks,
                     chunked.tables,
                     {name: rows.merged for name, rows in chunked.rows.items()},
