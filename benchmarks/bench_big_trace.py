@@ -59,11 +59,15 @@ def generate(size_mb: int, folder: Path, gzip: bool) -> Path:
     return packed
 
 
-def measure(trace: Path, out: Path, timeline: Path | None = None) -> dict[str, float]:
+def measure(
+    trace: Path, out: Path, timeline: Path | None = None, memory_limit: str | None = None
+) -> dict[str, float]:
     """Run ``perfsight analyse`` on ``trace`` in a fresh process: wall s, CPU s, peak RSS MB."""
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "-c", "from perfsight.cli import main; main()", "analyse", str(trace)]
     command += ["--out", str(out), "--no-progress", "--json"]
+    if memory_limit:
+        command += ["--memory-limit", memory_limit]
     samples: list[tuple[float, float]] = []
     t0 = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -101,7 +105,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=Path("/tmp/bm"), help="where traces and outputs go")
     parser.add_argument("--keep", action="store_true", help="keep the traces (default: delete each after)")
     parser.add_argument("--timeline", action="store_true", help="write each run's RSS samples as CSV")
+    parser.add_argument(
+        "--memory-limit", help="pass --memory-limit SIZE to perfsight analyse (the bounded path)"
+    )
+    parser.add_argument(
+        "--traces",
+        type=Path,
+        nargs="+",
+        help="analyse these existing traces (sizes from their names' MB) instead",
+    )
     args = parser.parse_args(argv)
+    if args.traces:
+        return _existing(args)
 
     rows = []
     for size in args.sizes:
@@ -111,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.dir / f"out{size}"
         timeline = args.dir / f"rss_{size}{'gz' if args.gzip else ''}.csv" if args.timeline else None
         try:
-            result = measure(trace, out, timeline)
+            result = measure(trace, out, timeline, args.memory_limit)
         finally:
             shutil.rmtree(out, ignore_errors=True)
             if not args.keep:
@@ -119,6 +134,28 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((size, trace.stat().st_size / 2**20 if trace.exists() else float("nan"), result))
         print(f"{trace.name} {size} MB: {result}", flush=True)
 
+    _table(rows, "gz" if args.gzip else "json")
+    return 0
+
+
+def _existing(args: argparse.Namespace) -> int:
+    """Measure each of ``args.traces`` as it is (kept; its outputs deleted after)."""
+    rows = []
+    for trace in args.traces:
+        size = round(trace.stat().st_size / 2**20) * (9 if trace.suffix == ".gz" else 1)
+        out = args.dir / f"out_{trace.name}"
+        timeline = args.dir / f"rss_{trace.name}.csv" if args.timeline else None
+        try:
+            result = measure(trace, out, timeline, args.memory_limit)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        rows.append((size, trace.stat().st_size / 2**20, result))
+        print(f"{trace.name} {size} MB: {result}", flush=True)
+    _table(rows, "gz" if args.traces[0].suffix == ".gz" else "json")
+    return 0
+
+
+def _table(rows: list[tuple[int, float, dict[str, float]]], kind: str) -> None:
     first_size, _, first = rows[0]
     print()
     print("| JSON MB | file | wall s | CPU s | peak RSS MB | peak / first | wall per GB / first |")
@@ -126,10 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     for size, _, result in rows:
         per_gb = (result["wall_s"] / size) / (first["wall_s"] / first_size)
         print(
-            f"| {size} | {'gz' if args.gzip else 'json'} | {result['wall_s']:.1f} | {result['cpu_s']:.1f} "
+            f"| {size} | {kind} | {result['wall_s']:.1f} | {result['cpu_s']:.1f} "
             f"| {result['peak_mb']:.0f} | {result['peak_mb'] / first['peak_mb']:.2f} | {per_gb:.2f} |"
         )
-    return 0
 
 
 if __name__ == "__main__":

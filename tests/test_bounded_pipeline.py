@@ -39,6 +39,8 @@ def _analyse(trace: Path, out: Path, *extra: str) -> dict:
     assert done.returncode == 0, done.stderr
     (summary,) = json.loads(done.stdout)
     summary.pop("output_dir")
+    if "--memory-limit" in extra:  # the bounded path ran, and says so with the chunks it cut
+        assert summary.pop("bounded")["chunks"] >= 2
     return summary
 
 

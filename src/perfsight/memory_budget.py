@@ -19,10 +19,12 @@ BASE_BYTES = 320 << 20
 after imports), the reader's batch buffers, one batch per spilled run while merging, and the
 writers' buffers."""
 
-BYTES_PER_SLICE = 700
-"""Peak bytes per slice of a chunk while it is analysed: the chunk's model (≈ 140 B a slice),
-the shared trace index and the per-row results alive at the end of the analyses (1 GB trace:
-1.09 GB at 1.8 M slices, 1.8 M slices → ≈ 600 B a slice above the base, plus headroom)."""
+BYTES_PER_SLICE = 1100
+"""Peak bytes per slice of a chunk while it is analysed: the chunk read back from the spill, the
+analyses' shared index and per-row results, and their spilled runs being written.  Measured: a
+chunk of 1.87 M slices of a generated 2 GB trace raised the process from ≈ 350 MB to 2.0 GB
+(880 B a slice; ``benchmarks/bench_big_trace.py --traces ... --memory-limit 2G --timeline``),
+plus a quarter for headroom."""
 
 MIN_SLICES = 10_000
 """The smallest chunk worth its overhead (a budget below what this needs is raised to it)."""

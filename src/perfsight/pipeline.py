@@ -92,6 +92,9 @@ class RankResult:
     """What the analyses found wrong with the options (a named FP/BP point missing from steps) or
     the source's own results (a vendor step trace that differs from perfsight's); the reader's
     warnings stay in ``trace.meta.warnings``, which the cache saves."""
+    bounded: dict[str, int] | None = None
+    """Set when the rank was analysed chunk by chunk within a memory limit (``pipeline_bounded.py``):
+    ``memory_limit_bytes`` and ``chunks``, which the summary reports."""
     findings: list | None = None
     """The advisor's findings when the analysis computed them without a whole trace (the bounded
     path: ``pipeline_bounded.py``); None means ask ``advisor.rank_findings(tables, trace)``."""

@@ -60,6 +60,7 @@ def analyse_and_write_bounded(
                     chunked.findings,
                 )
             summary = _summary_trace(spilled.meta, spilled.tracks, chunked.steps)
+            chunks = len(spilled.chunk_steps)
     finally:
         remove_folder(spill)
     if progress is not None:
@@ -70,6 +71,7 @@ def analyse_and_write_bounded(
         output_dir=rank_dir / OUTPUT_DIR,
         warnings=chunked.warnings,
         findings=chunked.findings,
+        bounded={"memory_limit_bytes": budget, "chunks": chunks},
     )
 
 

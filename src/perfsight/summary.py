@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from perfsight import advisor, units
+from perfsight import advisor, memory_budget, units
 from perfsight.advisor.text import lead_lines
 from perfsight.pipeline import RankResult
 from perfsight.terminal import printable_line
@@ -66,6 +66,7 @@ def rank_summary(result: RankResult) -> dict[str, Any]:
         "memory_peaks": peaks,
         "flops": flops_rows,
         "output_dir": str(result.output_dir) if result.output_dir else None,
+        **({"bounded": result.bounded} if result.bounded else {}),
         "warnings": [*meta.warnings, *result.warnings],
         "findings": result.findings
         if result.findings is not None
@@ -142,5 +143,19 @@ def format_text(summaries: list[dict[str, Any]]) -> str:
             lines.append(f"warning: {warning}")
         if s["output_dir"]:
             lines.append(f"outputs: {s['output_dir']}")
+        if s.get("bounded"):
+            bounded = s["bounded"]
+            least = memory_budget.BASE_BYTES + memory_budget.MIN_SLICES * memory_budget.BYTES_PER_SLICE
+            below = bounded["memory_limit_bytes"] < least
+            lines.append(
+                f"memory limit {units.bytes_text(bounded['memory_limit_bytes'])}: analysed in "
+                f"{bounded['chunks']} chunks of whole steps, spilled to disk and merged "
+                "(the same outputs as in one piece)"
+                + (
+                    f"; below the least it needs (about {units.bytes_text(least)}), so the smallest chunks"
+                    if below
+                    else ""
+                )
+            )
         lines.append("")
     return "\n".join(printable_line(line) for line in lines)  # names are data (perfsight.terminal)
