@@ -22,10 +22,11 @@ from conftest import DATA, KINETO, read_real
 from perfsight import advisor, pipeline
 from perfsight.advisor.rank_rules.allocation_steps import ALLOCATION_STEPS, allocation_steps
 from perfsight.advisor.rank_rules.view import OP_STEPS, op_steps
-from perfsight.chunked_analysis import ROW_TABLES, ChunkedTables, analyse_chunks
+from perfsight.chunked_analysis import ChunkedTables, analyse_chunks
 from perfsight.ingest import find_traces, read_trace
 from perfsight.model import MEMORY_SCHEMA, Trace, conform
 from perfsight.model_chunks import split_by_steps
+from perfsight.pipeline import ROW_TABLES
 from shared_data import REPO
 
 TRACES = {

@@ -21,10 +21,11 @@ import pytest
 from conftest import kineto_file, need_file
 from perfsight import advisor, pipeline
 from perfsight.export import chunked_outputs, spilled_trace
-from perfsight.export.chunked_outputs import ROW_TABLES, write_outputs_chunked
+from perfsight.export.chunked_outputs import write_outputs_chunked
 from perfsight.ingest import read_trace
 from perfsight.model import Trace
 from perfsight.model_chunks import split_by_steps
+from perfsight.pipeline import ROW_TABLES
 from perfsight.server import timeline
 from perfsight.server.registry import OpenedRun, open_ranks
 from shared_data import ASCEND

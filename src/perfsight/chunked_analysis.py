@@ -97,17 +97,6 @@ from perfsight.model import NO_ID, SliceKind, Trace
 from perfsight.model_chunks import TraceChunk
 from perfsight.sorted_runs import RunSpill
 
-ROW_TABLES = (
-    "overlap_intervals",
-    "operator_instances",
-    "kernel_details",
-    "memory_curve",
-    "operator_memory",
-    "communication_ops",
-    "communication_links",
-)
-"""The tables whose rows scale with the events: spilled, merged back in order."""
-
 CLOCKED = ("step_trace", "overlap_breakdown")
 """Per-step tables each chunk computes for its own steps on its whole trace's clock (:class:`_Timeline`)."""
 
@@ -831,4 +820,4 @@ class _SmallTrace:
         )
 
 
-__all__ = ["ROW_TABLES", "ChunkedTables", "analyse_chunks"]
+__all__ = ["ChunkedTables", "analyse_chunks"]

@@ -151,6 +151,20 @@ source's own tool recorded (``trace.vendor``) is added beside these tables under
 never in place of one of them."""
 
 
+ROW_TABLES = (
+    "overlap_intervals",
+    "operator_instances",
+    "kernel_details",
+    "memory_curve",
+    "operator_memory",
+    "communication_ops",
+    "communication_links",
+)
+"""The tables of :data:`ANALYSES` with a row per event (or per allocation, per collective): the
+bounded path never holds them whole (spilled by ``chunked_analysis``, streamed by the chunked
+writers)."""
+
+
 def analyse_trace(trace: Trace, options: Options) -> RankResult:
     """All analysis tables of one rank (pure: nothing is written)."""
     tables: dict[str, pa.Table] = {}

@@ -47,22 +47,13 @@ from perfsight.heap import return_freed_memory
 from perfsight.layout import CACHE_DIR, OUTPUT_DIR
 from perfsight.model import NO_ID
 from perfsight.model_chunks import TraceChunk
+from perfsight.pipeline import ROW_TABLES
 from perfsight.sorted_runs import RunSpill
 from perfsight.store import cache, external_sort, timeline_index
 
 if TYPE_CHECKING:
     from perfsight.pipeline import Options
 
-ROW_TABLES = (
-    "overlap_intervals",
-    "operator_instances",
-    "kernel_details",
-    "memory_curve",
-    "operator_memory",
-    "communication_ops",
-    "communication_links",
-)
-"""The analysis tables with a row per event (or per allocation, per collective): streamed."""
 
 ROW_SCHEMAS: dict[str, pa.Schema] = {
     "overlap_intervals": overlap.OVERLAP_INTERVAL_SCHEMA,
