@@ -19,12 +19,13 @@ BASE_BYTES = 320 << 20
 after imports), the reader's batch buffers, one batch per spilled run while merging, and the
 writers' buffers."""
 
-BYTES_PER_SLICE = 1100
+BYTES_PER_SLICE = 1250
 """Peak bytes per slice of a chunk while it is analysed: the chunk read back from the spill, the
 analyses' shared index and per-row results, and their spilled runs being written.  Measured: a
 chunk of 1.87 M slices of a generated 2 GB trace raised the process from ≈ 350 MB to 2.0 GB
-(880 B a slice; ``benchmarks/bench_big_trace.py --traces ... --memory-limit 2G --timeline``),
-plus a quarter for headroom."""
+(880 B a slice; ``benchmarks/bench_big_trace.py --traces ... --memory-limit 2G --timeline``);
+with 1,100 B a 10 GB trace peaked at 1,980 MiB (plain) and 2,003 MiB (gzip) under a 2 GiB
+limit, too close: 1,250 B leaves room for traces whose slices carry more than these."""
 
 MIN_SLICES = 10_000
 """The smallest chunk worth its overhead (a budget below what this needs is raised to it)."""
