@@ -94,3 +94,18 @@ def test_a_trace_cut_mid_way_keeps_every_complete_event_within_a_limit(
     assert bounded == whole
     assert any("truncated" in line or "damaged" in line for line in bounded["warnings"])
     _same_outputs(tmp_path / "whole", tmp_path / "bounded")
+
+
+def test_the_python_api_gives_the_per_row_tables_of_a_bounded_analysis_from_its_cache(
+    df_trace_path: Path, tmp_path: Path
+) -> None:
+    import perfsight
+
+    whole = perfsight.analyse(df_trace_path, out=tmp_path / "whole")
+    bounded = perfsight.analyse(df_trace_path, out=tmp_path / "bounded", memory_limit=1 << 20)
+    (result,) = bounded.ranks.values()
+    assert result.bounded is not None and result.bounded["chunks"] == 5
+    assert "kernel_details" not in result.tables  # kept on disk, not in memory
+    assert bounded.table_names == whole.table_names
+    for name in ("kernel_details", "operator_instances", "step_trace", "operator_stats"):
+        assert bounded.table(name).equals(whole.table(name)), name

@@ -23,7 +23,7 @@ from perfsight import layout
 from perfsight.ingest import TraceReadError, find_traces, read_trace, run_folder
 from perfsight.ingest.lazy_pandas import pandas_deferred
 from perfsight.model import Trace
-from perfsight.pipeline import Options, OutputError, RankResult, analyse_and_write, analyse_trace
+from perfsight.pipeline import ROW_TABLES, Options, OutputError, RankResult, analyse_and_write, analyse_trace
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +42,20 @@ class Analysis:
     output_root: Path | None = None
 
     def table(self, name: str) -> pa.Table:
-        """One analysis table over all ranks (see docs/ANALYSIS_CONTRACT.md for names)."""
-        parts = [r.tables[name] for r in self.ranks.values() if name in r.tables]
+        """One analysis table over all ranks (see docs/ANALYSIS_CONTRACT.md for names).
+
+        A rank analysed within a memory limit kept its per-row tables (``pipeline.ROW_TABLES``)
+        on disk only: asking for one reads it whole from that rank's cache."""
+        parts = [_rank_table(r, name) for r in self.ranks.values()]
+        parts = [part for part in parts if part is not None]
         if not parts:
             raise KeyError(f"no table named {name!r}; have {sorted(self.table_names)}")
         return pa.concat_tables(parts, promote_options="permissive")
 
     @property
     def table_names(self) -> list[str]:
-        return sorted({n for r in self.ranks.values() for n in r.tables})
+        on_disk = {n for r in self.ranks.values() if r.bounded for n in ROW_TABLES}
+        return sorted({n for r in self.ranks.values() for n in r.tables} | on_disk)
 
     def df(self, name: str) -> Any:
         """``table(name)`` as a pandas DataFrame, for notebooks."""
@@ -71,6 +76,17 @@ class Analysis:
     @property
     def slices(self) -> Any:
         return pa.concat_tables([r.trace.slices for r in self.ranks.values()]).to_pandas()
+
+
+def _rank_table(result: RankResult, name: str) -> pa.Table | None:
+    """``name`` of one rank: from its tables, or its cache when the bounded path left it there."""
+    if name in result.tables:
+        return result.tables[name]
+    if result.bounded and name in ROW_TABLES and result.output_dir is not None:
+        from perfsight.store import cache
+
+        return cache.load_tables(result.output_dir.parent / layout.CACHE_DIR, [name]).get(name)
+    return None
 
 
 def trace_files(path: Path) -> list[Path]:
