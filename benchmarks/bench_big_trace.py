@@ -126,13 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         out = args.dir / f"out{size}"
         timeline = args.dir / f"rss_{size}{'gz' if args.gzip else ''}.csv" if args.timeline else None
         try:
-            result = measure(trace, out, timeline, args.memory_limit)
+            rows.append(_measured(trace, size, out, timeline, args.memory_limit))
         finally:
-            shutil.rmtree(out, ignore_errors=True)
             if not args.keep:
                 shutil.rmtree(folder, ignore_errors=True)
-        rows.append((size, trace.stat().st_size / 2**20 if trace.exists() else float("nan"), result))
-        print(f"{trace.name} {size} MB: {result}", flush=True)
 
     _table(rows, "gz" if args.gzip else "json")
     return 0
@@ -143,16 +140,22 @@ def _existing(args: argparse.Namespace) -> int:
     rows = []
     for trace in args.traces:
         size = round(trace.stat().st_size / 2**20) * (9 if trace.suffix == ".gz" else 1)
-        out = args.dir / f"out_{trace.name}"
         timeline = args.dir / f"rss_{trace.name}.csv" if args.timeline else None
-        try:
-            result = measure(trace, out, timeline, args.memory_limit)
-        finally:
-            shutil.rmtree(out, ignore_errors=True)
-        rows.append((size, trace.stat().st_size / 2**20, result))
-        print(f"{trace.name} {size} MB: {result}", flush=True)
+        rows.append(_measured(trace, size, args.dir / f"out_{trace.name}", timeline, args.memory_limit))
     _table(rows, "gz" if args.traces[0].suffix == ".gz" else "json")
     return 0
+
+
+def _measured(
+    trace: Path, size: int, out: Path, timeline: Path | None, memory_limit: str | None
+) -> tuple[int, float, dict[str, float]]:
+    """One row of the table: ``trace`` measured, its outputs deleted after, the figures printed."""
+    try:
+        result = measure(trace, out, timeline, memory_limit)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    print(f"{trace.name} {size} MB: {result}", flush=True)
+    return size, trace.stat().st_size / 2**20, result
 
 
 def _table(rows: list[tuple[int, float, dict[str, float]]], kind: str) -> None:
