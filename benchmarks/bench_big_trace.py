@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         "--traces",
         type=Path,
         nargs="+",
-        help="analyse these existing traces (sizes from their names' MB) instead",
+        help="analyse these existing traces instead (JSON size from the file's, a gzip file's as 9 times it)",
     )
     args = parser.parse_args(argv)
     if args.traces:
