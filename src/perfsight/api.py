@@ -216,7 +216,7 @@ def _budget(file: Path, memory_limit: int | None) -> int | None:
 
     if not is_plain_kineto(file):
         if memory_limit is not None:
-            log.info("%s: read whole (the memory limit applies to single Kineto trace files)", file)
+            log.warning("%s: read whole (the memory limit applies to single Kineto trace files)", file)
         return None
     if memory_limit is None:
         return memory_budget.automatic_budget(file)
