@@ -13,7 +13,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+import shared_data
 from perfsight.export.staging import STAGING_PREFIX
+from shared_data import DATA
 
 TINY = "1M"
 """A limit below what any chunk needs: every chunk is the smallest (one step of these traces)."""
@@ -109,3 +111,16 @@ def test_the_python_api_gives_the_per_row_tables_of_a_bounded_analysis_from_its_
     assert bounded.table_names == whole.table_names
     for name in ("kernel_details", "operator_instances", "step_trace", "operator_stats"):
         assert bounded.table(name).equals(whole.table(name)), name
+
+
+def test_a_memory_limit_on_a_job_is_not_ignored_silently(tmp_path: Path) -> None:
+    job = shared_data.require(DATA / "ascend_pt" / "level1")  # two ranks: a job
+    done = subprocess.run(
+        [sys.executable, "-c", "from perfsight.cli import main; main()", "analyse", str(job)]
+        + ["--out", str(tmp_path / "out"), "--memory-limit", "1G"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--memory-limit applies to single traces" in done.stderr and str(job) in done.stderr

@@ -78,6 +78,15 @@ def run(args: argparse.Namespace) -> int:
             from perfsight.cluster.job import JobInputError
             from perfsight.engine import ExecutorError
 
+            if args.memory_limit is not None:  # not silently: the user asked for a bound
+                print(
+                    printable_line(
+                        f"perfsight: warning: --memory-limit applies to single traces; {path} is a job "
+                        "of several ranks, each read whole"
+                    ),
+                    file=sys.stderr,
+                )
+
             try:
                 job = run_job(
                     path,
