@@ -218,10 +218,7 @@ def _budget(file: Path, memory_limit: int | None) -> int | None:
         if memory_limit is not None:
             log.warning("%s: read whole (the memory limit applies to single Kineto trace files)", file)
         return None
-    if memory_limit is None:
-        return memory_budget.automatic_budget(file)
-    needed = memory_budget.BASE_BYTES + memory_budget.expected_slices(file) * memory_budget.BYTES_PER_SLICE
-    return memory_limit if needed > memory_limit else None
+    return memory_budget.budget_for(file, memory_limit)
 
 
 def _analyse_bounded(file: Path, dirs: _RankDirs, options: Options, budget: int, progress: Any) -> RankResult:

@@ -85,8 +85,18 @@ def available_bytes() -> int:
         return 8 << 30
 
 
-def automatic_budget(path: Path) -> int | None:
-    """A budget for ``path`` when its whole-trace analysis would not fit comfortably, else None."""
-    share = int(available_bytes() * AUTO_FRACTION)
-    needed = BASE_BYTES + expected_slices(path) * BYTES_PER_SLICE
-    return share if needed > share else None
+def needed_bytes(slices: int) -> int:
+    """What analysing ``slices`` slices in one piece is expected to need."""
+    return BASE_BYTES + slices * BYTES_PER_SLICE
+
+
+def least_bytes() -> int:
+    """What the bounded path needs at the least (its smallest chunks)."""
+    return needed_bytes(MIN_SLICES)
+
+
+def budget_for(path: Path, memory_limit: int | None) -> int | None:
+    """The budget to analyse ``path`` within, or None when its whole-trace analysis fits: within
+    ``memory_limit`` when given, else within a share of the memory available now."""
+    limit = memory_limit if memory_limit is not None else int(available_bytes() * AUTO_FRACTION)
+    return limit if needed_bytes(expected_slices(path)) > limit else None

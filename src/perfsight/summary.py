@@ -145,7 +145,7 @@ def format_text(summaries: list[dict[str, Any]]) -> str:
             lines.append(f"outputs: {s['output_dir']}")
         if s.get("bounded"):
             bounded = s["bounded"]
-            least = memory_budget.BASE_BYTES + memory_budget.MIN_SLICES * memory_budget.BYTES_PER_SLICE
+            least = memory_budget.least_bytes()
             below = bounded["memory_limit_bytes"] < least
             lines.append(
                 f"memory limit {units.bytes_text(bounded['memory_limit_bytes'])}: analysed in "

@@ -36,7 +36,7 @@ from perfsight.analysis import communication, kernels, memory, operators, overla
 from perfsight.export import data_pipeline_files, mindspore_csv, sqlite_db, trace_view
 from perfsight.export.communication_json import write_communication_json_by_step
 from perfsight.export.spilled_trace import (
-    SpilledTrace,
+    OrderedTrace,
     merge_batch_rows,
     spill_chunks,
     with_columns,
@@ -124,7 +124,7 @@ def write_outputs_chunked(
                 run.remove()
 
 
-def _write_trace_view(path: Path, trace: SpilledTrace, overlap_rows: sqlite_db.TableStream) -> None:
+def _write_trace_view(path: Path, trace: OrderedTrace, overlap_rows: sqlite_db.TableStream) -> None:
     """``trace_view.json`` in the whole writer's event order, a merged batch at a time."""
     times = trace.times
     for batch in overlap_rows[1]():

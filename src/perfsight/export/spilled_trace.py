@@ -41,12 +41,14 @@ MERGE_ROWS = 65_536
 batch is this over the number of runs, at least :data:`MIN_BATCH_ROWS`."""
 MIN_BATCH_ROWS = 1024
 BATCH_ROWS = 65_536
-"""Rows per batch handed to the writers (:meth:`SpilledTrace.rows`)."""
+"""Rows per batch handed to the writers (:meth:`OrderedTrace.rows`)."""
 
 
 @dataclasses.dataclass
-class SpilledTrace:
-    """The trace after the spilling pass: its tables as sorted runs, plus its whole small parts."""
+class OrderedTrace:
+    """The trace after the writers' spilling pass: its tables as sorted runs that come back in
+    the whole trace's row order, plus its whole small parts.  (Not the reader's spill,
+    ``ingest.kineto_spill.SpilledTrace``, which gives the trace back a chunk at a time.)"""
 
     first: Trace
     """The first chunk's trace without its rows: tracks, metadata, vendor results (whole in each chunk)."""
@@ -61,7 +63,7 @@ class SpilledTrace:
         return coalesced(self.spills[name].merged(), BATCH_ROWS)
 
 
-def spill_chunks(chunks: Callable[[], Iterator[TraceChunk]], spill: Path) -> SpilledTrace:
+def spill_chunks(chunks: Callable[[], Iterator[TraceChunk]], spill: Path) -> OrderedTrace:
     """One pass over the chunks: each table's rows as a run keyed by their whole-trace rows."""
     spills = {name: RunSpill(spill, name) for name in SPILLED}
     times = trace_view.TimeSpan()
@@ -117,7 +119,7 @@ def spill_chunks(chunks: Callable[[], Iterator[TraceChunk]], spill: Path) -> Spi
     for run in spills.values():
         run.batch_rows = merge_batch_rows(run)
     return_freed_memory()  # the chunks' tables: gone before the writers grow the heap
-    return SpilledTrace(first, spills, schemas, times, sorted(devices))
+    return OrderedTrace(first, spills, schemas, times, sorted(devices))
 
 
 def _rows_of(chunk: TraceChunk, name: str) -> np.ndarray:
@@ -153,7 +155,7 @@ def _whole_rows(table: pa.Table, name: str, rows: np.ndarray) -> np.ndarray:
 
 
 def write_cached_trace(
-    trace: SpilledTrace, steps: pa.Table, folder: Path, spill: Path
+    trace: OrderedTrace, steps: pa.Table, folder: Path, spill: Path
 ) -> tuple[list[Path], list[Path], list[Any], list[Any]]:
     """The cache's trace tables in whole-trace row order; returns what the timeline index reads
     (its slice and flow files, the names and the flow kinds, coded in that same order)."""
