@@ -50,6 +50,9 @@ TOP_LEVEL = {
     "pipeline": "rank",  # one rank: read or take from the cache, analyse, write
     "pipeline_bounded": "rank",  # one rank within a memory limit, chunk by chunk
     "chunked_analysis": "rank",  # the analyses of ANALYSES chunk by chunk, merged
+    "chunked_spills": "rank",  # the chunked analysis' spills and exact merges of partials
+    "chunked_timeline": "rank",  # what it carries on one clock and for the rank rules
+    "chunked_rows": "rank",  # its per-row tables with state across chunks (allocations, comm)
     "api": "rank",  # perfsight.analyse / perfsight.load
     "summary": "rank",  # the printed and --json summary of one rank
     "cli": "top",

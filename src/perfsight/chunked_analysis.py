@@ -8,6 +8,9 @@ values, schema).  Tables whose rows grow with the events (:data:`ROW_TABLES`) ar
 whole: each chunk's rows go to a :class:`~perfsight.sorted_runs.RunSpill` keyed by their place in
 the whole table and come back merged, a batch at a time.  Every number is computed by the analysis
 modules' own functions; this module only cuts, carries, keys and merges.
+What is carried from chunk to chunk lives beside it: the clocked tables and the rank rules'
+extracts in ``chunked_timeline.py``, the allocations and communication tables in
+``chunked_rows.py``, the spills and exact merges they share in ``chunked_spills.py``.
 
 How each table is made (chunk-local: the analysis on the chunk, the chunks' results concatenated;
 partials: per-chunk aggregates merged exactly; re-run: the same function on the merged small input):
@@ -79,26 +82,30 @@ This module must not compute a metric itself, and must not hold a per-row table 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import advisor, columns, heap, pipeline
-from perfsight.advisor.rank_rules import allocation_steps
 from perfsight.advisor.rank_rules.allocation_steps import ALLOCATION_STEPS
-from perfsight.advisor.rank_rules.view import OP_STEP_AGGREGATES, OP_STEP_KEYS, OP_STEPS, op_steps
-from perfsight.analysis import clock, communication, grouping, index, kernels, memory, operators, overlap
+from perfsight.advisor.rank_rules.view import OP_STEPS
+from perfsight.analysis import clock, grouping, index, kernels, memory, operators, overlap
 from perfsight.analysis.op_statistic import op_statistic_groups, op_statistic_of_groups
+from perfsight.chunked_rows import Allocations, Communication
+from perfsight.chunked_spills import (
+    GroupedSpill,
+    concat,
+    merge_in_bounded_batches,
+    merged_partials,
+    set_column,
+)
+from perfsight.chunked_timeline import Advice, Timeline
 from perfsight.model import NO_ID, SliceKind, Trace
 from perfsight.model_chunks import TraceChunk
 from perfsight.sorted_runs import RunSpill
-
-CLOCKED = ("step_trace", "overlap_breakdown")
-"""Per-step tables each chunk computes for its own steps on its whole trace's clock (:class:`_Timeline`)."""
 
 DATA_TABLES = (
     "data_wait",
@@ -111,18 +118,6 @@ DATA_TABLES = (
     "data_pipeline_summary",
 )
 """Data-preparation tables, re-run on the small trace of :class:`_SmallTrace`."""
-
-MERGE_ROWS = 1 << 20
-"""Rows buffered over all runs of a table while it is merged back (one batch per run): a table
-of many chunks is read back in smaller batches (at least :data:`MIN_BATCH_ROWS`)."""
-MIN_BATCH_ROWS = 1024
-
-
-def _merge_in_bounded_batches(spill: RunSpill) -> None:
-    """Size ``spill``'s read-back batches so that one batch per run stays within :data:`MERGE_ROWS`."""
-    for part in spill.groups.values() if isinstance(spill, _GroupedSpill) else [spill]:
-        part.batch_rows = max(MIN_BATCH_ROWS, min(part.batch_rows, MERGE_ROWS // max(len(part.runs), 1)))
-
 
 SMALL_TRACE_KINDS = (SliceKind.DATA_LOADING.value, SliceKind.SYNC.value)
 """Host slice kinds the data analyses and the rank rules read from the trace itself."""
@@ -174,58 +169,6 @@ def analyse_chunks(chunks: Iterable[TraceChunk], options: pipeline.Options, spil
     return state.finish()
 
 
-# ---------------------------------------------------------------------------------------------- spills
-
-
-class _GroupedSpill(RunSpill):
-    """A :class:`RunSpill` whose rows come back group by group (groups in sorted order), each
-    group in its own key order: a table ordered by a group column first (lane, device)."""
-
-    def __init__(self, folder: Path, name: str) -> None:
-        super().__init__(folder, name)
-        self.groups: dict[Any, RunSpill] = {}
-
-    def add_group(self, group: Any, table: pa.Table, key: np.ndarray) -> None:
-        if self.schema is None:
-            self.schema = table.schema
-        if table.num_rows == 0:
-            return
-        if group not in self.groups:
-            self.groups[group] = RunSpill(self.folder, f"{self.name}.g{len(self.groups)}", self.batch_rows)
-        self.groups[group].add(table, key)
-        self.rows += table.num_rows
-
-    def add(self, table: pa.Table, key: np.ndarray) -> None:
-        raise TypeError(f"{self.name}: rows go in by group (add_group)")
-
-    def merged(self) -> Iterator[pa.Table]:
-        for group in sorted(self.groups):
-            yield from self.groups[group].merged()
-
-    def remove(self) -> None:
-        for spill in self.groups.values():
-            spill.remove()
-
-
-class _MappedSpill(RunSpill):
-    """A :class:`RunSpill` whose batches pass through ``transform`` as they come back (the
-    communication tables' ``op`` and ``comm_row``, known only once every chunk was seen)."""
-
-    transform: Callable[[pa.Table], pa.Table] | None = None
-
-    def merged(self) -> Iterator[pa.Table]:
-        for batch in super().merged():
-            yield batch if self.transform is None else self.transform(batch)
-
-
-def _set(table: pa.Table, name: str, values: np.ndarray | pa.Array) -> pa.Table:
-    """``table`` with column ``name`` replaced by ``values`` (same type)."""
-    i = table.schema.get_field_index(name)
-    field = table.schema.field(i)
-    array = values if isinstance(values, pa.Array | pa.ChunkedArray) else pa.array(values)
-    return table.set_column(i, field, array.cast(field.type))
-
-
 # ---------------------------------------------------------------------------------------------- merge
 
 
@@ -235,7 +178,7 @@ class _Merge:
     def __init__(self, folder: Path, options: pipeline.Options) -> None:
         self.folder, self.options = folder, options
         self.first: Trace | None = None
-        self.timelines = {name: _Timeline(folder, name) for name in ("host", "device")}
+        self.timelines = {name: Timeline(folder, name) for name in ("host", "device")}
         self.on_device = False  # a chunk had device work: the whole trace is judged on the device clock
         self.flops_by_step: list[pa.Table] = []
         self.steps: list[pa.Table] = []
@@ -245,13 +188,13 @@ class _Merge:
         self.stream_reach: dict[int, int] = {}
         self.kernel_groups: pa.Table | None = None
         self.statistic_groups: pa.Table | None = None
-        self.curve = _GroupedSpill(folder, "memory_curve")
+        self.curve = GroupedSpill(folder, "memory_curve")
         self.peaks: list[pa.Table] = []
-        self.allocations = _Allocations(folder)
-        self.comm = {bucket: _Communication(folder, bucket) for bucket in ("device", "host")}
+        self.allocations = Allocations(folder)
+        self.comm = {bucket: Communication(folder, bucket) for bucket in ("device", "host")}
         self.comm_keys: list[np.ndarray] = []
         self.small = _SmallTrace()
-        self.advice = _Advice()
+        self.advice = Advice()
 
     # -- one chunk
 
@@ -294,12 +237,12 @@ class _Merge:
         trace = chunk.trace
         instances = operators.operator_instances(trace)
         key = chunk.slice_rows[columns.int64(instances.column("slice"))] if instances.num_rows else []
-        instances = _set(instances, "slice", np.asarray(key, np.int64))
+        instances = set_column(instances, "slice", np.asarray(key, np.int64))
         self.instances.add(instances, np.asarray(key, np.int64))
         if instances.num_rows == 0:
             return instances
         part = operators.operator_groups(instances)
-        self.operator_groups = _merged(
+        self.operator_groups = merged_partials(
             self.operator_groups, part, operators.OPERATOR_KEYS, operators.OPERATOR_AGGREGATES
         )
         return instances
@@ -310,7 +253,7 @@ class _Merge:
         if details.num_rows == 0:
             return
         first = (("start_ns", "min"),)
-        self.kernel_groups = _merged(
+        self.kernel_groups = merged_partials(
             self.kernel_groups,
             kernels.kernel_groups(details, first_start=True),
             kernels.KERNEL_KEYS,
@@ -318,7 +261,7 @@ class _Merge:
         )
         from perfsight.analysis.op_statistic import OP_STATISTIC_AGGREGATES, OP_STATISTIC_KEYS
 
-        self.statistic_groups = _merged(
+        self.statistic_groups = merged_partials(
             self.statistic_groups,
             op_statistic_groups(details, first_start=True),
             OP_STATISTIC_KEYS,
@@ -364,8 +307,8 @@ class _Merge:
             if other is not timeline:
                 other.remove()
         tables = timeline.finish()
-        tables["flops_by_step"] = _concat(self.flops_by_step)
-        steps = _concat(self.steps)
+        tables["flops_by_step"] = concat(self.flops_by_step)
+        steps = concat(self.steps)
         small = self.small.trace(trace, steps)
         done = dict(tables)
         for name in ("vendor_step_differences",):
@@ -400,7 +343,7 @@ class _Merge:
             **comm_rows,
         }
         for spill in rows.values():
-            _merge_in_bounded_batches(spill)
+            merge_in_bounded_batches(spill)
         for name, table in trace.vendor.named_tables().items():
             tables.setdefault(name, table)
         ordered = {name: tables[name] for name in pipeline.ANALYSES if name in tables}
@@ -417,7 +360,7 @@ class _Merge:
         """Merged from partials, the FLOPs sums taken again over the spilled calls in row order."""
         if self.operator_groups is None:
             return operators.OPERATOR_STATS_SCHEMA.empty_table()
-        groups = _set(self.operator_groups, "flops_sum", self._flops_in_row_order(self.operator_groups))
+        groups = set_column(self.operator_groups, "flops_sum", self._flops_in_row_order(self.operator_groups))
         return operators.operator_stats_of_groups(groups)
 
     def _flops_in_row_order(self, groups: pa.Table) -> pa.Array:
@@ -451,14 +394,6 @@ def _device_key(device: tuple) -> tuple:
     return (rank, dtype.encode() if dtype is not None else b"", dindex)
 
 
-def _merged(
-    so_far: pa.Table | None, part: pa.Table, keys: Iterable[str], aggregations: Iterable[tuple[str, str]]
-) -> pa.Table:
-    if so_far is None:
-        return part
-    return grouping.merge_partials([so_far, part], list(keys), list(aggregations))
-
-
 def _first_seen(groups: pa.Table | None) -> pa.Table | None:
     """Merged groups in the whole table's order of first appearance (by their first start)."""
     if groups is None:
@@ -476,313 +411,6 @@ def _peaks(peaks: list[pa.Table]) -> pa.Table:
         ["rank", "device_type", "device_index", "allocated_bytes", "reserved_bytes", "ts_ns"]
     )
     return memory.memory_peaks(None, points)  # type: ignore[arg-type]  # the curve is given
-
-
-def _concat(parts: list[pa.Table]) -> pa.Table:
-    return pa.concat_tables(parts) if len(parts) != 1 else parts[0]
-
-
-class _Timeline:
-    """The clock-dependent tables (:data:`CLOCKED`, overlap_intervals) of the chunks judged on one
-    clock, and where their step windows end.  Until a chunk with device work is seen, the chunks
-    are judged on both clocks (the host clock's results are dropped once one is)."""
-
-    def __init__(self, folder: Path, clock_name: str) -> None:
-        self.clock = clock_name
-        self.parts: dict[str, list[pa.Table]] = {name: [] for name in CLOCKED}
-        self.intervals = _GroupedSpill(folder, f"overlap_intervals.{clock_name}")
-        self.held: dict[int, pa.Table] = {}  # per lane, the last interval (may touch the next chunk's)
-        self.reach: int | None = None
-        self.carried: clock.Activity | None = None
-        self.step_starts = np.zeros(0, np.int64)
-        self.step_numbers = np.zeros(0, np.int64)
-        self.allocated: dict[int | None, pa.Table] = {}  # per candidate main thread (None: no operators)
-
-    def add(self, trace: Trace, options: pipeline.Options) -> Trace:
-        """Analyse one chunk on this clock; returns the chunk as judged (its index is kept)."""
-        extra = {**trace.meta.extra, clock.CLOCK_KEY: self.clock}
-        if self.reach is not None:
-            extra[clock.REACH_KEY] = self.reach
-        if self.carried is not None:
-            extra[clock.CARRIED_KEY] = self.carried
-        judged = dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, extra=extra))
-        done: dict[str, pa.Table] = {}
-        for name in CLOCKED:
-            self.parts[name].append(pipeline.ANALYSES[name](judged, options, done))
-        self._intervals(overlap.overlap_intervals(judged))
-        steps = self.parts["step_trace"][-1]
-        self.step_starts = np.concatenate([self.step_starts, columns.int64(steps.column("start_ns"))])
-        self.step_numbers = np.concatenate([self.step_numbers, columns.int64(steps.column("step"))])
-        windows = clock.step_windows(judged)
-        if windows.num_rows:
-            self.reach = int(pc.max(windows.column("end_ns")).as_py())
-        if self.reach is not None:  # what runs on past the windows counts in the next chunk's
-            self.carried = clock.after(clock.activity(judged, self.clock), self.reach)  # type: ignore[arg-type]
-        return judged
-
-    def add_allocations(self, names: dict[int | None, np.ndarray], made: pa.Table) -> None:
-        """Bytes the chunk allocated per (step on this clock, operator), for each candidate main thread
-        (``names``: the operator charged per allocation, by thread; see ``allocation_steps``)."""
-        at = columns.int64(made.column("alloc_ns"))
-        steps = allocation_steps.step_of(self.step_starts, self.step_numbers, at)
-        size = columns.int64(made.column("size_bytes"))
-        for thread in names:  # a new thread had no operators before: charged as with none
-            if thread is not None and thread not in self.allocated and None in self.allocated:
-                self.allocated[thread] = self.allocated[None]
-        for thread, charged in names.items():  # a loop over threads
-            part = allocation_steps.allocation_bytes(steps, charged, size)
-            self.allocated[thread] = _merged(
-                self.allocated.get(thread), part, allocation_steps.KEYS, allocation_steps.AGGREGATES
-            )
-
-    def allocation_steps(self, main: int | None) -> pa.Table | None:
-        """The rules' allocation extract for the main thread (None: the rank has no operators);
-        None without allocations."""
-        return self.allocated.get(main, self.allocated.get(None))  # main: no operators while allocating
-
-    def _intervals(self, table: pa.Table) -> None:
-        """Spill each lane's intervals but its last, which waits for the next chunk's first one."""
-        if self.intervals.schema is None:
-            self.intervals.schema = table.schema
-        for code, lane in enumerate(overlap.LANES):
-            rows = table.filter(pc.equal(table.column("lane"), lane))
-            if rows.num_rows == 0:
-                continue
-            held = self.held.pop(code, None)
-            if held is not None:
-                first_start = rows.column("start_ns")[0].as_py()
-                held_end = held.column("end_ns")[0].as_py()
-                if first_start <= held_end:  # touching or overlapping: one merged interval (iv.union)
-                    end = max(held_end, rows.column("end_ns")[0].as_py())
-                    joined = _set(held, "end_ns", np.array([end], np.int64))
-                    rows = pa.concat_tables([joined, rows.slice(1)])
-                else:
-                    self._spill(code, held)
-            self._spill(code, rows.slice(0, rows.num_rows - 1))
-            self.held[code] = rows.slice(rows.num_rows - 1)
-
-    def _spill(self, lane: int, rows: pa.Table) -> None:
-        self.intervals.add_group(lane, rows, columns.int64(rows.column("start_ns")))
-
-    def finish(self) -> dict[str, pa.Table]:
-        """The clocked tables, the held intervals spilled."""
-        for code, held in self.held.items():
-            self._spill(code, held)
-        self.held.clear()
-        return {name: _concat(parts) for name, parts in self.parts.items()}
-
-    def remove(self) -> None:
-        self.intervals.remove()
-
-
-class _Advice:
-    """The rank rules' extracts of operator_instances, chunk by chunk (``advisor.rank_rules``):
-    calls and times per (name, step), calls per thread, and each thread's outermost operators
-    (carried across chunks: an allocation is charged to the one running when it is made)."""
-
-    def __init__(self) -> None:
-        self.op_steps: pa.Table | None = None
-        self.calls: dict[int, int] = {}
-        self.outer: dict[int, allocation_steps.OuterOps] = {}  # per thread, this chunk's and the last before
-        self.last: dict[int, allocation_steps.OuterOps] = {}
-        self.reach: dict[int, int | None] = {}
-
-    def add_operators(self, instances: pa.Table) -> None:
-        self.outer = {thread: last for thread, last in self.last.items()}
-        if instances.num_rows == 0:
-            return
-        self.op_steps = _merged(self.op_steps, op_steps(instances), OP_STEP_KEYS, OP_STEP_AGGREGATES)
-        thread, start, end, name = allocation_steps.thread_ops(instances)
-        threads, counts = np.unique(thread, return_counts=True)
-        for t, n in zip(threads.tolist(), counts.tolist(), strict=True):  # a loop over threads
-            self.calls[t] = self.calls.get(t, 0) + n
-            mine = thread == t
-            outer, self.reach[t] = allocation_steps.outermost_ops(
-                start[mine], end[mine], name[mine], self.reach.get(t)
-            )
-            before = self.last.get(t, allocation_steps.OuterOps.none())
-            self.outer[t] = before.then(outer)
-            if len(self.outer[t].start):
-                self.last[t] = self.outer[t].last()
-
-    def names(self, made: pa.Table) -> dict[int | None, np.ndarray]:
-        """The operator each allocation of ``made`` is charged to, were each known thread the main one."""
-        at = columns.int64(made.column("alloc_ns"))
-        fallback = allocation_steps.allocating_names(made)
-        out: dict[int | None, np.ndarray] = {None: fallback}
-        for thread, outer in self.outer.items():
-            charged = allocation_steps.names_at(outer, at)
-            out[thread] = np.where(charged == "", fallback, charged)
-        return out
-
-    def op_steps_table(self) -> pa.Table | None:
-        return self.op_steps
-
-    def main_thread(self) -> int | None:
-        if not self.calls:
-            return None
-        threads = np.array(sorted(self.calls), np.int64)
-        return allocation_steps.main_thread(threads, np.array([self.calls[t] for t in threads.tolist()]))
-
-
-# ---------------------------------------------------------------------------------------- allocations
-
-
-class _Allocations:
-    """operator_memory chunk by chunk: allocations whose address sees no later event in their
-    chunk wait (with their operator's name) for the chunks that may release them."""
-
-    def __init__(self, folder: Path) -> None:
-        self.spill = RunSpill(folder, "operator_memory")
-        self.open: pa.Table | None = None  # raw memory rows of the waiting allocations, by time
-        self.open_names = pa.array([], pa.string())
-        self.open_keys = np.zeros(0, np.int64)
-        self.next_key = 0
-
-    def add(self, trace: Trace) -> pa.Table | None:
-        """Spill what the chunk settles; returns the allocations it made (time, size, operator)."""
-        if trace.memory.num_rows == 0:
-            return None
-        carried = 0 if self.open is None else self.open.num_rows
-        rows = trace.memory if self.open is None else pa.concat_tables([self.open, trace.memory])
-        alloc, following = memory.allocations(rows)
-        new = alloc >= carried  # allocations sort by time: the carried (earlier) ones come first
-        names = pa.concat_arrays(
-            [
-                self.open_names,
-                columns.combined(memory.allocating_ops(trace, trace.memory, alloc[new] - carried)),
-            ]
-        )
-        keys = np.concatenate([self.open_keys, self.next_key + np.arange(int(new.sum()), dtype=np.int64)])
-        self.next_key += int(new.sum())
-        waiting = following < 0
-        self._emit(
-            rows, alloc[~waiting], following[~waiting], names.filter(pa.array(~waiting)), keys[~waiting]
-        )
-        self.open = rows.take(pa.array(alloc[waiting], pa.int64()))
-        self.open_names = names.filter(pa.array(waiting))
-        self.open_keys = keys[waiting]
-        made = alloc[new]
-        return pa.table(
-            {
-                "alloc_ns": pa.array(columns.int64(rows.column("ts_ns"))[made], pa.int64()),
-                "size_bytes": pa.array(columns.int64(rows.column("bytes"))[made], pa.int64()),
-                "name": names.slice(carried),
-            }
-        )
-
-    def _emit(
-        self, rows: pa.Table, alloc: np.ndarray, following: np.ndarray, names: pa.Array, keys: np.ndarray
-    ) -> None:
-        table = memory.allocation_rows(rows, alloc, following, names)
-        order = np.argsort(keys, kind="stable")
-        self.spill.add(table.take(pa.array(order, pa.int64())), keys[order])
-
-    def finish(self) -> RunSpill:
-        if self.open is not None and self.open.num_rows:
-            none = np.full(self.open.num_rows, -1, np.int64)
-            self._emit(self.open, np.arange(self.open.num_rows), none, self.open_names, self.open_keys)
-        if self.spill.schema is None:
-            self.spill.schema = memory.OPERATOR_MEMORY_SCHEMA
-        return self.spill
-
-
-# -------------------------------------------------------------------------------------- communication
-
-
-class _Communication:
-    """The communication tables of the chunks of one kind (with device rows, or host rows only)."""
-
-    def __init__(self, folder: Path, bucket: str) -> None:
-        self.ops = _MappedSpill(folder, f"communication_ops.{bucket}")
-        self.links = _MappedSpill(folder, f"communication_links.{bucket}")
-        self.sizes: list[pa.Table] = []
-        self.peers: list[pa.Table] = []
-        self.step_times: list[pa.Table] = []
-        self.step_links: list[pa.Table] = []
-        self.primary: list[np.ndarray] = []
-        self.seen = False
-
-    def add(self, trace: Trace, keys: np.ndarray) -> None:
-        """One chunk's tables, its ops named by ``keys`` (each comm row's slice row in the whole trace)."""
-        self.seen = True
-        primary = keys[communication.primary_rows(trace.comm)]
-        self.primary.append(primary)
-        ops = communication.communication_ops(trace)
-        links = communication.communication_links(trace)
-        self.step_times.append(communication.step_times(ops))
-        self.step_links.append(communication.step_links(links))
-        op_key = keys[columns.int64(ops.column("comm_row"))] if ops.num_rows else np.zeros(0, np.int64)
-        self.ops.add(_set(_set(ops, "op", op_key), "comm_row", op_key), op_key)
-        link_key = primary[columns.int64(links.column("op"))] if links.num_rows else np.zeros(0, np.int64)
-        per_op = len(communication.LINK_TYPES)
-        self.links.add(_set(links, "op", link_key), link_key * per_op + np.arange(len(link_key)) % per_op)
-        sizes = communication.communication_sizes(trace)
-        self.sizes.append(
-            _set(sizes, "op", primary[columns.int64(sizes.column("op"))]) if sizes.num_rows else sizes
-        )
-        peers = communication.communication_peers(trace)
-        self.peers.append(
-            _set(peers, "comm_row", keys[columns.int64(peers.column("comm_row"))])
-            if peers.num_rows
-            else peers
-        )
-
-    def remove(self) -> None:
-        self.ops.remove()
-        self.links.remove()
-
-    def finish(self, comm_keys: np.ndarray) -> tuple[dict[str, pa.Table], dict[str, RunSpill]]:
-        """The tables once every chunk was seen: keys become ``op`` (place among the op instances)
-        and ``comm_row`` (place in ``Trace.comm``, ordered by slice row)."""
-        primary = np.sort(np.concatenate(self.primary)) if self.primary else np.zeros(0, np.int64)
-
-        def op_of(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
-            return np.searchsorted(primary, columns.int64(values))
-
-        def row_of(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
-            return np.searchsorted(comm_keys, columns.int64(values))
-
-        self.ops.transform = lambda t: _set(
-            _set(t, "op", op_of(t.column("op"))), "comm_row", row_of(t.column("comm_row"))
-        )
-        self.links.transform = lambda t: _set(t, "op", op_of(t.column("op")))
-        for spill, schema in (
-            (self.ops, communication.OP_TIME_SCHEMA),
-            (self.links, communication.LINK_SCHEMA),
-        ):
-            spill.schema = spill.schema or schema
-        sizes = _renumbered(self.sizes, "op", op_of, communication.SIZE_SCHEMA)
-        peers = _renumbered(self.peers, "comm_row", row_of, communication.PEER_SCHEMA)
-        tables = {
-            "communication_sizes": sizes,
-            "communication_peers": peers,
-            "communication_steps": communication.step_times(
-                _concat_or(self.step_times, communication.STEP_TIME_SCHEMA)
-            ),
-            "communication_step_links": communication.step_links(
-                _concat_or(self.step_links, communication.LINK_SCHEMA)
-            ),
-            "communication_step_sizes": communication.step_sizes(sizes),
-        }
-        return tables, {"communication_ops": self.ops, "communication_links": self.links}
-
-
-def _concat_or(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
-    return pa.concat_tables(parts) if parts else schema.empty_table()
-
-
-def _renumbered(
-    parts: list[pa.Table], column: str, number: Callable[[pa.ChunkedArray], np.ndarray], schema: pa.Schema
-) -> pa.Table:
-    """The chunks' rows with ``column`` renumbered, stable-sorted by it (each chunk's rows are
-    already in the whole table's order within one op)."""
-    table = _concat_or([p for p in parts if p.num_rows], schema)
-    if table.num_rows == 0:
-        return schema.empty_table()
-    values = number(table.column(column))
-    table = _set(table, column, values)
-    return table.take(pa.array(np.argsort(values, kind="stable"), pa.int64()))
 
 
 # ------------------------------------------------------------------------------------------ small trace
@@ -806,7 +434,7 @@ class _SmallTrace:
 
     def trace(self, first: Trace, steps: pa.Table) -> Trace:
         keys = np.concatenate(self.keys) if self.keys else np.zeros(0, np.int64)
-        slices = _concat(self.slices) if self.slices else first.slices.slice(0, 0)
+        slices = concat(self.slices) if self.slices else first.slices.slice(0, 0)
         slices = slices.take(pa.array(np.argsort(keys, kind="stable"), pa.int64()))
         return dataclasses.replace(
             first,
@@ -815,7 +443,7 @@ class _SmallTrace:
             comm=first.comm.slice(0, 0),
             memory=first.memory.slice(0, 0),
             comm_tasks=first.comm_tasks.slice(0, 0),
-            dataloader=_concat(self.dataloader) if self.dataloader else first.dataloader,
+            dataloader=concat(self.dataloader) if self.dataloader else first.dataloader,
             steps=steps,
         )
 
