@@ -34,6 +34,7 @@ from perfsight.model import NO_ID, RunMetadata, SliceKind, Trace
 from perfsight.model_chunks import TraceChunk, chunk_by_time, chunk_starts, comm_chunks
 
 Chunks = Callable[[], Iterator[TraceChunk]]
+_ROW_TABLES = ("slices", "flows", "comm", "memory", "comm_tasks", "dataloader")
 
 
 def merge_sidecars_in_chunks(
@@ -73,13 +74,9 @@ class _MergedCapture:
         merged = merge_sidecars(trace, files)
         bounds = chunk_starts(steps, small.chunk_steps)
         n = trace.comm.num_rows
-        comm = merged.comm
-        on_slice = columns.int64(comm.column("slice"), NO_ID)
-        whole_slice = np.where(on_slice >= 0, small.slice_keys[np.maximum(on_slice, 0)], NO_ID)
-        comm = comm.set_column(
-            comm.schema.get_field_index("slice"),
-            comm.schema.field("slice"),
-            pa.array(whole_slice, pa.int64()),
+        on_slice = columns.int64(merged.comm.column("slice"), NO_ID)
+        comm = _with_slice(
+            merged.comm, np.where(on_slice >= 0, small.slice_keys[np.maximum(on_slice, 0)], NO_ID)
         )
         comm_chunk = comm_chunks(merged.comm.slice(n), slice_chunk, bounds)
         loader_chunk = chunk_by_time(columns.int64(merged.dataloader.column("start_ns"), 0), bounds)
@@ -90,10 +87,7 @@ class _MergedCapture:
         own = np.asarray(chunk.table_rows["comm"], np.int64)
         rows = np.concatenate([own, self.trace_rows + np.flatnonzero(self.comm_chunk == chunk.number)])
         comm = self.comm.take(pa.array(rows, pa.int64()))
-        local = _local(columns.int64(comm.column("slice"), NO_ID), chunk.slice_rows)
-        comm = comm.set_column(
-            comm.schema.get_field_index("slice"), comm.schema.field("slice"), pa.array(local, pa.int64())
-        )
+        comm = _with_slice(comm, _local(columns.int64(comm.column("slice"), NO_ID), chunk.slice_rows))
         loader_rows = np.flatnonzero(self.loader_chunk == chunk.number).astype(np.int64)
         dataloader = self.dataloader.take(pa.array(loader_rows, pa.int64()))
         trace = dataclasses.replace(chunk.trace, comm=comm, dataloader=dataloader)
@@ -117,8 +111,10 @@ class _Gathered:
 
     def add(self, chunk: TraceChunk) -> None:
         t = chunk.trace
-        if self.template is None:
-            self.template = t
+        if self.template is None:  # the metadata and tracks; no rows (they would keep the chunk's buffers)
+            self.template = dataclasses.replace(
+                t, **{name: getattr(t, name).schema.empty_table() for name in _ROW_TABLES}
+            )
         self.chunk_steps.append(chunk.steps)
         comm_slice = columns.int64(t.comm.column("slice"), NO_ID)
         kinds = pc.cast(t.slices.column("kind"), pa.string())
@@ -144,18 +140,7 @@ class _Gathered:
         comm = comm.take(pa.array(np.argsort(np.concatenate(self.comm_keys), kind="stable"), pa.int64()))
         whole = columns.int64(comm.column("slice"), NO_ID)
         comm = _with_slice(comm, np.where(whole >= 0, np.searchsorted(self.slice_keys, whole), NO_ID))
-        t = self.template
-        trace = dataclasses.replace(
-            t,
-            slices=slices,
-            comm=comm,
-            flows=t.flows.slice(0, 0),
-            memory=t.memory.slice(0, 0),
-            comm_tasks=t.comm_tasks.slice(0, 0),
-            dataloader=t.dataloader.slice(0, 0),
-            steps=steps,
-            meta=meta,
-        )
+        trace = dataclasses.replace(self.template, slices=slices, comm=comm, steps=steps, meta=meta)
         return trace, np.concatenate(self.chunk_of)[order]
 
 
