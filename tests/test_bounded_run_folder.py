@@ -18,7 +18,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from _compare_outputs import TINY, analyse, run_analyse, same_outputs
@@ -31,6 +33,7 @@ from perfsight.store import cache
 
 JOB = Path(__file__).resolve().parent / "_run_folder_job.py"
 ACTIVE_STEPS = 4
+UNRECORDED_THREAD = 987_654_321
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +55,19 @@ def _run_folder(job: Path, rank: int) -> Path:
     return folder
 
 
+def _with_unrecorded_thread(folder: Path, copy: Path) -> Path:
+    """A copy of run folder ``folder`` whose comm capture says its Python calls ran on a thread the
+    trace did not record: those capture rows match no slice and become rows of their own, placed
+    by time (the flight-recorder rows still match by collective)."""
+    shutil.copytree(folder, copy)
+    (capture,) = copy.glob("perfsight_comm_*.parquet")
+    table = pq.read_table(capture)
+    index = table.schema.get_field_index("tid")
+    unrecorded = pa.array([UNRECORDED_THREAD] * table.num_rows, table.schema.field(index).type)
+    pq.write_table(table.set_column(index, table.schema.field(index), unrecorded), capture)
+    return copy
+
+
 def _analyse_bounded(path: Path, out: Path) -> dict:
     """``perfsight analyse PATH --memory-limit 1M``: the summary and the chunks it says it cut."""
     done = run_analyse(path, out, "--memory-limit", TINY)
@@ -68,12 +84,14 @@ def _cached_trace(out: Path) -> Trace:
     return cache.load_trace(folder)
 
 
-@pytest.mark.parametrize("given", ["run folder", "trace file"])
+@pytest.mark.parametrize("given", ["run folder", "trace file", "capture of an unrecorded thread"])
 def test_a_run_folder_gives_every_output_of_the_whole_analysis_within_a_tiny_limit(
     job: Path, tmp_path: Path, given: str
 ) -> None:
     folder = _run_folder(job, 0 if given == "run folder" else 1)
     path = folder if given == "run folder" else next(folder.glob("kineto_trace_*.json"))
+    if given == "capture of an unrecorded thread":
+        path = _with_unrecorded_thread(_run_folder(job, 0), tmp_path / "run")
     whole = analyse(path, tmp_path / "whole")
     done = _analyse_bounded(path, tmp_path / "bounded")
     assert done["chunks"] == ACTIVE_STEPS  # a step per chunk: every step boundary is a chunk's
@@ -84,12 +102,19 @@ def test_a_run_folder_gives_every_output_of_the_whole_analysis_within_a_tiny_lim
     cache = _cached_trace(tmp_path / "bounded")
     assert cache.meta.rank_source == "run folder" and cache.meta.world_size == 2
     sources = set(cache.comm.column("source").to_pylist())
-    assert {"trace+capture", "trace+flight_recorder"} <= sources
+    matched = "capture" if given == "capture of an unrecorded thread" else "trace+capture"
+    assert {matched, "trace+flight_recorder"} <= sources
     assert cache.dataloader.num_rows > 0
 
 
-def test_the_captures_merged_chunk_by_chunk_equal_their_merge_into_the_whole_trace(job: Path) -> None:
-    path = next(_run_folder(job, 0).glob("kineto_trace_*.json"))
+@pytest.mark.parametrize("capture", ["as recorded", "of an unrecorded thread"])
+def test_the_captures_merged_chunk_by_chunk_equal_their_merge_into_the_whole_trace(
+    job: Path, tmp_path: Path, capture: str
+) -> None:
+    folder = _run_folder(job, 0)
+    if capture == "of an unrecorded thread":
+        folder = _with_unrecorded_thread(folder, tmp_path / "run")
+    path = next(folder.glob("kineto_trace_*.json"))
     whole = read_trace(path)  # the Kineto trace with the run folder's facts and captures merged
     info = run_folder.info_for(path)
     assert info is not None
@@ -108,9 +133,16 @@ def test_the_captures_merged_chunk_by_chunk_equal_their_merge_into_the_whole_tra
         for name in ("comm", "dataloader"):
             np.testing.assert_array_equal(mine.table_rows[name], reference.table_rows[name])
     assert kineto.meta.warnings == whole.meta.warnings
-    # the merge had rows to place across chunks: capture rows of their own (gloo's nested recv,
-    # appended after the trace's rows) and data-loader rows out of time order
-    assert whole.comm.num_rows > read_kineto(path, rank=info.rank).comm.num_rows
+    # the merge had rows to place across chunks: capture rows of their own (appended after the
+    # trace's rows: gloo's nested recv on its slice; without a slice, by time) and data-loader rows
+    # out of time order
+    own = whole.comm.slice(read_kineto(path, rank=info.rank).comm.num_rows)
+    without_slice = pc.sum(pc.less(own.column("slice"), 0)).as_py() or 0
+    if capture == "as recorded":
+        assert own.num_rows > 0
+    else:
+        steps_of_own = set(own.filter(pc.less(own.column("slice"), 0)).column("step").to_pylist())
+        assert without_slice > 0 and len(steps_of_own) == ACTIVE_STEPS  # in every chunk
     loader_start = whole.dataloader.column("start_ns").to_numpy()
     assert (np.diff(loader_start) < 0).any()
     assert sum(c.trace.dataloader.num_rows for c in got) == whole.dataloader.num_rows
