@@ -700,7 +700,7 @@ class _Communication:
         self.seen = False
 
     def add(self, trace: Trace, keys: np.ndarray) -> None:
-        """One chunk's tables, its ops named by ``keys`` (each comm row's row in the whole ``Trace.comm``)."""
+        """One chunk's tables, its ops named by ``keys`` (each comm row's slice row in the whole trace)."""
         self.seen = True
         primary = keys[communication.primary_rows(trace.comm)]
         self.primary.append(primary)
@@ -730,7 +730,7 @@ class _Communication:
 
     def finish(self, comm_keys: np.ndarray) -> tuple[dict[str, pa.Table], dict[str, RunSpill]]:
         """The tables once every chunk was seen: keys become ``op`` (place among the op instances)
-        and ``comm_row`` (place in ``Trace.comm``)."""
+        and ``comm_row`` (place in ``Trace.comm``, ordered by slice row)."""
         primary = np.sort(np.concatenate(self.primary)) if self.primary else np.zeros(0, np.int64)
 
         def op_of(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -813,16 +813,16 @@ class _SmallTrace:
             comm=first.comm.slice(0, 0),
             memory=first.memory.slice(0, 0),
             comm_tasks=first.comm_tasks.slice(0, 0),
-            dataloader=_in_key_order(self.dataloader, self.loader_keys)
-            if self.dataloader
-            else first.dataloader,
+            dataloader=_in_key_order(self.dataloader, self.loader_keys, first.dataloader),
             steps=steps,
         )
 
 
-def _in_key_order(parts: list[pa.Table], keys: list[np.ndarray]) -> pa.Table:
+def _in_key_order(parts: list[pa.Table], keys: list[np.ndarray], empty: pa.Table) -> pa.Table:
     """The chunks' rows in the whole table's order (a capture's rows need not be in time order)."""
-    table = _concat(parts)
+    if not parts:
+        return empty
+    table = pa.concat_tables(parts)
     return table.take(pa.array(np.argsort(np.concatenate(keys), kind="stable"), pa.int64()))
 
 

@@ -136,8 +136,11 @@ class _Gathered:
         order = np.argsort(keys, kind="stable")
         self.slice_keys = keys[order]
         slices = pa.concat_tables(self.slices).take(pa.array(order, pa.int64()))
-        comm = pa.concat_tables(self.comm)
-        comm = comm.take(pa.array(np.argsort(np.concatenate(self.comm_keys), kind="stable"), pa.int64()))
+        comm_keys = np.concatenate(self.comm_keys)
+        comm_order = np.argsort(comm_keys, kind="stable")
+        if not np.array_equal(comm_keys[comm_order], np.arange(len(comm_keys))):  # each row in one chunk
+            raise ValueError("the chunks' comm rows (TraceChunk.table_rows['comm']) do not cut one table")
+        comm = pa.concat_tables(self.comm).take(pa.array(comm_order, pa.int64()))
         whole = columns.int64(comm.column("slice"), NO_ID)
         comm = _with_slice(comm, np.where(whole >= 0, np.searchsorted(self.slice_keys, whole), NO_ID))
         trace = dataclasses.replace(self.template, slices=slices, comm=comm, steps=steps, meta=meta)
