@@ -212,11 +212,13 @@ def analyse(
 def _budget(file: Path, memory_limit: int | None) -> int | None:
     """The memory budget ``file`` is analysed within, or None for the whole-trace path."""
     from perfsight import memory_budget
-    from perfsight.ingest import is_plain_kineto
+    from perfsight.ingest import bounded_input
 
-    if not is_plain_kineto(file):
+    if not bounded_input(file):
         if memory_limit is not None:
-            log.warning("%s: read whole (the memory limit applies to single Kineto trace files)", file)
+            log.warning(
+                "%s: read whole (the memory limit applies to Kineto traces and perfsight run folders)", file
+            )
         return None
     return memory_budget.budget_for(file, memory_limit)
 

@@ -43,7 +43,7 @@ operator_memory                rows with state: an allocation with no later even
                                address in its chunk is carried to the next chunks, until its
                                release (or another allocation there) is seen; key = its
                                ordinal in time order
-communication_ops, _links      rows: key = the op's slice row in the whole trace; ``op`` and
+communication_ops, _links      rows: key = the op's row in the whole ``Trace.comm``; ``op`` and
                                ``comm_row`` renumbered as the rows come back
 communication_sizes, _peers    chunk-local with ``op``/``comm_row`` renumbered, stable-sorted
 communication_steps/_links     re-run of step_times / step_links on the chunks' own results
@@ -67,10 +67,9 @@ rules call; it never reads a per-row table back.
 Assumptions the chunks' rule makes true (checked by the tests on the shared traces): on each
 stream, a chunk's device work starts no earlier than the previous chunk's (``wait_ns``), and on
 each thread its operators no earlier than the previous chunk's outermost ones (the allocation
-extract); ``Trace.comm`` is ordered by slice row; the work of a chunk does not run inside the step
-windows of an earlier one (work running on into later windows is carried); a host operator does
-not contain an allocation made in a later chunk (``operator_memory.name``, as the chunks' rule
-keeps an operator with its step).
+extract); the work of a chunk does not run inside the step windows of an earlier one (work running
+on into later windows is carried); a host operator does not contain an allocation made in a later
+chunk (``operator_memory.name``, as the chunks' rule keeps an operator with its step).
 
 What stays in memory between chunks: per step a few rows (step tables, windows), per group the
 merged partials (operator and kernel names, devices, threads x steps x charged operators), the
@@ -103,7 +102,7 @@ from perfsight.chunked_spills import (
     set_column,
 )
 from perfsight.chunked_timeline import Advice, Timeline
-from perfsight.model import NO_ID, SliceKind, Trace
+from perfsight.model import SliceKind, Trace
 from perfsight.model_chunks import TraceChunk
 from perfsight.sorted_runs import RunSpill
 
@@ -288,10 +287,7 @@ class _Merge:
         comm = chunk.trace.comm
         if comm.num_rows == 0:
             return
-        local = columns.int64(comm.column("slice"), NO_ID)
-        if np.any(local < 0):
-            raise ValueError("a communication row without its slice cannot be placed in the whole trace")
-        keys = chunk.slice_rows[local]
+        keys = np.asarray(chunk.table_rows["comm"], np.int64)  # each row's row in the whole Trace.comm
         self.comm_keys.append(keys)
         device = bool(columns.numpy(comm.column("is_device"), null=False).any())
         self.comm["device" if device else "host"].add(chunk.trace, keys)
@@ -424,6 +420,7 @@ class _SmallTrace:
         self.slices: list[pa.Table] = []
         self.keys: list[np.ndarray] = []
         self.dataloader: list[pa.Table] = []
+        self.loader_keys: list[np.ndarray] = []
 
     def add(self, chunk: TraceChunk) -> None:
         ix = index.index_of(chunk.trace)
@@ -431,6 +428,7 @@ class _SmallTrace:
         self.slices.append(chunk.trace.slices.take(pa.array(rows, pa.int64())))
         self.keys.append(chunk.slice_rows[rows])
         self.dataloader.append(chunk.trace.dataloader)
+        self.loader_keys.append(np.asarray(chunk.table_rows.get("dataloader", []), np.int64))
 
     def trace(self, first: Trace, steps: pa.Table) -> Trace:
         keys = np.concatenate(self.keys) if self.keys else np.zeros(0, np.int64)
@@ -443,9 +441,17 @@ class _SmallTrace:
             comm=first.comm.slice(0, 0),
             memory=first.memory.slice(0, 0),
             comm_tasks=first.comm_tasks.slice(0, 0),
-            dataloader=concat(self.dataloader) if self.dataloader else first.dataloader,
+            dataloader=_in_key_order(self.dataloader, self.loader_keys, first.dataloader),
             steps=steps,
         )
+
+
+def _in_key_order(parts: list[pa.Table], keys: list[np.ndarray], empty: pa.Table) -> pa.Table:
+    """The chunks' rows in the whole table's order (a capture's rows need not be in time order)."""
+    if not parts:
+        return empty
+    table = pa.concat_tables(parts)
+    return table.take(pa.array(np.argsort(np.concatenate(keys), kind="stable"), pa.int64()))
 
 
 __all__ = ["ChunkedTables", "analyse_chunks"]

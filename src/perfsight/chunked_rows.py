@@ -96,7 +96,7 @@ class Communication:
         self.seen = False
 
     def add(self, trace: Trace, keys: np.ndarray) -> None:
-        """One chunk's tables, its ops named by ``keys`` (each comm row's slice row in the whole trace)."""
+        """One chunk's tables, its ops named by ``keys`` (each comm row's row in the whole ``Trace.comm``)."""
         self.seen = True
         primary = keys[communication.primary_rows(trace.comm)]
         self.primary.append(primary)
@@ -128,7 +128,7 @@ class Communication:
 
     def finish(self, comm_keys: np.ndarray) -> tuple[dict[str, pa.Table], dict[str, RunSpill]]:
         """The tables once every chunk was seen: keys become ``op`` (place among the op instances)
-        and ``comm_row`` (place in ``Trace.comm``, ordered by slice row)."""
+        and ``comm_row`` (place in ``Trace.comm``)."""
         primary = np.sort(np.concatenate(self.primary)) if self.primary else np.zeros(0, np.int64)
 
         def op_of(values: pa.ChunkedArray | pa.Array) -> np.ndarray:

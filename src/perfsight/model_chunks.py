@@ -14,9 +14,10 @@ The rule:
   at least one step, however large);
 * a launch flow never crosses chunks: a device slice launched from another chunk moves to its
   launcher's chunk (the model already gives launched work its launcher's step, so this is rare);
-* a communication row goes with its slice; memory, data-loader and HCCL task rows go by time,
-  into the chunk whose time range holds them (a chunk's range starts at its first step's start
-  and ends where the next chunk's begins; the first and last ranges are open-ended);
+* a communication row goes with its slice; a row without one (an op only a capture saw), and
+  memory, data-loader and HCCL task rows go by time, into the chunk whose time range holds them
+  (a chunk's range starts at its first step's start and ends where the next chunk's begins; the
+  first and last ranges are open-ended);
 * every chunk keeps the rank's whole track list, metadata and vendor results (all small), and
   only its own steps' rows of the step table.
 
@@ -139,9 +140,7 @@ def split_by_steps(trace: Trace, max_slices: int) -> Iterator[TraceChunk]:
     """``trace`` as chunks of whole steps of at most ``max_slices`` slices each (one step may exceed it)."""
     chunk, steps_of = chunk_numbers(trace, max_slices)
     bounds = chunk_starts(trace.steps, steps_of)
-    comm_chunk = (
-        chunk[trace.comm.column("slice").to_numpy()] if trace.comm.num_rows else np.zeros(0, np.int32)
-    )
+    comm_chunk = comm_chunks(trace.comm, chunk, bounds)
     for number, owned in enumerate(steps_of):
         rows = np.flatnonzero(chunk == number)
         low = bounds[number] if number else None
@@ -155,6 +154,21 @@ def split_by_steps(trace: Trace, max_slices: int) -> Iterator[TraceChunk]:
             count=len(steps_of),
             table_rows=table_rows,
         )
+
+
+def comm_chunks(comm: pa.Table, slice_chunk: np.ndarray, bounds: list[int]) -> np.ndarray:
+    """The chunk of each comm row: its slice's, or for a row without a slice (a captured op the
+    trace did not record, ``perfsight.ingest.sidecar``) the one whose time range holds its start."""
+    if not comm.num_rows:
+        return np.zeros(0, np.int32)
+    on = comm.column("slice").to_numpy()
+    by_time = chunk_by_time(comm.column("start_ns").to_numpy(), bounds)
+    return np.where(on >= 0, slice_chunk[np.maximum(on, 0)], by_time).astype(np.int32)
+
+
+def chunk_by_time(times: np.ndarray, bounds: list[int]) -> np.ndarray:
+    """The chunk whose time range (:func:`in_window` of ``bounds``, :func:`chunk_starts`) holds each time."""
+    return np.searchsorted(np.array(bounds[1:], np.int64), times, side="right").astype(np.int32)
 
 
 def _step_starts(steps: pa.Table) -> tuple[np.ndarray, np.ndarray]:

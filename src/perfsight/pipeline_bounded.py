@@ -37,14 +37,14 @@ def analyse_and_write_bounded(
     from perfsight.chunked_analysis import analyse_chunks
     from perfsight.export.chunked_outputs import write_outputs_chunked
     from perfsight.export.staging import STAGING_PREFIX, remove_folder
-    from perfsight.ingest.kineto_spill import spill_kineto
+    from perfsight.ingest import spill_trace
 
     max_slices = memory_budget.slices_per_chunk(budget)
     spill = root / f"{STAGING_PREFIX}spill-{uuid.uuid4().hex[:12]}"  # skipped by discovery and the server
     try:
         with OutputError.naming(root):
             spill.mkdir(parents=True)
-        with spill_kineto(path, spill / "trace", max_slices, rank=options.rank) as spilled:
+        with spill_trace(path, spill / "trace", max_slices, rank=options.rank) as spilled:
             rank_dir = place(spilled.meta.rank)
             chunked = analyse_chunks(spilled.chunks(), options, spill / "rows")
             if progress is not None:

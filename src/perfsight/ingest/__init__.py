@@ -8,16 +8,20 @@ event: they keep what they could read and record a warning.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from perfsight import layout
 from perfsight.ingest.kineto import TraceReadError, read_kineto
 from perfsight.model import Trace
 
+if TYPE_CHECKING:
+    from perfsight.ingest.kineto_spill import SpilledTrace
+
 TRACE_SUFFIXES = (".json", ".json.gz")
 ASCEND_OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 """Ascend/MindSpore profiler output: its trace_view.json stands for the whole rank folder."""
 
-__all__ = ["TraceReadError", "find_traces", "is_plain_kineto", "read_trace"]
+__all__ = ["TraceReadError", "bounded_input", "find_traces", "read_trace", "spill_trace"]
 
 
 def read_trace(path: str | Path, rank: int | None = None) -> Trace:
@@ -44,16 +48,33 @@ def read_trace(path: str | Path, rank: int | None = None) -> Trace:
     return run_folder.apply(trace, info, rank_from_option=rank is not None)
 
 
-def is_plain_kineto(path: Path) -> bool:
-    """Whether ``read_trace`` reads ``path`` as a Kineto file alone (no vendor folder, no run-folder
-    side files): the inputs the bounded-memory path (``pipeline_bounded.py``) can take."""
+def bounded_input(path: Path) -> bool:
+    """Whether ``path`` can be read in chunks of steps by :func:`spill_trace` (the bounded-memory
+    path, ``pipeline_bounded.py``): a Kineto file alone or in a perfsight run folder (no vendor
+    folder, no MindInsight layout)."""
     if _legacy_step_file(path) or path.parent.name == ASCEND_OUTPUT_DIR:
         return False
-    if not path.name.endswith(TRACE_SUFFIXES):
-        return False
-    from perfsight.ingest import run_folder
+    return path.name.endswith(TRACE_SUFFIXES)
 
-    return run_folder.info_for(path) is None
+
+def spill_trace(path: str | Path, spill_dir: Path, max_slices: int, rank: int | None = None) -> SpilledTrace:
+    """:func:`read_trace` for a :func:`bounded_input` of any size: the trace in chunks of whole steps
+    of at most ``max_slices`` slices, spilled under ``spill_dir`` (``ingest/kineto_spill.py``),
+    with a perfsight run folder's facts and capture tables as ``read_trace`` gives them."""
+    from perfsight.ingest import run_folder
+    from perfsight.ingest.kineto_spill import spill_kineto
+
+    path = Path(path)
+    info = run_folder.info_for(path)
+    if info is None:
+        return spill_kineto(path, spill_dir, max_slices, rank=rank)
+    spilled = spill_kineto(path, spill_dir, max_slices, rank=rank if rank is not None else info.rank)
+    try:
+        run_folder.apply_to_spilled(spilled, info, rank_from_option=rank is not None)
+    except BaseException:
+        spilled.close()
+        raise
+    return spilled
 
 
 def find_traces(folder: str | Path) -> list[Path]:

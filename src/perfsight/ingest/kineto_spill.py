@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -96,9 +96,16 @@ class SpilledTrace:
     memory_files: list[list[Path]]
     vendor: VendorResults = dataclasses.field(default_factory=VendorResults)
     """Empty for Kineto (no vendor tool results)."""
+    merged: Callable[[], Iterator[TraceChunk]] | None = None
+    """The chunks with a run folder's capture tables merged in (``ingest.sidecar_chunks``, set by
+    ``ingest.spill_trace``); None for a Kineto file alone."""
 
     def chunks(self) -> Iterator[TraceChunk]:
         """The chunks in order, each read from disk when reached (call again to read them again)."""
+        return self.merged() if self.merged is not None else self.kineto_chunks()
+
+    def kineto_chunks(self) -> Iterator[TraceChunk]:
+        """The chunks of the Kineto file alone (what the capture tables are merged into)."""
         for number, owned in enumerate(self.chunk_steps):
             yield self._chunk(number, owned)
 

@@ -16,13 +16,16 @@ import dataclasses
 import importlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import layout
-from perfsight.model import DeviceInfo, Trace
+from perfsight.model import DeviceInfo, RunMetadata, Trace
+
+if TYPE_CHECKING:
+    from perfsight.ingest.kineto_spill import SpilledTrace
 
 
 @dataclasses.dataclass
@@ -98,10 +101,34 @@ def apply(trace: Trace, info: RunInfo, rank_from_option: bool = False) -> Trace:
 
     A value of the wrong type is skipped with a warning naming the file and the key; the trace
     is never lost over its run info."""
-    meta = trace.meta
+    steps, files = apply_facts(trace.meta, trace.steps, info, rank_from_option)
+    if steps is not trace.steps:
+        trace = dataclasses.replace(trace, steps=steps)
+    merge = sidecar_merge("merge_sidecars") if files else None
+    return merge(trace, files) if merge is not None else trace
+
+
+def apply_to_spilled(spilled: SpilledTrace, info: RunInfo, rank_from_option: bool = False) -> None:
+    """:func:`apply` for a trace read in chunks (``perfsight.ingest.spill_trace``): the same facts
+    on its metadata, the same steps marked, and its chunks given with the sidecar tables merged
+    as ``merge_sidecars`` merges them into the whole trace (``perfsight.ingest.sidecar_chunks``)."""
+    spilled.steps, files = apply_facts(spilled.meta, spilled.steps, info, rank_from_option)
+    if files and sidecar_merge("merge_sidecars") is not None:
+        from perfsight.ingest.sidecar_chunks import merge_sidecars_in_chunks
+
+        spilled.merged = merge_sidecars_in_chunks(spilled.kineto_chunks, spilled.steps, spilled.meta, files)
+
+
+def apply_facts(
+    meta: RunMetadata, steps: pa.Table, info: RunInfo, rank_from_option: bool = False
+) -> tuple[pa.Table, dict[str, Path]]:
+    """What :func:`apply` does before the sidecars are merged, for a trace whole or read in chunks
+    (``perfsight.ingest.spill_trace``): the run's facts put on ``meta`` (warnings included), the
+    step table with the steps outside the recorded window marked, and the sidecar files to merge
+    (capture name -> file; those listed but missing are named in a warning)."""
     if info.problem:
         meta.warnings.append(info.problem)
-        return trace
+        return steps, {}
     data, bad = info.data, []
     if not rank_from_option:
         meta.rank_source = "run folder"
@@ -145,22 +172,22 @@ def apply(trace: Trace, info: RunInfo, rank_from_option: bool = False) -> Trace:
             meta.backend = metadata["backend"]
         if metadata.get("parallel_layout") is not None:
             meta.extra["parallel_layout"] = metadata["parallel_layout"]
-    trace = _mark_steps_outside_window(trace, data.get("window"))
-    return _merge_sidecars(trace, info)
+    steps = mark_steps_outside_window(steps, data.get("window"))
+    return steps, _sidecar_files(info, meta.warnings)
 
 
-def _mark_steps_outside_window(trace: Trace, window: Any) -> Trace:
+def mark_steps_outside_window(steps: pa.Table, window: Any) -> pa.Table:
     """A window stopped early also holds the step that was running when it stopped (torch
     records its ``ProfilerStep#N`` up to the stop): that step is not one the window recorded in
-    full, so it is marked ``complete = false`` (the seed: its data is abnormal)."""
+    full, so it is marked ``complete = false`` (the seed: its data is abnormal).  Returns
+    ``steps`` itself when the window does not say which steps it recorded."""
     recorded = window.get("steps") if isinstance(window, dict) else None
-    if not isinstance(recorded, list) or not all(_is_int(s) for s in recorded) or not trace.steps.num_rows:
-        return trace
-    steps = trace.steps
+    if not isinstance(recorded, list) or not all(_is_int(s) for s in recorded) or not steps.num_rows:
+        return steps
     inside = pc.is_in(steps.column("step"), value_set=pa.array(recorded, pa.int32()))
     flags = pc.and_(steps.column("complete"), inside)
     index = steps.schema.get_field_index("complete")
-    return dataclasses.replace(trace, steps=steps.set_column(index, steps.schema.field(index), flags))
+    return steps.set_column(index, steps.schema.field(index), flags)
 
 
 def _devices(entries: list[Any], bad: list[str]) -> list[DeviceInfo]:
@@ -186,24 +213,28 @@ def _read_metadata(folder: Path, warnings: list[str]) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _merge_sidecars(trace: Trace, info: RunInfo) -> Trace:
-    """Hand the capture tables to ``perfsight.ingest.sidecar.merge_sidecars`` (the module that
-    knows their schemas); without it, the Kineto trace alone is used."""
+def _sidecar_files(info: RunInfo, warnings: list[str]) -> dict[str, Path]:
+    """The capture tables the run info lists that are present (capture name -> file); those
+    missing are named in a warning."""
     listed = info.data.get("files") if isinstance(info.data.get("files"), dict) else {}
     files = listed.get("sidecars") if isinstance(listed.get("sidecars"), dict) else {}
     files = {str(name): Path(str(file)).name for name, file in files.items()}  # a name, never a path
     present = {name: info.folder / file for name, file in files.items() if (info.folder / file).is_file()}
     missing = sorted(set(files) - set(present))
     if missing:
-        trace.meta.warnings.append(f"{info.folder}: capture files missing for {', '.join(missing)}")
-    if not present:
-        return trace
+        warnings.append(f"{info.folder}: capture files missing for {', '.join(missing)}")
+    return present
+
+
+def sidecar_merge(name: str) -> Any:
+    """Function ``name`` of ``perfsight.ingest.sidecar`` (the module that knows the capture
+    tables' schemas), or None without that module: then the Kineto trace alone is used."""
     try:
         sidecar = importlib.import_module("perfsight.ingest.sidecar")
     except ModuleNotFoundError:
-        return trace
-    merge = getattr(sidecar, "merge_sidecars", None)
-    return merge(trace, present) if callable(merge) else trace
+        return None
+    merge = getattr(sidecar, name, None)
+    return merge if callable(merge) else None
 
 
 def incomplete_windows(root: Path) -> list[str]:
