@@ -602,13 +602,11 @@ def memory_table(events: pa.Table | None, rank: int) -> pa.Table:
         return MEMORY_SCHEMA.empty_table()
     n = events.num_rows
     device_type_code = int_column(events.column("Device Type"), 0)
-    # c10 DeviceType codes: 0 CPU, 1 CUDA (HIP reports as CUDA), others: plug-in devices
-    labels = np.where(device_type_code == 0, "cpu", np.where(device_type_code == 1, "cuda", "device"))
     return conform(
         pa.table(
             {
                 "rank": np.full(n, rank, np.int32),
-                "device_type": pa.array(labels.astype(str)).dictionary_encode(),
+                "device_type": _device_types(device_type_code),
                 "device_index": int_column(events.column("Device Id"), 0).astype(np.int32),
                 "ts_ns": events.column("ts_ns"),
                 "tid": int_column(events.column("tid")),
@@ -621,6 +619,20 @@ def memory_table(events: pa.Table | None, rank: int) -> pa.Table:
         ),
         MEMORY_SCHEMA,
     )
+
+
+_DEVICE_TYPES = np.array(["cpu", "cuda", "device"])
+"""c10 DeviceType codes 0 (CPU) and 1 (CUDA; HIP reports as CUDA), then every plug-in device."""
+
+
+def _device_types(code: np.ndarray) -> pa.DictionaryArray:
+    """Each allocator row's device type text, dictionary-encoded in order of first appearance (as
+    ``dictionary_encode`` of the texts would: the per-row texts are never made)."""
+    label = np.minimum(np.where(code < 0, 2, code), 2).astype(np.int32)  # index into _DEVICE_TYPES
+    seen = columns.int64(pc.unique(pa.array(label)))  # first appearance order
+    position = np.zeros(len(_DEVICE_TYPES), np.int32)
+    position[seen] = np.arange(len(seen), dtype=np.int32)
+    return pa.DictionaryArray.from_arrays(pa.array(position[label]), pa.array(_DEVICE_TYPES[seen].tolist()))
 
 
 def _comm(
