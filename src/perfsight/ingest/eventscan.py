@@ -200,9 +200,8 @@ class Window:
 
 @dataclasses.dataclass
 class Scan:
-    """What one call wrote: a table of kept events and where to go on."""
+    """Where one call stopped and what it met; its rows stay in the scanner (``Scanner.table``)."""
 
-    table: pa.Table | None  # None from Scanner.run: the rows stay in the scanner (Scanner.table)
     status: int
     pos: int  # next byte to scan (the ']' for END, the bad event for INVALID)
     events: int  # whole events consumed, kept or not
@@ -296,20 +295,15 @@ class Scanner:
         """Bytes held by the work buffers (what keeping this scanner idle costs)."""
         return self._slow.nbytes + sum(a.nbytes for work in self._work for a in work.values())
 
-    def scan(self, window: Window, pos: int) -> Scan:
-        """Scan whole events of ``window`` from ``pos`` on, until a stop (see :class:`Scan`)."""
-        scan = self.run(window, pos)
-        scan.table = self.table()
-        return scan
-
     def run(self, window: Window, pos: int, resume: bool = False) -> Scan:
-        """Scan as :meth:`scan` does but keep the rows in the work buffers: :meth:`table` takes them.
+        """Scan whole events of ``window`` from ``pos`` on, until a stop (see :class:`Scan`), into
+        the work buffers: :meth:`table` copies the rows out.
 
         ``resume``: add to the rows of the last call, which stopped at NEED_MORE without slow rows
         (their spans would point into bytes the window has since dropped) and whose rows were not
         taken.  Why: a block boundary then no longer ends a batch, and every batch has a fixed
         cost downstream (one Arrow table of every column, one cut into the trace's parts): a
-        2 MB block held a third of the rows a batch may hold."""
+        512 KiB block holds a twelfth of the rows a batch may hold."""
         assert _LIB is not None
         if not resume:
             for c in self._cols:
@@ -323,7 +317,6 @@ class Scanner:
         self._full_column = int(result.full_column) if result.status == FULL else -1
         k = int(result.slow)
         return Scan(
-            table=None,
             status=int(result.status),
             pos=int(result.pos),
             events=int(result.events),
