@@ -16,6 +16,13 @@ beside the analyses, the other writers on two threads) is timed end to end: that
 what a user waits for after the trace is read.  ``--profile`` runs one more round under cProfile and prints
 the functions with the most cumulative time.
 
+First, for a Kineto trace, the reading itself is timed in its stages, each ``--repeats`` times:
+the native scan (decompression on its own thread included) to raw batches, the cut of those batches
+into the trace's parts (``kineto.Parts.add``), and the trace model built from the parts
+(``kineto.build_trace``); then the whole ``read_trace`` as the CLI runs it (the scan and the cut
+interleaved).  CPU is shown for all threads and for the calling thread alone: the difference is
+the decompression thread.
+
 Usage::
 
     python benchmarks/bench_stages.py [TRACE] [--repeats 5] [--db] [--profile 30]
@@ -204,6 +211,49 @@ def _pipeline_round(trace, options) -> float:
         return time.perf_counter() - t0
 
 
+def _reading_stages(path: Path, repeats: int) -> None:
+    """Print the median CPU of each stage of reading a Kineto trace (see the module docstring)."""
+    import perfsight.ingest
+    from perfsight.ingest import kineto
+    from perfsight.ingest.chrome_events import read_events
+
+    def scan() -> list:
+        results, report = read_events(path)
+        tables = [r.table for r in results]
+        return [tables, report]
+
+    def cut(tables: list) -> kineto.Parts:
+        parts = kineto.Parts()
+        for table in tables:
+            parts.add(table)
+        return parts
+
+    rows: dict[str, list[tuple[float, float, float]]] = {}
+
+    def timed(name: str, thunk: Callable[[], object]) -> object:
+        t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
+        result = thunk()
+        rows.setdefault(name, []).append(
+            (time.perf_counter() - t0, time.process_time() - c0, time.thread_time() - m0)
+        )
+        return result
+
+    for _ in range(max(repeats, 1)):
+        tables, report = timed("scan to raw batches", scan)  # type: ignore[misc]
+        parts = timed("cut into parts", lambda tables=tables: cut(tables))
+        meta = kineto._metadata(path, report.header, None, [])
+        timed(
+            "build the model", lambda parts=parts, meta=meta: kineto.build_trace(parts, meta, truncated=False)
+        )
+        del tables, parts
+        timed("read_trace (whole)", lambda: perfsight.ingest.read_trace(path))
+    print(f"{'group':<9} {'stage':<22} {'median s':>9} {'CPU s':>8} {'thread CPU s':>13}")
+    for name, runs in rows.items():
+        wall, cpu, own = (statistics.median(r[i] for r in runs) for i in range(3))
+        print(f"{'read':<9} {name:<22} {wall:9.4f} {cpu:8.4f} {own:13.4f}")
+    print()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
@@ -244,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"pandas imported: before analyses {had_pandas}, after {'pandas' in sys.modules}")
     print()
+    if ".json" in args.trace.name:  # a Kineto trace file: its reading in stages
+        _reading_stages(args.trace, args.repeats)
     print(
         f"{'group':<9} {'stage':<22} {'median s':>9} {'min s':>8} {'CPU s':>8} {'share':>6} {'+peak MB':>9}"
         f" {'own MB':>7}"

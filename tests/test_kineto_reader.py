@@ -393,6 +393,27 @@ def test_tiny_blocks_and_every_cut_point_agree(
         assert report.truncated == (cut < len(text))
 
 
+def test_batches_that_go_on_across_blocks_read_the_same_as_the_portable_path(
+    tmp_path: Path, native_scanner: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The native scanner goes on filling one batch across block boundaries (not across events it
+    must decode slowly): many awkward events, some of them slow rows, over blocks of every few
+    bytes, read the same rows as the portable path, with a cut at every boundary kind."""
+    monkeypatch.setattr(jsonstream, "READ_BLOCK", 97)
+    monkeypatch.setattr(jsonstream, "MAX_BLOCK", 131)
+    events = [event for _ in range(40) for event in _awkward_events()]
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps({"traceEvents": events}, indent=1))
+    table, report = _same_rows(path)
+    assert table.num_rows == sum(1 for e in events if isinstance(e, dict) and e.get("ph") in ("X", "i", "M"))
+    assert report.events == len(events) and not report.truncated
+    text = path.read_bytes()
+    for cut in range(len(text) // 3, len(text), len(text) // 7):
+        path.write_bytes(text[:cut])
+        _, report = _same_rows(path)
+        assert report.truncated
+
+
 def test_text_the_scanner_does_not_handle_goes_to_the_portable_path(
     tmp_path: Path, native_scanner: None
 ) -> None:

@@ -226,8 +226,8 @@ class TextRows:
                 digits = []
                 for _, texts in reversed(choices):  # the last choice is the lowest digit
                     seen, digit = np.divmod(seen, len(texts))
-                    digits.append([texts[d] for d in digit.tolist()])
-                merged = ["".join(parts) for parts in zip(*reversed(digits), strict=True)]
+                    digits.append(list(map(texts.__getitem__, digit.tolist())))
+                merged = list(map("".join, zip(*reversed(digits), strict=True)))
                 return [(columns.int64(encoded.indices), merged)]
         half = len(choices) // 2
         return self._combine(choices[:half]) + self._combine(choices[half:])
@@ -245,7 +245,9 @@ class TextRows:
                 value_columns.append((i, piece))
                 continue
             codes, texts = piece
-            slots = np.array([0 if t == "" else len(pool_texts) + j for j, t in enumerate(texts)], np.int32)
+            slots = np.arange(len(pool_texts), len(pool_texts) + len(texts), dtype=np.int32)
+            if "" in texts:  # an empty text adds nothing: slot 0
+                slots[[j for j, t in enumerate(texts) if t == ""]] = 0
             pool_texts += texts
             index[i] = slots[0] if codes is None else slots[codes]
         base = len(pool_texts)

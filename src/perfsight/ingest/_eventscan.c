@@ -69,7 +69,8 @@ typedef struct {
 
 typedef struct {
     int64_t pos;    /* where the next call starts (or the ']' for SCAN_END, the bad event) */
-    int64_t rows;   /* rows written */
+    int64_t rows;   /* in: rows already in the columns (a call that goes on after SCAN_NEED_MORE
+                     * with the next block); out: rows in the columns */
     int64_t events; /* whole events consumed (kept or not) */
     int64_t slow;   /* slow rows */
     int32_t status;
@@ -747,8 +748,9 @@ static int commit(scan_t *s, int64_t start, int64_t end, int64_t row, result_t *
     return 1;
 }
 
-/* Scan whole events from b[pos] on into the spec's columns, which start empty.
- * Returns rows written, or -1 for a bad spec. */
+/* Scan whole events from b[pos] on into the spec's columns, after the r->rows rows already
+ * there (0: the columns start empty; else the caller kept the columns, their lengths and
+ * `present` as the last call left them).  Returns the rows in the columns, or -1 for a bad spec. */
 int64_t es_scan(const uint8_t *b, int64_t n, int64_t pos, const spec_t *spec, result_t *r) {
     init_tables();
     scan_t *s = (scan_t *)calloc(1, sizeof(scan_t));
@@ -761,13 +763,19 @@ int64_t es_scan(const uint8_t *b, int64_t n, int64_t pos, const spec_t *spec, re
         free(s);
         return -1;
     }
+    if (r->rows < 0 || r->rows > spec->rows_cap) {
+        free(s);
+        return -1;
+    }
     for (int32_t i = 0; i < spec->ncolumns; i++) {
         column_t *c = &spec->columns[i];
         if (c->kind == K_ID && c->label >= 0) s->is_label[c->label] = 1;
         if (c->offsets) c->offsets[0] = 0;
         if (c->inner) c->inner[0] = 0;
+        /* a column with a value was filled to the last row; one without is all null and empty
+         * (lengths 0), so filling it again from row 0 rewrites the same nulls */
+        s->filled[i] = c->present ? r->rows : 0;
     }
-    r->rows = 0;
     r->events = 0;
     r->slow = 0;
     r->full_column = -1;

@@ -119,19 +119,42 @@ def nesting_depth(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.n
     if n == 0:
         return depth
     end = start + np.maximum(dur, 0)
-    order = np.lexsort((-dur, start, track))
+    order = track_time_order(track, start, dur)
     sorted_track = track[order]
     bounds = np.flatnonzero(np.diff(sorted_track)) + 1
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, n], strict=True):
         idx = order[lo:hi]
         s = start[idx]
-        ends_sorted = np.sort(end[idx])
+        ends_sorted = np.sort(end[idx], kind="stable")  # timsort: a track's ends come nearly in order
         started_before = np.arange(hi - lo)
         closed = np.searchsorted(ends_sorted, s, side="right")
         # a zero-length slice counts its own end as closed: do not let that lower it
         own_zero = (end[idx] <= s).astype(np.int64)
         depth[idx] = np.clip(started_before - closed + own_zero, 0, np.iinfo(np.int16).max)
     return depth
+
+
+def track_time_order(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """``np.lexsort((-dur, start, track))``, the same permutation, at a fraction of its cost.
+
+    Why: a trace's slices come nearly in time order, which a stable sort (timsort) of ``start``
+    exploits and lexsort's does not; the track key then sorts by radix (few tracks fit 16 bits),
+    and only the runs of equal (track, start) -- a parent and its first child -- are ordered by
+    duration, longest first.  Ties of all three keep row order, as lexsort's do."""
+    order = np.argsort(start, kind="stable")
+    small = track.astype(np.uint16) if len(track) and track.min() >= 0 and track.max() <= 0xFFFF else track
+    order = order[np.argsort(small[order], kind="stable")]
+    t, s = track[order], start[order]
+    tie = (t[1:] == t[:-1]) & (s[1:] == s[:-1])
+    if tie.any():
+        in_run = np.zeros(len(order), bool)
+        in_run[1:] |= tie
+        in_run[:-1] |= tie
+        pos = np.flatnonzero(in_run)
+        run = np.cumsum(np.r_[True, ~tie])[pos]
+        rows = order[pos]
+        order[pos] = rows[np.lexsort((-dur[rows], run))]
+    return order
 
 
 def steps_from_markers(

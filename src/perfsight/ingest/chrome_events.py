@@ -161,19 +161,30 @@ def _scanned(stream: EventStream, scanner: eventscan.Scanner) -> Iterator[ParseR
     report = stream.report
     window, base, pos = eventscan.Window(stream.first), stream.offset, 0  # window[0] is at offset base
     blocks = iter(stream.blocks)
+    resume = False
     try:
         while True:
-            scan = scanner.scan(window, pos)
+            scan = scanner.run(window, pos, resume)
             report.events += scan.events
             report.replaced += scan.lone_surrogates
-            if scan.table.num_rows:
-                result = _with_slow_rows(scan, window, base)
+            pos = scan.pos
+            block = None
+            if scan.status == eventscan.NEED_MORE:  # an event goes on in the next block
+                block = next(blocks, None)
+                if block is not None and not len(scan.slow_rows):
+                    # the batch goes on in the next block (see Scanner.run: why)
+                    window.advance(pos, block)
+                    base, pos, block, resume = base + pos, 0, None, True
+                    continue
+            resume = False
+            table = scanner.table()
+            if table.num_rows:
+                result = _with_slow_rows(scan, table, window, base)
                 if result.problem:
                     stream.abandon()
                     yield result
                     return
                 yield result
-            pos = scan.pos
             if scan.status == eventscan.FULL:
                 continue
             if scan.status == eventscan.END:
@@ -182,7 +193,6 @@ def _scanned(stream: EventStream, scanner: eventscan.Scanner) -> Iterator[ParseR
             if scan.status == eventscan.INVALID:
                 yield from _portable(stream, stream.batches(window.bytes(pos), base + pos))
                 return
-            block = next(blocks, None)  # NEED_MORE: an event goes on in the next block
             if block is None:
                 stream.cut_short(base + pos, window.bytes(pos))
                 return
@@ -192,9 +202,10 @@ def _scanned(stream: EventStream, scanner: eventscan.Scanner) -> Iterator[ParseR
         stream.close()
 
 
-def _with_slow_rows(scan: eventscan.Scan, window: eventscan.Window, base: int) -> ParseResult:
-    """Fill the rows the scanner could not convert by decoding those events one by one."""
-    table = scan.table
+def _with_slow_rows(
+    scan: eventscan.Scan, table: pa.Table, window: eventscan.Window, base: int
+) -> ParseResult:
+    """Fill the rows of ``table`` the scanner could not convert by decoding those events one by one."""
     if not len(scan.slow_rows):
         return ParseResult(table=table)
     rows = []

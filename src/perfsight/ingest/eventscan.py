@@ -200,9 +200,8 @@ class Window:
 
 @dataclasses.dataclass
 class Scan:
-    """What one call wrote: a table of kept events and where to go on."""
+    """Where one call stopped and what it met; its rows stay in the scanner (``Scanner.table``)."""
 
-    table: pa.Table
     status: int
     pos: int  # next byte to scan (the ']' for END, the bad event for INVALID)
     events: int  # whole events consumed, kept or not
@@ -256,6 +255,8 @@ class Scanner:
             self._work.append(work)
             self._grow(i, self.MIN_HEAP)
         self._slow = np.empty((3, rows), np.int64)
+        self._rows = 0  # rows in the work buffers
+        self._full_column = -1  # the column the last call ran out of room in (-1: none)
         self._spec = _Spec(
             nkeys=len(self._keys),
             keys=self._key_ptrs,
@@ -294,28 +295,28 @@ class Scanner:
         """Bytes held by the work buffers (what keeping this scanner idle costs)."""
         return self._slow.nbytes + sum(a.nbytes for work in self._work for a in work.values())
 
-    def scan(self, window: Window, pos: int) -> Scan:
-        """Scan whole events of ``window`` from ``pos`` on, until a stop (see :class:`Scan`)."""
+    def run(self, window: Window, pos: int, resume: bool = False) -> Scan:
+        """Scan whole events of ``window`` from ``pos`` on, until a stop (see :class:`Scan`), into
+        the work buffers: :meth:`table` copies the rows out.
+
+        ``resume``: add to the rows of the last call, which stopped at NEED_MORE without slow rows
+        (their spans would point into bytes the window has since dropped) and whose rows were not
+        taken.  Why: a block boundary then no longer ends a batch, and every batch has a fixed
+        cost downstream (one Arrow table of every column, one cut into the trace's parts): a
+        512 KiB block holds a twelfth of the rows a batch may hold."""
         assert _LIB is not None
-        for c in self._cols:
-            c.heap_len = c.inner_len = c.values_len = c.present = 0
-        result = _Result()
+        if not resume:
+            for c in self._cols:
+                c.heap_len = c.inner_len = c.values_len = c.present = 0
+            self._rows = 0
+        result = _Result(rows=self._rows)
         address = window.buffer.ctypes.data
         if _LIB.es_scan(address, window.length, pos, ctypes.byref(self._spec), ctypes.byref(result)) < 0:
             raise RuntimeError("native event scanner rejected its column description")
-        n = int(result.rows)
-        table = pa.table(
-            {
-                col.name: _arrow(self.kinds[i], col.dtype, n, self._cols[i], self._work[i])
-                for i, col in enumerate(self.columns)
-            }
-        )
-        if result.status == FULL and result.full_column >= 0:
-            i = result.full_column
-            self._grow(i, 2 * max(int(self._cols[i].heap_cap), int(self._cols[i].values_cap) * 8))
+        self._rows = int(result.rows)
+        self._full_column = int(result.full_column) if result.status == FULL else -1
         k = int(result.slow)
         return Scan(
-            table=table,
             status=int(result.status),
             pos=int(result.pos),
             events=int(result.events),
@@ -323,6 +324,21 @@ class Scanner:
             slow_spans=self._slow[1:, :k].T.copy(),
             lone_surrogates=int(result.lone_surrogates),
         )
+
+    def table(self) -> pa.Table:
+        """The rows the calls since the last non-resumed :meth:`run` wrote, copied out as Arrow
+        (the work buffers are reused); a column out of room is then given twice the room."""
+        n = self._rows
+        table = pa.table(
+            {
+                col.name: _arrow(self.kinds[i], col.dtype, n, self._cols[i], self._work[i])
+                for i, col in enumerate(self.columns)
+            }
+        )
+        if self._full_column >= 0:
+            i, self._full_column = self._full_column, -1
+            self._grow(i, 2 * max(int(self._cols[i].heap_cap), int(self._cols[i].values_cap) * 8))
+        return table
 
 
 KEEP_IDLE_BYTES = 64 << 20

@@ -40,6 +40,12 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 _FTEXT, _FHCRC, _FEXTRA, _FNAME, _FCOMMENT = 1, 2, 4, 8, 16
 
+FEED_BYTES = 1 << 16
+"""Compressed bytes given to the inflater per call.  Why not the whole read: a call that stops at
+its output limit copies the input it did not use into ``unconsumed_tail``, so a 3 MB member fed at
+once was copied again at every output block (tens of MB, each copy a fresh mapping past the
+1 MiB mmap threshold of ``perfsight.heap``): two thirds of the decompression's CPU."""
+
 SALVAGE_STEP = 4096
 """Compressed bytes fed per call while recovering a damaged member (then byte by byte near the
 fault): bounds the output lost to a raising call to what one compressed byte inflates to."""
@@ -171,19 +177,22 @@ class _Members:
         start = self.handle.tell() - len(self.pending)
         inflater = _fast.decompressobj(wbits=-15)
         crc, size = 0, 0
-        chunk, self.pending = self.pending, b""
+        data, self.pending = memoryview(self.pending), b""
+        fed = 0  # data[:fed] has been given to the inflater
         try:
             while not inflater.eof:
-                while chunk and not inflater.eof:
-                    out = inflater.decompress(chunk, self.max_block)
-                    chunk = inflater.unconsumed_tail
-                    if out:
-                        crc = _crc32(out, crc)
-                        size += len(out)
-                        yield out
+                while fed < len(data) and not inflater.eof:  # FEED_BYTES at a time: see there why
+                    chunk, fed = data[fed : fed + FEED_BYTES], min(fed + FEED_BYTES, len(data))
+                    while chunk and not inflater.eof:
+                        out = inflater.decompress(chunk, self.max_block)
+                        chunk = inflater.unconsumed_tail
+                        if out:
+                            crc = _crc32(out, crc)
+                            size += len(out)
+                            yield out
                 if not inflater.eof:
-                    chunk = self.handle.read(self.read_block)
-                    if not chunk:
+                    data, fed = memoryview(self.handle.read(self.read_block)), 0
+                    if not data:
                         break
         except _FAST_ERRORS:
             pass
@@ -197,7 +206,7 @@ class _Members:
                 message = f"gzip member {member} is corrupt at compressed byte {offset} ({reason})"
                 self.on_damage(Damage("corrupt", message))
             return False
-        self.pending = inflater.unused_data
+        self.pending = inflater.unused_data + data[fed:]  # what follows the member, in file order
         while len(self.pending) < 8:
             if not self._more():
                 message = f"the file ends inside the trailer of gzip member {member} (its data was all read)"

@@ -40,14 +40,17 @@ import orjson
 
 from perfsight.ingest import inflate
 
-READ_BLOCK = 4 << 20
-"""Compressed bytes read per I/O call.  4 MiB: a cluster job's typical rank trace (2-3 MB) is read
-and scanned in one block, one batch instead of three (a batch has a fixed cost in the reader:
-about 13 % of the CPU time of reading a 2.3 MB trace with 1 MiB blocks); a few MB more is nothing
-beside a large trace's tables."""
+READ_BLOCK = 512 << 10
+"""Bytes read per I/O call (compressed bytes of a gzip file, else the blocks themselves).  Below
+the 1 MiB mmap threshold, as :data:`MAX_BLOCK` (see there why): with 4 MiB reads a plain 128 MB
+trace took 0.50 s of CPU to read, with 512 KiB 0.43; a gzip file's reads cost nothing either way."""
 
-MAX_BLOCK = 2 << 20
-"""Most decompressed bytes produced per block (gzip traces inflate 20x)."""
+MAX_BLOCK = 512 << 10
+"""Most decompressed bytes produced per block (gzip traces inflate 20x).  Below the 1 MiB mmap
+threshold ``perfsight.heap`` sets, so a block's memory comes from the heap and is reused by the next
+one; a 2 MiB block was a fresh mapping each time, faulted in page by page and unmapped when freed:
+with it, reading df_index_resolver took 0.20 s of CPU, with 512 KiB 0.16 (docs/BENCHMARKS.md).  The
+native scanner's batches go on across blocks, so smaller blocks do not mean more batches."""
 
 BATCH_BYTES = 16 << 20
 """Decompressed bytes of complete events handed on per batch: bounds peak memory."""

@@ -170,7 +170,7 @@ _MEMORY_ARGS = (
     "Device Type",
     "Device Id",
 )
-_ARG_COLUMNS = tuple(f"args.{key}" for key in _SLICE_ARGS + COMM_ARGS)
+_SLICE_ARG_COLUMNS = tuple(f"args.{key}" for key in _SLICE_ARGS)
 
 
 TIME_LIMIT_NS = 1 << 62
@@ -224,26 +224,29 @@ class Parts:
             )
         return lines
 
-    def _placed(self, events: pa.Table) -> pa.Table:
-        """``events`` without those whose ``ts_ns`` is unusable (counted in ``bad_ts``)."""
-        if events.num_rows == 0:
-            return events
-        placed = _usable_time(events.column("ts_ns"), -TIME_LIMIT_NS)
-        dropped = events.num_rows - pc.sum(placed).as_py()
-        if not dropped:
-            return events
-        self.bad_ts += dropped
-        return events.filter(placed)
+    def _placed(self, chosen: np.ndarray, ts_ns: pa.ChunkedArray) -> np.ndarray:
+        """The rows of ``chosen`` (a mask over the batch) whose ``ts_ns`` is usable; those whose
+        time is not are counted in ``bad_ts``."""
+        placed = chosen & _bools(_usable_time(ts_ns, -TIME_LIMIT_NS))
+        self.bad_ts += int(np.count_nonzero(chosen)) - int(np.count_nonzero(placed))
+        return placed
 
     def add(self, raw: pa.Table) -> None:
+        """Cut one raw batch (``chrome_events.RAW_SCHEMA``) into the kept parts.
+
+        Only the slice columns are filtered to the complete events: the collective metadata and
+        the allocator columns, null on nearly every row, are taken by row number (a filter of
+        the wide batch copied every sparse column whole: half of this method's time)."""
         self.events += raw.num_rows
         if not raw.num_rows:
             return
         ph = raw.column("ph")
-        is_x = pc.equal(ph, "X")
-        x = raw.select(["cat", "name", "pid", "tid", "ts_ns", "dur_ns", *_ARG_COLUMNS]).filter(is_x)
-        x = self._placed(x)
-        if x.num_rows:
+        ts_ns = raw.column("ts_ns")
+        is_x = self._placed(_bools(pc.equal(ph, "X")), ts_ns)
+        if is_x.any():
+            x = raw.select(["cat", "name", "pid", "tid", "ts_ns", "dur_ns", *_SLICE_ARG_COLUMNS]).filter(
+                pa.array(is_x)
+            )
             dur = x.column("dur_ns")
             usable_dur = _usable_time(dur, 0)
             self.bad_dur += x.num_rows - pc.sum(usable_dur).as_py()
@@ -257,31 +260,36 @@ class Parts:
             }
             columns.update({key: x.column(f"args.{key}") for key in _SLICE_ARGS})
             self.complete.append(pa.table(columns))
-            comm = pa.table({key: x.column(f"args.{key}") for key in COMM_ARGS})
             has = pc.or_(
-                pc.is_valid(comm.column("Collective name")), pc.is_valid(comm.column("In msg nelems"))
+                pc.is_valid(raw.column("args.Collective name")), pc.is_valid(raw.column("args.In msg nelems"))
             )
-            rows = np.flatnonzero(_bools(has))
-            if len(rows):
+            raw_rows = np.flatnonzero(is_x & _bools(has))
+            if len(raw_rows):
+                slice_row = np.cumsum(is_x)[raw_rows] - 1  # the row each has among the kept slices
+                comm = raw.select([f"args.{key}" for key in COMM_ARGS]).take(pa.array(raw_rows))
                 self.comm_args.append(
-                    comm.take(pa.array(rows)).append_column("row", pa.array(rows + self.slices))
+                    comm.rename_columns(list(COMM_ARGS)).append_column(
+                        "row", pa.array(slice_row + self.slices)
+                    )
                 )
             self.slices += x.num_rows
-        is_mem = pc.and_(pc.equal(ph, "i"), pc.equal(raw.column("name"), "[memory]"))
-        mem = self._placed(
-            raw.select(["ts_ns", "tid", *(f"args.{key}" for key in _MEMORY_ARGS)]).filter(is_mem)
-        )
-        if mem.num_rows:
+        name = raw.column("name")
+        is_mem = self._placed(_bools(pc.and_(pc.equal(ph, "i"), pc.equal(name, "[memory]"))), ts_ns)
+        if is_mem.any():
+            mem = raw.select(["ts_ns", "tid", *(f"args.{key}" for key in _MEMORY_ARGS)]).take(
+                pa.array(np.flatnonzero(is_mem))
+            )
             columns = {"ts_ns": mem.column("ts_ns"), "tid": mem.column("tid")}
             columns.update({key: mem.column(f"args.{key}") for key in _MEMORY_ARGS})
             self.memory.append(pa.table(columns))
-        is_name = pc.and_(pc.equal(ph, "M"), pc.equal(raw.column("name"), "thread_name"))
+        is_meta = pc.equal(ph, "M")
+        is_name = pc.and_(is_meta, pc.equal(name, "thread_name"))
         names = raw.select(["pid", "tid", "args.name"]).filter(is_name)
         if names.num_rows:
             self.thread_names.append(
                 pa.table({"pid": names.column("pid"), "tid": names.column("tid"), "label": names.column(2)})
             )
-        is_process = pc.and_(pc.equal(ph, "M"), pc.is_in(raw.column("name"), pa.array(PROCESS_METADATA)))
+        is_process = pc.and_(is_meta, pc.is_in(name, pa.array(PROCESS_METADATA)))
         procs = raw.select(["pid", "args.name", "args.labels"]).filter(is_process)
         if procs.num_rows:
             label = pc.coalesce(procs.column("args.labels"), procs.column("args.name"))
@@ -594,13 +602,11 @@ def memory_table(events: pa.Table | None, rank: int) -> pa.Table:
         return MEMORY_SCHEMA.empty_table()
     n = events.num_rows
     device_type_code = int_column(events.column("Device Type"), 0)
-    # c10 DeviceType codes: 0 CPU, 1 CUDA (HIP reports as CUDA), others: plug-in devices
-    labels = np.where(device_type_code == 0, "cpu", np.where(device_type_code == 1, "cuda", "device"))
     return conform(
         pa.table(
             {
                 "rank": np.full(n, rank, np.int32),
-                "device_type": pa.array(labels.astype(str)).dictionary_encode(),
+                "device_type": _device_types(device_type_code),
                 "device_index": int_column(events.column("Device Id"), 0).astype(np.int32),
                 "ts_ns": events.column("ts_ns"),
                 "tid": int_column(events.column("tid")),
@@ -613,6 +619,20 @@ def memory_table(events: pa.Table | None, rank: int) -> pa.Table:
         ),
         MEMORY_SCHEMA,
     )
+
+
+_DEVICE_TYPES = np.array(["cpu", "cuda", "device"])
+"""c10 DeviceType codes 0 (CPU) and 1 (CUDA; HIP reports as CUDA), then every plug-in device."""
+
+
+def _device_types(code: np.ndarray) -> pa.DictionaryArray:
+    """Each allocator row's device type text, dictionary-encoded in order of first appearance (as
+    ``dictionary_encode`` of the texts would: the per-row texts are never made)."""
+    label = np.minimum(np.where(code < 0, 2, code), 2).astype(np.int32)  # index into _DEVICE_TYPES
+    seen = columns.int64(pc.unique(pa.array(label)))  # first appearance order
+    position = np.zeros(len(_DEVICE_TYPES), np.int32)
+    position[seen] = np.arange(len(seen), dtype=np.int32)
+    return pa.DictionaryArray.from_arrays(pa.array(position[label]), pa.array(_DEVICE_TYPES[seen].tolist()))
 
 
 def _comm(

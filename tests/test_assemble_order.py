@@ -1,0 +1,70 @@
+"""The reader's fast slice order and nesting depth agree with the plain definitions they replace."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfsight.ingest import assemble
+
+
+def _depth_by_definition(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Depth counted slice by slice: the open slices of its track that enclose it (a parent starts
+    earlier, or at the same time and lasts longer, or as long and comes first)."""
+    end = start + np.maximum(dur, 0)
+    depth = np.zeros(len(track), np.int64)
+    for i in range(len(track)):
+        for j in range(len(track)):
+            if i == j or track[i] != track[j]:
+                continue
+            before = (start[j], -dur[j], j) < (start[i], -dur[i], i)
+            still_open = end[j] > start[i] or (end[j] == start[i] == start[j] and dur[j] <= 0)
+            if before and still_open:
+                depth[i] += 1
+    return depth
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_track_time_order_is_lexsort_by_track_start_and_longest_first(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    big_tracks = seed % 4 == 0  # past 16 bits: the track key cannot sort by radix
+    track = rng.integers(0, 5, n) * (100_000 if big_tracks else 1)
+    start = rng.integers(0, 30, n) * 1_000  # many equal starts: ties to break by duration
+    dur = rng.integers(-1, 4, n) * 500  # equal durations too: ties kept in row order
+    expected = np.lexsort((-dur, start, track))
+    assert np.array_equal(assemble.track_time_order(track, start, dur), expected)
+
+
+def test_nested_slices_get_the_depth_of_their_open_parents() -> None:
+    # one track: a step, an op inside it, two launches inside the op, one zero-length marker
+    # inside the op; a second track with its own nesting and a slice starting as
+    # its neighbour ends (not nested)
+    track = np.array([0, 0, 0, 0, 0, 1, 1, 1])
+    start = np.array([0, 10, 15, 20, 30, 5, 5, 50])
+    dur = np.array([100, 50, 0, 5, 5, 45, 10, 10])
+    depth = assemble.nesting_depth(track, start, dur)
+    assert depth.tolist() == _depth_by_definition(track, start, dur).tolist() == [0, 1, 2, 2, 2, 0, 1, 0]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_nesting_depth_of_random_proper_nesting_matches_the_definition(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    rows: list[tuple[int, int, int]] = []
+
+    def nest(track: int, lo: int, hi: int, level: int) -> None:
+        t = lo
+        while t < hi and level < 4:
+            # at least 1: a zero-length slice at its parent's very start is counted as closed
+            # before the parent opens (the reader's rule since its first version)
+            length = int(rng.integers(1, max(hi - t, 1) + 1))
+            rows.append((track, t, length))
+            nest(track, t, t + length, level + 1)
+            t += length + int(rng.integers(0, 3))
+
+    for track in range(3):
+        nest(track, 0, 60, 0)
+    order = rng.permutation(len(rows))  # readers see rows in file order, not time order
+    track, start, dur = (np.array([rows[i][k] for i in order], np.int64) for k in range(3))
+    expected = _depth_by_definition(track, start, dur).tolist()
+    assert assemble.nesting_depth(track, start, dur).tolist() == expected
