@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 TINY = "1M"
@@ -51,6 +52,18 @@ def analyse(trace: Path, out: Path, *extra: str) -> dict:
     return summary
 
 
+def decoded(table: pa.Table) -> pa.Table:
+    """``table`` with its dictionary columns as plain values: the same values, whatever the
+    dictionaries.  Why: Parquet stores a dictionary per row group, and the two paths cut row groups
+    differently, so the dictionaries read back differ in layout where the values do not."""
+    return pa.table(
+        {
+            field.name: column.cast(field.type.value_type) if pa.types.is_dictionary(field.type) else column
+            for field, column in zip(table.schema, table.columns, strict=True)
+        }
+    )
+
+
 def output_files(folder: Path) -> dict[str, Path]:
     return {str(p.relative_to(folder)): p for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -63,7 +76,7 @@ def same_outputs(whole: Path, bounded: Path) -> None:
         if name.endswith(".parquet"):
             a, b = pq.read_table(path), pq.read_table(got[name])
             assert a.schema.equals(b.schema), name
-            assert a.equals(b), f"{name}: the bounded path's table differs"
+            assert decoded(a).equals(decoded(b)), f"{name}: the bounded path's table differs"
         elif name.endswith(".db"):
             with sqlite3.connect(path) as x, sqlite3.connect(got[name]) as y:
                 assert list(x.iterdump()) == list(y.iterdump()), name
