@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 from perfsight import layout
 from perfsight.cluster import (
@@ -72,7 +73,7 @@ class ClusterResult:
     pipeline: dict[str, Any]
     resources: pd.DataFrame
     executor: str
-    step_ops: pd.DataFrame | None = None  # every rank's ops per step, matched (cluster.execution)
+    step_ops: pa.Table | None = None  # every rank's ops per step, matched (cluster.execution)
     step_spread: pd.DataFrame | None = None  # per step across ranks (cluster.totals)
     communication_ranks: pd.DataFrame | None = None  # per rank and step, its ops summed (cluster.totals)
     strategy_nodes: pd.DataFrame | None = None  # the parallel-strategy graph (cluster.strategy_graph)
@@ -233,9 +234,7 @@ def write_cluster_outputs(result: ClusterResult, out: str | Path) -> Path:
         cluster_csv.write_table(folder / "cluster_resources.csv", result.resources)
         write_communication_matrix(folder / "communication_matrix.json", result.matrix)
         if result.step_ops is not None:
-            result.step_ops.to_parquet(
-                folder / execution.OUTPUT_FILE, index=False, row_group_size=execution.ROW_GROUP_ROWS
-            )
+            execution.write(result.step_ops, folder / execution.OUTPUT_FILE)
         if result.step_spread is not None:
             result.step_spread.to_parquet(folder / layout.CLUSTER_STEP_SPREAD_FILE, index=False)
         if result.communication_ranks is not None:

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from perfsight.cluster.matching import Matched
 from perfsight.cluster.parallel import ParallelLayout
@@ -58,11 +59,16 @@ EDGE_COLUMNS = ["step", "kind", "src_stage", "src_node", "dst_stage", "dst_node"
 the rank pairs ``"0->1"`` that exchanged it, ``bytes`` the message size)."""
 
 
+OP_COLUMNS = ["step", "rank", "stage", "order", "name", "instance", "is_p2p", "start_ns", "end_ns", "slice"]
+"""The columns of the cluster's step ops (``perfsight.cluster.execution``) that the graph reads."""
+
+
 def strategy_graph(
-    step_ops: pd.DataFrame, digests: Mapping[int, RankDigest], matched: Matched, layout: ParallelLayout
+    step_ops: pa.Table, digests: Mapping[int, RankDigest], matched: Matched, layout: ParallelLayout
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The graph's nodes (:data:`NODE_COLUMNS`) and edges (:data:`EDGE_COLUMNS`) of every step."""
-    ops = step_ops[step_ops["level"] == "op"] if not step_ops.empty else step_ops
+    """The graph's nodes (:data:`NODE_COLUMNS`) and edges (:data:`EDGE_COLUMNS`) of every step,
+    from the cluster's step ops (:func:`perfsight.cluster.execution.step_ops`)."""
+    ops = _op_rows(step_ops)
     if ops.empty:
         return _empty(NODE_COLUMNS), _empty(EDGE_COLUMNS)
     ops = _with_context(ops, digests)
@@ -75,6 +81,16 @@ def strategy_graph(
     nodes = _nodes(ops)
     edges = pd.concat([_order_edges(nodes), _p2p_edges(ops, nodes)], ignore_index=True)
     return nodes[NODE_COLUMNS], edges[EDGE_COLUMNS]
+
+
+def _op_rows(step_ops: pa.Table) -> pd.DataFrame:
+    """The ``op`` rows of the step ops, only the columns the graph reads (:data:`OP_COLUMNS`; the
+    FLOPs and memory series and micro-batch blocks are a large share of the rows and no node)."""
+    if not step_ops.num_rows:
+        return pd.DataFrame()
+    ops = step_ops.filter(pc.equal(step_ops.column("level"), "op")).select(OP_COLUMNS)
+    name = ops.schema.get_field_index("name")
+    return ops.set_column(name, "name", ops.column("name").cast(pa.string())).to_pandas()
 
 
 def _with_context(ops: pd.DataFrame, digests: Mapping[int, RankDigest]) -> pd.DataFrame:
