@@ -32,6 +32,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfsight import columns
 from perfsight.cluster.matching import Matched
 from perfsight.cluster.parallel import ParallelLayout
 from perfsight.cluster.rank import RankDigest, concat
@@ -67,30 +68,56 @@ def strategy_graph(
     step_ops: pa.Table, digests: Mapping[int, RankDigest], matched: Matched, layout: ParallelLayout
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The graph's nodes (:data:`NODE_COLUMNS`) and edges (:data:`EDGE_COLUMNS`) of every step,
-    from the cluster's step ops (:func:`perfsight.cluster.execution.step_ops`)."""
-    ops = _op_rows(step_ops)
+    from the cluster's step ops (:func:`perfsight.cluster.execution.step_ops`).
+
+    Op names and keys are integer codes until the nodes are made (a key's code sorts as its text
+    does): at 1,024 ranks the op rows are a million, their kernel names ~180 characters each."""
+    ops, names = _op_rows(step_ops)
     if ops.empty:
         return _empty(NODE_COLUMNS), _empty(EDGE_COLUMNS)
     ops = _with_context(ops, digests)
     ops = _with_groups(ops, matched, layout)
     ops = ops.sort_values(["step", "rank", "start_ns", "order"], kind="stable")
-    ops["key"] = ops["name"] + "#" + ops.groupby(["step", "rank", "name"]).cumcount().astype(str)
+    keys, ops["key"] = _key_codes(
+        ops["name"].to_numpy(), ops.groupby(["step", "rank", "name"]).cumcount(), names
+    )
     t0 = ops.groupby("step")["start_ns"].transform("min")
     ops["since_ns"] = (ops["start_ns"] - t0).astype("int64")
     ops["dur_ns"] = (ops["end_ns"] - ops["start_ns"]).astype("int64")
     nodes = _nodes(ops)
-    edges = pd.concat([_order_edges(nodes), _p2p_edges(ops, nodes)], ignore_index=True)
+    edges = pd.concat([_order_edges(nodes), _p2p_edges(ops, nodes, names)], ignore_index=True)
+    nodes["key"] = pd.Series(keys[nodes["key"].to_numpy()], index=nodes.index, dtype="str")
+    nodes["name"] = pd.Series(names[nodes["name"].to_numpy()], index=nodes.index, dtype="str")
     return nodes[NODE_COLUMNS], edges[EDGE_COLUMNS]
 
 
-def _op_rows(step_ops: pa.Table) -> pd.DataFrame:
+def _op_rows(step_ops: pa.Table) -> tuple[pd.DataFrame, np.ndarray]:
     """The ``op`` rows of the step ops, only the columns the graph reads (:data:`OP_COLUMNS`; the
-    FLOPs and memory series and micro-batch blocks are a large share of the rows and no node)."""
+    FLOPs and memory series are a large share of the rows and no node), with ``name`` as a code
+    into the returned names."""
     if not step_ops.num_rows:
-        return pd.DataFrame()
+        return pd.DataFrame(), np.array([], dtype=object)
     ops = step_ops.filter(pc.equal(step_ops.column("level"), "op")).select(OP_COLUMNS)
-    name = ops.schema.get_field_index("name")
-    return ops.set_column(name, "name", ops.column("name").cast(pa.string())).to_pandas()
+    name = pc.dictionary_encode(columns.combined(ops.column("name").cast(pa.string())))
+    codes = pa.array(columns.int64(name.indices, -1))
+    frame = ops.set_column(ops.schema.get_field_index("name"), "name", codes).to_pandas()
+    return frame, np.array(name.dictionary.to_pylist(), dtype=object)
+
+
+def _key_codes(name: np.ndarray, nth: pd.Series, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """An op's key, ``name#k`` (the k-th op of that name in its step on its rank), as a code per
+    row that sorts as the text does, and the texts by code (each distinct key spelt once)."""
+    nth = nth.to_numpy(np.int64)
+    pairs, at = np.unique(name * (int(nth.max(initial=0)) + 1) + nth, return_inverse=True)
+    first = np.zeros(len(pairs), np.int64)
+    first[at[::-1]] = np.arange(len(at))[::-1]  # a row of each distinct key
+    text = pc.binary_join_element_wise(
+        pa.array(names[name[first]], pa.string()), pa.array(nth[first]).cast(pa.string()), "#"
+    )
+    by_text = columns.int64(pc.sort_indices(text))
+    code = np.empty(len(pairs), np.int64)
+    code[by_text] = np.arange(len(pairs))
+    return np.array(text.take(pa.array(by_text)).to_pylist(), dtype=object), code[at.ravel()]
 
 
 def _with_context(ops: pd.DataFrame, digests: Mapping[int, RankDigest]) -> pd.DataFrame:
@@ -162,7 +189,7 @@ def _nodes(ops: pd.DataFrame) -> pd.DataFrame:
         {
             "step": ops["step"].astype("int64"),
             "stage": ops["stage"].astype("int64"),
-            "key": ops["key"].astype(str),
+            "key": ops["key"].astype("int64"),
             "rank": ops["rank"].astype("int64"),
             "since_ns": ops["since_ns"],
             "dur_ns": ops["dur_ns"],
@@ -227,10 +254,11 @@ def _order_edges(nodes: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _p2p_edges(ops: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame:
+def _p2p_edges(ops: pd.DataFrame, nodes: pd.DataFrame, names: np.ndarray) -> pd.DataFrame:
     p2p = ops[(ops["category"] == "p2p") & (ops["instance"] >= 0)]
-    send = p2p[p2p["name"].str.contains("send")]
-    recv = p2p[p2p["name"].str.contains("recv")]
+    name = pd.Series(names, dtype="str")
+    send = p2p[name.str.contains("send", na=False).to_numpy()[p2p["name"].to_numpy()]]
+    recv = p2p[name.str.contains("recv", na=False).to_numpy()[p2p["name"].to_numpy()]]
     index = nodes[["step", "stage", "key", "node"]]
     cols = ["step", "instance", "rank", "stage", "key", "bytes"]
     pairs = send[cols].merge(recv[cols], on=["step", "instance"], suffixes=("_src", "_dst"))
