@@ -50,8 +50,6 @@ COLUMNS = [
 ]  # fmt: skip
 """``slice``: the row in its rank's ``slices`` (joins the rank's ``op_context``); -1 for a
 communication op (its row is the cluster's matched op)."""
-TEXT_COLUMNS = ("level", "name", "category", "phase")
-"""The text columns besides ``key``: a handful of distinct values over millions of rows."""
 
 
 def step_ops(
@@ -67,44 +65,61 @@ def step_ops(
     the table has millions of rows whose names and keys repeat a few thousand values, and holding
     them as text (or sorting and counting them in pandas) took 16 s and 2 GB of the cross-rank step
     (docs/BENCHMARKS.md, "The cross-rank step's memory").  Built with NumPy sorts and group counts
-    on integer codes."""
+    on integer codes, one column at a time: no second copy of the whole table is ever held."""
     ordered = [digests[r] for r in sorted(digests) if STEP_OPS_TABLE in digests[r].tables]
-    table = concat(ordered, STEP_OPS_TABLE)
-    own = _own_rows(table, aligned.offset_ns) if table.num_rows else None
+    own = concat(ordered, STEP_OPS_TABLE)
+    own = own if own.num_rows else None
     comm = _comm_rows(matched.ops)
-    parts = [p for p in (own, comm) if p is not None]
-    if not parts:
+    if own is None and comm is None:
         return pa.table({c: pa.nulls(0) for c in COLUMNS})
-    rows = pa.concat_tables(parts)
-    del table, own, parts
-    text = {name: _codes(rows.column(name)) for name in TEXT_COLUMNS}
-    rows = rows.drop_columns(list(TEXT_COLUMNS)).combine_chunks()
-    rank, step = columns.int64(rows.column("rank")), columns.int64(rows.column("step"))
-    level_codes, levels = text["level"]
+    shift = _per_rank(columns.int64(own.column("rank")), aligned.offset_ns) if own is not None else None
+
+    def numbers(name: str) -> np.ndarray:  # one column over the ranks' rows, then the matched ops
+        parts = [] if own is None else [_own_numbers(own, name, shift)]
+        return np.concatenate(parts + ([] if comm is None else [columns.numpy(comm.column(name))]))
+
+    def text(name: str) -> tuple[np.ndarray, np.ndarray]:
+        chunks = [] if own is None else own.column(name).cast(pa.string()).chunks
+        return _codes(
+            pa.chunked_array(chunks + ([] if comm is None else comm.column(name).chunks), pa.string())
+        )
+
+    level_codes, levels = text("level")
     level_rank = np.argsort(np.argsort(levels, kind="stable"), kind="stable")  # codes in text order
-    by = np.lexsort((columns.int64(rows.column("start_ns")), level_rank[level_codes], rank, step))
-    rows = rows.take(pa.array(by))
+    rank, step = numbers("rank"), numbers("step")
+    by = np.lexsort((numbers("start_ns"), level_rank[level_codes], rank, step))
     rank, step, level_codes = rank[by], step[by], level_codes[by]
-    text = {name: (codes[by], values) for name, (codes, values) in text.items()}
+    out: dict[str, pa.Array] = {"step": pa.array(step), "rank": pa.array(rank)}
+    out["stage"] = pa.array(_per_rank(rank, stage_of))
+    out["level"] = _dictionary(level_codes, levels)
     run = _runs(step, rank, level_codes)  # one (step, rank, level) group, contiguous once sorted
+    del rank, step
+    out["order"] = pa.array(_position_in_group(run))
+    coded = {"level": (level_codes, levels)}
+    for name in ("name", "category", "phase"):
+        codes, values = text(name)
+        coded[name] = (codes[by], values)
+        out[name] = _dictionary(*coded[name])
+    for name in ("micro_batch", "instance", "is_p2p", "peer", "start_ns", "end_ns", "slice"):
+        out[name] = pa.array(numbers(name)[by])
+    values = [] if own is None else own.column("value").cast(pa.float64()).chunks
+    values += [] if comm is None else comm.column("value").chunks
+    out["value"] = columns.combined(pa.chunked_array(values, pa.float64()).take(pa.array(by)))
+    del by
     keyed = ~np.isin(levels, SAMPLE_LEVELS)[level_codes]  # the FLOPs and memory series have no key
-    name_codes = text["name"][0]
-    nth = np.zeros(len(rank), np.int64)  # how many ops of its name came before it in its group
+    name_codes = coded["name"][0]
+    nth = np.zeros(len(run), np.int64)  # how many ops of its name came before it in its group
     nth[keyed] = _position_in_group(run[keyed] * (int(name_codes.max(initial=0)) + 2) + name_codes[keyed] + 1)
-    rows = rows.append_column("stage", pa.array(_per_rank(rank, stage_of), pa.int64()))
-    rows = rows.append_column("order", pa.array(_position_in_group(run), pa.int64()))
-    for name, (codes, values) in text.items():
-        rows = rows.append_column(name, _dictionary(codes, pa.array(values, pa.string())))
-    micro = (levels == "micro_batch")[level_codes]
+    del run
+    instance = columns.numpy(out["instance"])
     kind = np.where(
-        ~keyed, 0, np.where(micro, 1, np.where(columns.int64(rows.column("instance")) >= 0, 2, 3))
+        ~keyed, 0, np.where((levels == "micro_batch")[level_codes], 1, np.where(instance >= 0, 2, 3))
     )
-    rows = rows.append_column("key", _keys(rows, kind, nth, name_codes, text["phase"][0]))
+    out["key"] = _keys(kind, nth, instance, columns.numpy(out["micro_batch"]), coded["name"], coded["phase"])
     if comm is None:  # only the ranks' own rows: their own integer types, as pandas kept them
         for name in ("rank", "step", "micro_batch"):
-            at = rows.schema.get_field_index(name)
-            rows = rows.set_column(at, name, rows.column(name).cast(pa.int32()))
-    return rows.select(COLUMNS)
+            out[name] = out[name].cast(pa.int32())
+    return pa.table({c: out[c] for c in COLUMNS})
 
 
 def write(table: pa.Table, path: Path) -> None:
@@ -126,30 +141,15 @@ def write(table: pa.Table, path: Path) -> None:
             writer.write_table(part, row_group_size=ROW_GROUP_ROWS)
 
 
-def _own_rows(table: pa.Table, offset_ns: Mapping[int, int]) -> pa.Table:
-    """The ranks' own rows (compute ops, micro-batch blocks, FLOPs and memory series), shifted onto
-    the common clock; no instance, not point-to-point, no peer."""
-    rank = columns.int64(table.column("rank"))
-    shift = _per_rank(rank, offset_ns)
-    n = table.num_rows
-    return pa.table(
-        {
-            "rank": pa.array(rank, pa.int64()),
-            "step": pa.array(columns.int64(table.column("step")), pa.int64()),
-            "level": table.column("level").cast(pa.string()),
-            "name": table.column("name").cast(pa.string()),
-            "category": table.column("category").cast(pa.string()),
-            "phase": table.column("phase").cast(pa.string()),
-            "micro_batch": table.column("micro_batch").cast(pa.int64()),
-            "instance": pa.array(np.full(n, -1, np.int64)),
-            "is_p2p": pa.array(np.zeros(n, bool)),
-            "peer": pa.array(np.full(n, -1, np.int64)),
-            "slice": table.column("slice").cast(pa.int64()),
-            "start_ns": pa.array(columns.int64(table.column("start_ns")) - shift),
-            "end_ns": pa.array(columns.int64(table.column("end_ns")) - shift),
-            "value": table.column("value").cast(pa.float64()),
-        }
-    )
+def _own_numbers(own: pa.Table, name: str, shift: np.ndarray) -> np.ndarray:
+    """A number column of the ranks' own rows (compute ops, micro-batch blocks, FLOPs and memory
+    series): times shifted onto the common clock; no instance, not point-to-point, no peer."""
+    if name in ("instance", "peer"):
+        return np.full(own.num_rows, -1, np.int64)
+    if name == "is_p2p":
+        return np.zeros(own.num_rows, bool)
+    values = columns.int64(own.column(name))
+    return values - shift if name in ("start_ns", "end_ns") else values
 
 
 def _comm_rows(ops: pd.DataFrame) -> pa.Table | None:
@@ -179,40 +179,53 @@ def _comm_rows(ops: pd.DataFrame) -> pa.Table | None:
     )
 
 
-def _keys(rows: pa.Table, kind: np.ndarray, nth: np.ndarray, name: np.ndarray, phase: np.ndarray) -> pa.Array:
+def _keys(
+    kind: np.ndarray,
+    nth: np.ndarray,
+    instance: np.ndarray,
+    block: np.ndarray,
+    name: tuple[np.ndarray, np.ndarray],
+    phase: tuple[np.ndarray, np.ndarray],
+) -> pa.DictionaryArray:
     """``phase#micro_batch`` for a micro-batch block (``kind`` 1), ``comm#instance`` for a matched
     communication op (2), ``name#nth`` for any other op (3); "" for the FLOPs and memory series (0)
-    (module docstring).  ``name`` and ``phase``: the rows' codes of those columns.  Each distinct
-    key is spelt once, from the first row that has it; the rows hold its code."""
-    instance = columns.int64(rows.column("instance"))
-    block = columns.int64(rows.column("micro_batch"))
-    first = np.select([kind == 1, kind == 2, kind == 3], [block, instance, name], 0)
-    second = np.select([kind == 1, kind == 3], [phase, nth], 0)
+    (module docstring).  ``name``, ``phase``: the rows' codes and the values they index.  Each
+    distinct key is spelt once, from the first row that has it; the rows hold its code."""
+    first = np.select([kind == 1, kind == 2, kind == 3], [block, instance, name[0]], 0)
+    second = np.select([kind == 1, kind == 3], [phase[0], nth], 0)
     codes = columns.joint_codes(pa.array(kind), pa.array(first), pa.array(second))
     at = columns.first_rows(codes)
-    one, kinds, text = rows.take(pa.array(at)), pa.array(kind[at]), pa.string()
-    by_block = pc.binary_join_element_wise(
-        one.column("phase").cast(text), one.column("micro_batch").cast(text), "#"
-    )
-    by_instance = pc.binary_join_element_wise("comm", one.column("instance").cast(text), "#")
-    by_name = pc.binary_join_element_wise(one.column("name").cast(text), pa.array(nth[at]).cast(text), "#")
-    spelt = pc.if_else(
+    kinds, text = pa.array(kind[at]), pa.string()
+
+    def spelt(coded: tuple[np.ndarray, np.ndarray]) -> pa.Array:
+        codes_at = coded[0][at]
+        return pa.array(coded[1], text).take(pa.array(codes_at, mask=codes_at < 0))
+
+    by_block = pc.binary_join_element_wise(spelt(phase), pa.array(block[at]).cast(text), "#")
+    by_instance = pc.binary_join_element_wise("comm", pa.array(instance[at]).cast(text), "#")
+    by_name = pc.binary_join_element_wise(spelt(name), pa.array(nth[at]).cast(text), "#")
+    keys = pc.if_else(
         pc.equal(kinds, 1),
         by_block,
         pc.if_else(pc.equal(kinds, 2), by_instance, pc.if_else(pc.equal(kinds, 3), by_name, "")),
     )
-    return _dictionary(codes, columns.combined(spelt))
+    return _dictionary(codes, columns.combined(keys))
 
 
-def _dictionary(codes: np.ndarray, values: pa.Array) -> pa.DictionaryArray:
+def _dictionary(codes: np.ndarray, values: pa.Array | np.ndarray) -> pa.DictionaryArray:
     """Rows' codes into ``values`` as a dictionary column (-1: null)."""
+    values = values if isinstance(values, pa.Array) else pa.array(values, pa.string())
     return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=codes < 0), values)
 
 
 def _codes(values: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """A code per row (-1: null) and the distinct values (an object array) the codes index."""
-    encoded = pc.dictionary_encode(columns.combined(values))
-    return columns.int64(encoded.indices, -1), np.array(encoded.dictionary.to_pylist(), dtype=object)
+    """A code per row (-1: null) and the distinct values (an object array) the codes index; the
+    text is hashed where it lies, never copied into one column first."""
+    encoded = pc.dictionary_encode(values).unify_dictionaries()
+    if not encoded.num_chunks:
+        return np.zeros(0, np.int64), np.array([], dtype=object)
+    codes = np.concatenate([columns.int64(chunk.indices, -1) for chunk in encoded.chunks])
+    return codes, np.array(encoded.chunk(0).dictionary.to_pylist(), dtype=object)
 
 
 def _runs(*keys: np.ndarray) -> np.ndarray:

@@ -33,7 +33,7 @@ from perfsight.cluster import (
     strategy_graph,
     totals,
 )
-from perfsight.cluster.rank import RankTask, run_rank
+from perfsight.cluster.rank import RankDigest, RankTask, run_rank
 from perfsight.engine import Executor, make_executor
 from perfsight.pipeline import Options, OutputError
 
@@ -168,7 +168,11 @@ def _rank_folder(result: object, out_root: Path) -> Path | None:
 
 
 def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "serial") -> ClusterResult:
-    """The cross-rank step on digests already gathered (pure: nothing is written)."""
+    """The cross-rank step on digests already gathered (nothing is written).
+
+    The digests give up their per-op tables (``step_ops``, ``op_context``) once the result's step
+    ops and strategy graph are made of them: at 1,024 ranks they are 0.4 GB of the driver that the
+    result holds again in its own form (docs/BENCHMARKS.md, "The cross-rank step's memory")."""
     digests = job.ranks
     matched = matching.match(digests)
     aligned = alignment.align(digests, matched)
@@ -183,7 +187,9 @@ def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "ser
     stage_avgs = step_trace.averages(steps, "stage")
     resources = slow.resources(digests, steps)
     ops_of_steps = execution.step_ops(digests, matched, aligned, stage_of)
+    _release(digests, execution.STEP_OPS_TABLE)
     nodes, edges = strategy_graph.strategy_graph(ops_of_steps, digests, matched, layout)
+    _release(digests, strategy_graph.CONTEXT_TABLE)
     per_rank_modules = module_table.rank_modules(digests, stage_of)
     flops_by_stage = resources.assign(stage=resources["rank"].map(stage_of)).groupby("stage")["flops"].sum()
     return ClusterResult(
@@ -212,6 +218,12 @@ def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "ser
         rank_modules=per_rank_modules,
         cluster_modules=module_table.cluster_modules(per_rank_modules),
     )
+
+
+def _release(digests: dict[int, RankDigest], table: str) -> None:
+    """Drop one per-rank table from every digest (its rows now live in a cross-rank table)."""
+    for digest in digests.values():
+        digest.tables.pop(table, None)
 
 
 def write_cluster_outputs(result: ClusterResult, out: str | Path) -> Path:

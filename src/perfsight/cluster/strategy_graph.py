@@ -94,14 +94,23 @@ def strategy_graph(
 def _op_rows(step_ops: pa.Table) -> tuple[pd.DataFrame, np.ndarray]:
     """The ``op`` rows of the step ops, only the columns the graph reads (:data:`OP_COLUMNS`; the
     FLOPs and memory series are a large share of the rows and no node), with ``name`` as a code
-    into the returned names."""
+    into the returned names (the step ops' dictionary: no name is spelt per row)."""
     if not step_ops.num_rows:
         return pd.DataFrame(), np.array([], dtype=object)
-    ops = step_ops.filter(pc.equal(step_ops.column("level"), "op")).select(OP_COLUMNS)
-    name = pc.dictionary_encode(columns.combined(ops.column("name").cast(pa.string())))
-    codes = pa.array(columns.int64(name.indices, -1))
-    frame = ops.set_column(ops.schema.get_field_index("name"), "name", codes).to_pandas()
-    return frame, np.array(name.dictionary.to_pylist(), dtype=object)
+    level = _coded(step_ops.column("level"))
+    is_op = np.array([v == "op" for v in level.dictionary.to_pylist()] + [False])
+    ops = step_ops.select(OP_COLUMNS).filter(pa.array(is_op[columns.int64(level.indices, -1)]))
+    name = _coded(ops.column("name"))
+    distinct = pc.dictionary_encode(name.dictionary)  # one code per distinct name
+    codes = columns.int64(distinct.indices)[columns.int64(name.indices)]
+    frame = ops.set_column(ops.schema.get_field_index("name"), "name", pa.array(codes)).to_pandas()
+    return frame, np.array(distinct.dictionary.to_pylist(), dtype=object)
+
+
+def _coded(values: pa.ChunkedArray) -> pa.DictionaryArray:
+    """A text column of the step ops as one dictionary array (encoded here if it is plain text)."""
+    values = columns.combined(values)
+    return values if pa.types.is_dictionary(values.type) else pc.dictionary_encode(values)
 
 
 def _key_codes(name: np.ndarray, nth: pd.Series, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
