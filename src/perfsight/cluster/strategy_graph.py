@@ -42,6 +42,8 @@ EDGES_FILE = "cluster_strategy_edges.parquet"
 CONTEXT_TABLE = "op_context"
 AGGREGATING = ("all_reduce", "reduce_scatter", "allreduce", "reduce_scatter_tensor", "all_reduce_coalesced")
 """Collectives that aggregate gradients when they run on a data-parallel group."""
+LIST_COLUMNS = ("modules", "input_dims")
+"""The list columns of ``op_context``: read for each node's first op only."""
 SPECIALS = ("sharded", "redistribution", "gradient_aggregation")
 CATEGORIES = ("compute", "collective", "p2p", "memory copy", "optimizer")
 
@@ -75,7 +77,7 @@ def strategy_graph(
     ops, names = _op_rows(step_ops)
     if ops.empty:
         return _empty(NODE_COLUMNS), _empty(EDGE_COLUMNS)
-    ops = _with_context(ops, digests)
+    ops, lists = _with_context(ops, digests)
     ops = _with_groups(ops, matched, layout)
     ops = ops.sort_values(["step", "rank", "start_ns", "order"], kind="stable")
     keys, ops["key"] = _key_codes(
@@ -84,7 +86,7 @@ def strategy_graph(
     t0 = ops.groupby("step")["start_ns"].transform("min")
     ops["since_ns"] = (ops["start_ns"] - t0).astype("int64")
     ops["dur_ns"] = (ops["end_ns"] - ops["start_ns"]).astype("int64")
-    nodes = _nodes(ops)
+    nodes = _nodes(ops, lists)
     edges = pd.concat([_order_edges(nodes), _p2p_edges(ops, nodes, names)], ignore_index=True)
     nodes["key"] = pd.Series(keys[nodes["key"].to_numpy()], index=nodes.index, dtype="str")
     nodes["name"] = pd.Series(names[nodes["name"].to_numpy()], index=nodes.index, dtype="str")
@@ -129,22 +131,44 @@ def _key_codes(name: np.ndarray, nth: pd.Series, names: np.ndarray) -> tuple[np.
     return np.array(text.take(pa.array(by_text)).to_pylist(), dtype=object), code[at.ravel()]
 
 
-def _with_context(ops: pd.DataFrame, digests: Mapping[int, RankDigest]) -> pd.DataFrame:
+def _with_context(
+    ops: pd.DataFrame, digests: Mapping[int, RankDigest]
+) -> tuple[pd.DataFrame, pa.Table | None]:
+    """``ops`` with its ranks' ``op_context`` (module, class, DTensor flags) joined on (rank, slice).
+
+    The list columns (``modules``, ``input_dims``) stay in the returned Arrow table, the rows
+    keeping a ``context_row`` into it: only each node's first op reads them (:func:`_nodes`), and
+    as pandas objects they would be a million small arrays at 1,024 ranks."""
     with_table = [digests[r] for r in sorted(digests) if CONTEXT_TABLE in digests[r].tables]
     table = concat(with_table, CONTEXT_TABLE)
+    lists = None
     if table.num_rows:
-        context = table.to_pandas()
+        lists = table.select([c for c in LIST_COLUMNS if c in table.column_names])
+        context = table.drop_columns(lists.column_names)
+        context = context.append_column("context_row", pa.array(np.arange(table.num_rows))).to_pandas()
         context["rank"] = context["rank"].astype("int64")
         ops = ops.merge(context, on=["rank", "slice"], how="left")
     for column, empty in (("module", ""), ("op_class", "compute")):
         ops[column] = ops[column].fillna(empty) if column in ops else empty
     for column in ("sharded", "redistribution"):
         ops[column] = ops[column].fillna(False).astype(bool) if column in ops else False
-    if "modules" not in ops:
-        ops["modules"] = None
-    if "input_dims" not in ops:
-        ops["input_dims"] = None
-    return ops
+    return ops, lists
+
+
+def _list_values(first: pd.DataFrame, lists: pa.Table | None) -> pd.DataFrame:
+    """``first`` (one op per node) with the ``op_context`` list columns of its rows: as the rank's
+    table has them, NaN for an op without context, None where the job has no such column."""
+    for column in LIST_COLUMNS:
+        if lists is None or column not in lists.column_names:
+            first[column] = None
+            continue
+        row = first["context_row"].to_numpy(np.float64)
+        missing = np.isnan(row)
+        at = pa.array(np.where(missing, 0, row).astype(np.int64), mask=missing)
+        values = lists.column(column).take(at).to_pandas().to_numpy(dtype=object).copy()
+        values[missing] = np.nan
+        first[column] = values
+    return first.drop(columns="context_row")
 
 
 def _with_groups(ops: pd.DataFrame, matched: Matched, layout: ParallelLayout) -> pd.DataFrame:
@@ -191,7 +215,7 @@ def _with_groups(ops: pd.DataFrame, matched: Matched, layout: ParallelLayout) ->
     return ops
 
 
-def _nodes(ops: pd.DataFrame) -> pd.DataFrame:
+def _nodes(ops: pd.DataFrame, lists: pa.Table | None) -> pd.DataFrame:
     """One row per (step, stage, key), per-rank values as lists in rank order."""
     ops = ops.sort_values(["step", "stage", "key", "rank"], kind="stable")
     frame = pd.DataFrame(
@@ -230,10 +254,12 @@ def _nodes(ops: pd.DataFrame) -> pd.DataFrame:
             "end_ns_max": "last_end_ns",
         }
     )  # fmt: skip
+    rows = ["context_row"] if "context_row" in ops else []
     first = ops.drop_duplicates(["step", "stage", "key"])[
-        ["step", "stage", "key", "name", "category", "special", "module", "modules", "input_dims",
+        ["step", "stage", "key", "name", "category", "special", "module", *rows,
          "collective", "group", "group_ranks", "bytes"]
     ]  # fmt: skip
+    first = _list_values(first if rows else first.assign(context_row=np.nan), lists)
     slowest = ops.loc[
         ops.groupby(["step", "stage", "key"], sort=False)["dur_ns"].idxmax(), ["step", "stage", "key", "rank"]
     ]
