@@ -4,7 +4,8 @@ Why: the driver process of ``perfsight analyse JOB`` holds every rank's digest, 
 cross-rank step (matching, alignment, step trace, step ops, strategy graph, ...) and the writers;
 ``bench_cluster.py`` sees only its total.  This runs the per-rank step once (``--dump``: the
 digests pickled), then, in a fresh process per run, times each stage alone on them and samples RSS
-every 5 ms (the peak within a stage and what is left after it).  Run it with another tree's
+every 5 ms (the peak within a stage and what is left after it; freed memory that the allocator
+keeps counts as resident).  Run it with another tree's
 ``PYTHONPATH`` for the same table of that code.
 
     python benchmarks/bench_cross_rank.py /tmp/job1024 --dump /tmp/digests.pkl
@@ -14,6 +15,7 @@ every 5 ms (the peak within a stage and what is left after it).  Run it with ano
 from __future__ import annotations
 
 import argparse
+import gc
 import pickle
 import shutil
 import sys
@@ -102,7 +104,8 @@ def stages(path: str) -> None:
     matrix.matrix(link_rows), slow.slow_ranks(matched, rank_avgs), slow.slow_links(link_rows)
     totals.step_spread(steps, matched.ops), totals.communication_by_rank(matched.ops, resources)
     mark("module table, matrix, slow ranks and links, totals")
-    del ops
+    del ops, d, assessed, matched, aligned, link_rows, layout, steps, rank_avgs, resources
+    gc.collect()
     with open(path, "rb") as handle:  # the whole step and the writers, on fresh digests
         assessed = pickle.load(handle)
     mark("load the digests again")
