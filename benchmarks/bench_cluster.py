@@ -1,9 +1,12 @@
 """Cluster analysis at scale: end-to-end wall time and peak memory of ``perfsight analyse JOB``.
 
 Runs each variant in a fresh process and samples the resident memory of its whole process tree
-(the command and its worker processes, summed) every 0.1 s with psutil; wall time is the
-process's; CPU time is user + system of the whole tree (``RUSAGE_CHILDREN``: the command and every
-worker it waited for), the figure that does not depend on what else the machine runs.
+(the command and its worker processes, summed) every 0.1 s with psutil, and of the command's own
+process alone (``driver peak``: where the cross-rank step runs); wall time is the process's,
+``after workers`` the part of it after the last per-rank worker process exited (the cross-rank step
+and the writers, for the local executor; to within the 0.1 s sampling); CPU time is user + system
+of the whole tree (``RUSAGE_CHILDREN``: the command and every worker it waited for), the figure
+that does not depend on what else the machine runs.
 Variants: ``cli`` (the command a user types, ``perfsight analyse JOB --out DIR --json``: the
 default executor, one worker process per core; per-rank output files only up to 128 ranks, see
 ``perfsight.cluster.job.PER_RANK_OUTPUTS_LIMIT``; then the cluster step and its outputs);
@@ -87,22 +90,33 @@ def run_variant(job: Path, variant: str) -> dict:
             text=True,
         )  # fmt: skip
         root = psutil.Process(proc.pid)
-        peak = 0
+        peak = driver_peak = 0
+        workers_seen, workers_gone = False, None  # when the per-rank workers had all exited
         while proc.poll() is None:
             try:
-                tree = [root, *root.children(recursive=True)]
-                peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+                children = root.children(recursive=True)
+                driver = root.memory_info().rss
+                peak = max(peak, driver + sum(p.memory_info().rss for p in children if p.is_running()))
+                driver_peak = max(driver_peak, driver)
+                workers_seen = workers_seen or bool(children)
+                if workers_seen and not children and workers_gone is None:
+                    workers_gone = time.perf_counter()
             except psutil.Error:
                 pass
             time.sleep(0.1)
-        wall = time.perf_counter() - started
+        ended = time.perf_counter()
+        wall = ended - started
         stdout, stderr = proc.communicate()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the driver and the workers it waited for
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     if proc.returncode != 0:
         raise SystemExit(f"{variant} failed:\n{stderr[-3000:]}")
     found = _found(stdout, variant)
-    return {"variant": variant, "wall_s": wall, "cpu_s": cpu, "peak_rss_mb": peak / 2**20, **found}
+    after = ended - workers_gone if workers_gone is not None else float("nan")
+    return {
+        "variant": variant, "wall_s": wall, "cpu_s": cpu, "peak_rss_mb": peak / 2**20,
+        "driver_peak_mb": driver_peak / 2**20, "after_workers_s": after, **found,
+    }  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -121,15 +135,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"load average {os.getloadavg()[0]:.1f} at start"
     )
     print(
-        "| variant | wall s | CPU s (tree) | CPU ms / rank | peak RSS MB (tree) | slow ranks found "
-        "| injected found exactly | load avg |"
+        "| variant | wall s | CPU s (tree) | CPU ms / rank | peak RSS MB (tree) | driver peak MB "
+        "| after workers s | slow ranks found | injected found exactly | load avg |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for variant in args.variants.split(","):
         row = run_variant(args.job, variant.strip())
         print(
             f"| {row['variant']} | {row['wall_s']:.1f} | {row['cpu_s']:.1f} | "
             f"{1000 * row['cpu_s'] / max(1, manifest['ranks']):.0f} | {row['peak_rss_mb']:.0f} | "
+            f"{row['driver_peak_mb']:.0f} | {row['after_workers_s']:.1f} | "
             f"{row['slow']} | "
             f"{'yes' if row['slow'] == injected else 'NO'} | {os.getloadavg()[0]:.1f} |",
             flush=True,

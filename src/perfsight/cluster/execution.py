@@ -16,16 +16,21 @@ come from ``perfsight.analysis.step_ops``.  This module only joins them:
   lines over the timelines) have no key.
 
 Times are shifted by the alignment's offsets (``start_ns``/``end_ns`` on the common clock, ns).
-Vectorised with pandas merges and group counts, no loop over ops.
+Vectorised with Arrow kernels and NumPy sorts, no loop over ops.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from perfsight import columns
 from perfsight.analysis.step_ops import SAMPLE_LEVELS
 from perfsight.cluster.alignment import Alignment
 from perfsight.cluster.matching import Matched
@@ -49,54 +54,206 @@ communication op (its row is the cluster's matched op)."""
 
 def step_ops(
     digests: Mapping[int, RankDigest], matched: Matched, aligned: Alignment, stage_of: Mapping[int, int]
-) -> pd.DataFrame:
+) -> pa.Table:
     """Every rank's step ops on the common clock with stage, matched instance and key (:data:`COLUMNS`).
 
     Compute ops and micro-batch blocks come from each rank's ``step_ops`` (shifted by the rank's
     clock offset); communication ops are the matched ops themselves (already on the common clock),
-    named by their collective (``all_reduce``, ``send``, ``recv``)."""
+    named by their collective (``all_reduce``, ``send``, ``recv``).
+
+    The text columns are dictionary-encoded (:func:`write` writes them as plain text): at 1,024 ranks
+    the table has millions of rows whose names and keys repeat a few thousand values, and holding
+    them as text (or sorting and counting them in pandas) took 16 s and 2 GB of the cross-rank step
+    (docs/BENCHMARKS.md, "The cross-rank step's memory").  Built with NumPy sorts and group counts
+    on integer codes, one column at a time: no second copy of the whole table is ever held."""
     ordered = [digests[r] for r in sorted(digests) if STEP_OPS_TABLE in digests[r].tables]
-    table = concat(ordered, STEP_OPS_TABLE)
-    rows = table.to_pandas() if table.num_rows else pd.DataFrame()
-    if not rows.empty:
-        shift = rows["rank"].map(aligned.offset_ns).fillna(0).astype("int64")
-        rows = rows.assign(start_ns=rows["start_ns"] - shift, end_ns=rows["end_ns"] - shift)
-        rows = rows.assign(instance=-1, is_p2p=False, peer=-1)
-    comm = matched.ops
-    comm = comm[comm["step"].notna() & (comm["step"] >= 0)] if not comm.empty else comm
-    if not comm.empty:
-        comm = pd.DataFrame(
-            {
-                "rank": comm["rank"].astype("int64"),
-                "step": comm["step"].astype("int64"),
-                "level": "op",
-                "name": comm["collective"].astype(str),
-                "category": "communication",
-                "phase": "",
-                "micro_batch": -1,
-                "instance": comm["instance"].fillna(-1).astype("int64"),
-                "is_p2p": comm["is_p2p"].fillna(False).astype(bool),
-                "peer": comm["peer"].fillna(-1).astype("int64"),
-                "slice": -1,
-                "start_ns": comm["start_ns"].astype("int64"),
-                "end_ns": comm["end_ns"].astype("int64"),
-                "value": np.nan,
-            }
+    own = concat(ordered, STEP_OPS_TABLE)
+    own = own if own.num_rows else None
+    comm = _comm_rows(matched.ops)
+    if own is None and comm is None:
+        return pa.table({c: pa.nulls(0) for c in COLUMNS})
+    shift = _per_rank(columns.int64(own.column("rank")), aligned.offset_ns) if own is not None else None
+
+    def numbers(name: str) -> np.ndarray:  # one column over the ranks' rows, then the matched ops
+        parts = [] if own is None else [_own_numbers(own, name, shift)]
+        return np.concatenate(parts + ([] if comm is None else [columns.numpy(comm.column(name))]))
+
+    def text(name: str) -> tuple[np.ndarray, np.ndarray]:
+        chunks = [] if own is None else own.column(name).cast(pa.string()).chunks
+        return _codes(
+            pa.chunked_array(chunks + ([] if comm is None else comm.column(name).chunks), pa.string())
         )
-    parts = [p for p in (rows, comm) if not p.empty]
-    if not parts:
-        return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
-    rows = pd.concat(parts, ignore_index=True)
-    rows["stage"] = rows["rank"].map(stage_of).fillna(0).astype("int64")
-    rows = rows.sort_values(["step", "rank", "level", "start_ns"], kind="stable")
-    rows["order"] = rows.groupby(["rank", "step", "level"]).cumcount().astype("int64")
-    rows["key"] = ""  # the FLOPs and memory series have none
-    keyed = rows[~rows["level"].isin(SAMPLE_LEVELS)]
-    nth = keyed.groupby(["rank", "step", "level", "name"]).cumcount().astype(str)
-    by_name = keyed["name"] + "#" + nth
-    by_block = keyed["phase"] + "#" + keyed["micro_batch"].astype(str)
-    by_instance = "comm#" + keyed["instance"].astype(str)
-    rows.loc[keyed.index, "key"] = np.where(
-        keyed["level"] == "micro_batch", by_block, np.where(keyed["instance"] >= 0, by_instance, by_name)
+
+    level_codes, levels = text("level")
+    level_rank = np.argsort(np.argsort(levels, kind="stable"), kind="stable")  # codes in text order
+    rank, step = numbers("rank"), numbers("step")
+    by = np.lexsort((numbers("start_ns"), level_rank[level_codes], rank, step))
+    rank, step, level_codes = rank[by], step[by], level_codes[by]
+    out: dict[str, pa.Array] = {"step": pa.array(step), "rank": pa.array(rank)}
+    out["stage"] = pa.array(_per_rank(rank, stage_of))
+    out["level"] = _dictionary(level_codes, levels)
+    run = _runs(step, rank, level_codes)  # one (step, rank, level) group, contiguous once sorted
+    del rank, step
+    out["order"] = pa.array(_position_in_group(run))
+    coded = {"level": (level_codes, levels)}
+    for name in ("name", "category", "phase"):
+        codes, values = text(name)
+        coded[name] = (codes[by], values)
+        out[name] = _dictionary(*coded[name])
+    for name in ("micro_batch", "instance", "is_p2p", "peer", "start_ns", "end_ns", "slice"):
+        out[name] = pa.array(numbers(name)[by])
+    values = [] if own is None else own.column("value").cast(pa.float64()).chunks
+    values += [] if comm is None else comm.column("value").chunks
+    out["value"] = columns.combined(pa.chunked_array(values, pa.float64()).take(pa.array(by)))
+    del by
+    keyed = ~np.isin(levels, SAMPLE_LEVELS)[level_codes]  # the FLOPs and memory series have no key
+    name_codes = coded["name"][0]
+    nth = np.zeros(len(run), np.int64)  # how many ops of its name came before it in its group
+    nth[keyed] = _position_in_group(run[keyed] * (int(name_codes.max(initial=0)) + 2) + name_codes[keyed] + 1)
+    del run
+    instance = columns.numpy(out["instance"])
+    kind = np.where(
+        ~keyed, 0, np.where((levels == "micro_batch")[level_codes], 1, np.where(instance >= 0, 2, 3))
     )
-    return rows[COLUMNS].reset_index(drop=True)
+    out["key"] = _keys(kind, nth, instance, columns.numpy(out["micro_batch"]), coded["name"], coded["phase"])
+    if comm is None:  # only the ranks' own rows: their own integer types, as pandas kept them
+        for name in ("rank", "step", "micro_batch"):
+            out[name] = out[name].cast(pa.int32())
+    return pa.table({c: out[c] for c in COLUMNS})
+
+
+def write(table: pa.Table, path: Path) -> None:
+    """Write :func:`step_ops`' table as :data:`OUTPUT_FILE`: text columns as text, a row group of
+    :data:`ROW_GROUP_ROWS` rows at a time (the whole table is never decoded at once), with the
+    schema and pandas metadata that the pandas frame of the same rows is written with."""
+    if not table.num_rows:
+        empty = pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
+        empty.to_parquet(path, index=False, row_group_size=ROW_GROUP_ROWS)
+        return
+    plain = [
+        pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in table.schema
+    ]
+    head = table.slice(0, 1).cast(pa.schema(plain)).to_pandas()
+    schema = pa.Schema.from_pandas(head, preserve_index=False)
+    with pq.ParquetWriter(path, schema) as writer:
+        for offset in range(0, table.num_rows, ROW_GROUP_ROWS):
+            part = table.slice(offset, ROW_GROUP_ROWS).cast(schema)
+            writer.write_table(part, row_group_size=ROW_GROUP_ROWS)
+
+
+def _own_numbers(own: pa.Table, name: str, shift: np.ndarray) -> np.ndarray:
+    """A number column of the ranks' own rows (compute ops, micro-batch blocks, FLOPs and memory
+    series): times shifted onto the common clock; no instance, not point-to-point, no peer."""
+    if name in ("instance", "peer"):
+        return np.full(own.num_rows, -1, np.int64)
+    if name == "is_p2p":
+        return np.zeros(own.num_rows, bool)
+    values = columns.int64(own.column(name))
+    return values - shift if name in ("start_ns", "end_ns") else values
+
+
+def _comm_rows(ops: pd.DataFrame) -> pa.Table | None:
+    """The matched communication ops of a step (already on the common clock), as op rows named by
+    their collective; None when there are none."""
+    comm = ops[ops["step"].notna() & (ops["step"] >= 0)] if not ops.empty else ops
+    if comm.empty:
+        return None
+    n = len(comm)
+    return pa.table(
+        {
+            "rank": pa.array(comm["rank"].astype("int64").to_numpy()),
+            "step": pa.array(comm["step"].astype("int64").to_numpy()),
+            "level": pa.array(["op"] * n, pa.string()),
+            "name": pa.array(comm["collective"].astype(str), pa.string()),
+            "category": pa.array(["communication"] * n, pa.string()),
+            "phase": pa.array([""] * n, pa.string()),
+            "micro_batch": pa.array(np.full(n, -1, np.int64)),
+            "instance": pa.array(comm["instance"].fillna(-1).astype("int64").to_numpy()),
+            "is_p2p": pa.array(comm["is_p2p"].fillna(False).astype(bool).to_numpy()),
+            "peer": pa.array(comm["peer"].fillna(-1).astype("int64").to_numpy()),
+            "slice": pa.array(np.full(n, -1, np.int64)),
+            "start_ns": pa.array(comm["start_ns"].astype("int64").to_numpy()),
+            "end_ns": pa.array(comm["end_ns"].astype("int64").to_numpy()),
+            "value": pa.nulls(n, pa.float64()),
+        }
+    )
+
+
+def _keys(
+    kind: np.ndarray,
+    nth: np.ndarray,
+    instance: np.ndarray,
+    block: np.ndarray,
+    name: tuple[np.ndarray, np.ndarray],
+    phase: tuple[np.ndarray, np.ndarray],
+) -> pa.DictionaryArray:
+    """``phase#micro_batch`` for a micro-batch block (``kind`` 1), ``comm#instance`` for a matched
+    communication op (2), ``name#nth`` for any other op (3); "" for the FLOPs and memory series (0)
+    (module docstring).  ``name``, ``phase``: the rows' codes and the values they index.  Each
+    distinct key is spelt once, from the first row that has it; the rows hold its code."""
+    first = np.select([kind == 1, kind == 2, kind == 3], [block, instance, name[0]], 0)
+    second = np.select([kind == 1, kind == 3], [phase[0], nth], 0)
+    codes = columns.joint_codes(pa.array(kind), pa.array(first), pa.array(second))
+    at = columns.first_rows(codes)
+    kinds, text = pa.array(kind[at]), pa.string()
+
+    def spelt(coded: tuple[np.ndarray, np.ndarray]) -> pa.Array:
+        codes_at = coded[0][at]
+        return pa.array(coded[1], text).take(pa.array(codes_at, mask=codes_at < 0))
+
+    by_block = pc.binary_join_element_wise(spelt(phase), pa.array(block[at]).cast(text), "#")
+    by_instance = pc.binary_join_element_wise("comm", pa.array(instance[at]).cast(text), "#")
+    by_name = pc.binary_join_element_wise(spelt(name), pa.array(nth[at]).cast(text), "#")
+    keys = pc.if_else(
+        pc.equal(kinds, 1),
+        by_block,
+        pc.if_else(pc.equal(kinds, 2), by_instance, pc.if_else(pc.equal(kinds, 3), by_name, "")),
+    )
+    return _dictionary(codes, columns.combined(keys))
+
+
+def _dictionary(codes: np.ndarray, values: pa.Array | np.ndarray) -> pa.DictionaryArray:
+    """Rows' codes into ``values`` as a dictionary column (-1: null)."""
+    values = values if isinstance(values, pa.Array) else pa.array(values, pa.string())
+    return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=codes < 0), values)
+
+
+def _codes(values: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """A code per row (-1: null) and the distinct values (an object array) the codes index; the
+    text is hashed where it lies, never copied into one column first."""
+    encoded = pc.dictionary_encode(values).unify_dictionaries()
+    if not encoded.num_chunks:
+        return np.zeros(0, np.int64), np.array([], dtype=object)
+    codes = np.concatenate([columns.int64(chunk.indices, -1) for chunk in encoded.chunks])
+    return codes, np.array(encoded.chunk(0).dictionary.to_pylist(), dtype=object)
+
+
+def _runs(*keys: np.ndarray) -> np.ndarray:
+    """For rows sorted by ``keys``, the index of each row's run of equal keys (0, 1, ...)."""
+    n = len(keys[0])
+    change = np.zeros(n, bool)
+    change[:1] = True
+    for key in keys:
+        change[1:] |= key[1:] != key[:-1]
+    return np.cumsum(change) - 1
+
+
+def _position_in_group(codes: np.ndarray) -> np.ndarray:
+    """Each row's position among the earlier rows with its code (a group count, in row order)."""
+    n = len(codes)
+    order = np.argsort(codes, kind="stable")
+    ordered = codes[order]
+    first = np.zeros(n, bool)
+    first[:1] = True
+    first[1:] = ordered[1:] != ordered[:-1]
+    start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    position = np.empty(n, np.int64)
+    position[order] = np.arange(n) - start
+    return position
+
+
+def _per_rank(rank: np.ndarray, values: Mapping[int, int]) -> np.ndarray:
+    """``values`` of each row's rank (0 where it has none): one look-up per rank, not per row."""
+    ranks, at = np.unique(rank, return_inverse=True)
+    found = [values.get(int(r)) for r in ranks]
+    return np.array([0 if v is None else int(v) for v in found], np.int64)[at]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 from perfsight import layout
 from perfsight.cluster import (
@@ -32,7 +33,7 @@ from perfsight.cluster import (
     strategy_graph,
     totals,
 )
-from perfsight.cluster.rank import RankTask, run_rank
+from perfsight.cluster.rank import RankDigest, RankTask, run_rank
 from perfsight.engine import Executor, make_executor
 from perfsight.pipeline import Options, OutputError
 
@@ -72,7 +73,7 @@ class ClusterResult:
     pipeline: dict[str, Any]
     resources: pd.DataFrame
     executor: str
-    step_ops: pd.DataFrame | None = None  # every rank's ops per step, matched (cluster.execution)
+    step_ops: pa.Table | None = None  # every rank's ops per step, matched (cluster.execution)
     step_spread: pd.DataFrame | None = None  # per step across ranks (cluster.totals)
     communication_ranks: pd.DataFrame | None = None  # per rank and step, its ops summed (cluster.totals)
     strategy_nodes: pd.DataFrame | None = None  # the parallel-strategy graph (cluster.strategy_graph)
@@ -167,7 +168,11 @@ def _rank_folder(result: object, out_root: Path) -> Path | None:
 
 
 def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "serial") -> ClusterResult:
-    """The cross-rank step on digests already gathered (pure: nothing is written)."""
+    """The cross-rank step on digests already gathered (nothing is written).
+
+    The digests give up their per-op tables (``step_ops``, ``op_context``) once the result's step
+    ops and strategy graph are made of them: at 1,024 ranks they are 0.4 GB of the driver that the
+    result holds again in its own form (docs/BENCHMARKS.md, "The cross-rank step's memory")."""
     digests = job.ranks
     matched = matching.match(digests)
     aligned = alignment.align(digests, matched)
@@ -182,7 +187,9 @@ def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "ser
     stage_avgs = step_trace.averages(steps, "stage")
     resources = slow.resources(digests, steps)
     ops_of_steps = execution.step_ops(digests, matched, aligned, stage_of)
+    _release(digests, execution.STEP_OPS_TABLE)
     nodes, edges = strategy_graph.strategy_graph(ops_of_steps, digests, matched, layout)
+    _release(digests, strategy_graph.CONTEXT_TABLE)
     per_rank_modules = module_table.rank_modules(digests, stage_of)
     flops_by_stage = resources.assign(stage=resources["rank"].map(stage_of)).groupby("stage")["flops"].sum()
     return ClusterResult(
@@ -213,6 +220,12 @@ def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "ser
     )
 
 
+def _release(digests: dict[int, RankDigest], table: str) -> None:
+    """Drop one per-rank table from every digest (its rows now live in a cross-rank table)."""
+    for digest in digests.values():
+        digest.tables.pop(table, None)
+
+
 def write_cluster_outputs(result: ClusterResult, out: str | Path) -> Path:
     """Write ``cluster_analysis_output/`` under ``out``; returns that folder."""
     from perfsight import advisor
@@ -233,9 +246,7 @@ def write_cluster_outputs(result: ClusterResult, out: str | Path) -> Path:
         cluster_csv.write_table(folder / "cluster_resources.csv", result.resources)
         write_communication_matrix(folder / "communication_matrix.json", result.matrix)
         if result.step_ops is not None:
-            result.step_ops.to_parquet(
-                folder / execution.OUTPUT_FILE, index=False, row_group_size=execution.ROW_GROUP_ROWS
-            )
+            execution.write(result.step_ops, folder / execution.OUTPUT_FILE)
         if result.step_spread is not None:
             result.step_spread.to_parquet(folder / layout.CLUSTER_STEP_SPREAD_FILE, index=False)
         if result.communication_ranks is not None:

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from perfsight import columns
 from perfsight.cluster.rank import RankDigest, concat
@@ -74,9 +75,15 @@ def op_rows(digests: Mapping[int, RankDigest]) -> pd.DataFrame:
     comm = concat(ordered, "comm")
     if comm.num_rows == 0:
         return _empty_ops()
-    rows = comm.select(
+    comm = comm.select(
         ["rank", "is_device", "collective", "start_ns", "dur_ns", "step", "bytes", "group", "group_ranks"]
         + ["seq", "peer", "name"]
+    )
+    # a group's member list (JSON, thousands of characters at 1,024 ranks) repeats on each of its
+    # ops: as a category it is held once per group, not once per op (200 MB at 1,024 ranks)
+    members = comm.schema.get_field_index("group_ranks")
+    rows = comm.set_column(
+        members, "group_ranks", pc.dictionary_encode(comm.column("group_ranks"))
     ).to_pandas()
     rows["row"] = np.concatenate([np.arange(d.comm.num_rows) for d in ordered])  # row in its rank's comm
     names = rows["name"].fillna("").astype(str)

@@ -44,7 +44,11 @@ def add_op_times(digests: Mapping[int, RankDigest], matched: Matched, alignment:
     # every rank's op rows in one comm table (times stay on each rank's own clock), one call
     starts = np.cumsum([0] + [digests[r].comm.num_rows for r in ordered])
     base = dict(zip(ordered, starts[:-1], strict=True))
-    comm = concat([digests[r] for r in ordered], "comm").drop_columns(["name", "track", "bytes"])
+    # the op rows as the rank recorded them; a group's member list (thousands of characters per op
+    # at 1,024 ranks) is no timing and would be copied by the take below
+    comm = concat([digests[r] for r in ordered], "comm").drop_columns(
+        ["name", "track", "bytes", "group_ranks"]
+    )
     take = (ops["rank"].map(base) + ops["row"]).to_numpy(np.int64)
     offset = ops["rank"].map(alignment.offset_ns).fillna(0).to_numpy(np.int64)
     has = ops["last_arrival_ns"].notna().to_numpy()

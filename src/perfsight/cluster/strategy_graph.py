@@ -30,7 +30,9 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from perfsight import columns
 from perfsight.cluster.matching import Matched
 from perfsight.cluster.parallel import ParallelLayout
 from perfsight.cluster.rank import RankDigest, concat
@@ -40,6 +42,8 @@ EDGES_FILE = "cluster_strategy_edges.parquet"
 CONTEXT_TABLE = "op_context"
 AGGREGATING = ("all_reduce", "reduce_scatter", "allreduce", "reduce_scatter_tensor", "all_reduce_coalesced")
 """Collectives that aggregate gradients when they run on a data-parallel group."""
+LIST_COLUMNS = ("modules", "input_dims")
+"""The list columns of ``op_context``: read for each node's first op only."""
 SPECIALS = ("sharded", "redistribution", "gradient_aggregation")
 CATEGORIES = ("compute", "collective", "p2p", "memory copy", "optimizer")
 
@@ -58,41 +62,113 @@ EDGE_COLUMNS = ["step", "kind", "src_stage", "src_node", "dst_stage", "dst_node"
 the rank pairs ``"0->1"`` that exchanged it, ``bytes`` the message size)."""
 
 
+OP_COLUMNS = ["step", "rank", "stage", "order", "name", "instance", "is_p2p", "start_ns", "end_ns", "slice"]
+"""The columns of the cluster's step ops (``perfsight.cluster.execution``) that the graph reads."""
+
+
 def strategy_graph(
-    step_ops: pd.DataFrame, digests: Mapping[int, RankDigest], matched: Matched, layout: ParallelLayout
+    step_ops: pa.Table, digests: Mapping[int, RankDigest], matched: Matched, layout: ParallelLayout
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The graph's nodes (:data:`NODE_COLUMNS`) and edges (:data:`EDGE_COLUMNS`) of every step."""
-    ops = step_ops[step_ops["level"] == "op"] if not step_ops.empty else step_ops
+    """The graph's nodes (:data:`NODE_COLUMNS`) and edges (:data:`EDGE_COLUMNS`) of every step,
+    from the cluster's step ops (:func:`perfsight.cluster.execution.step_ops`).
+
+    Op names and keys are integer codes until the nodes are made (a key's code sorts as its text
+    does): at 1,024 ranks the op rows are a million, their kernel names ~180 characters each."""
+    ops, names = _op_rows(step_ops)
     if ops.empty:
         return _empty(NODE_COLUMNS), _empty(EDGE_COLUMNS)
-    ops = _with_context(ops, digests)
+    ops, lists = _with_context(ops, digests)
     ops = _with_groups(ops, matched, layout)
     ops = ops.sort_values(["step", "rank", "start_ns", "order"], kind="stable")
-    ops["key"] = ops["name"] + "#" + ops.groupby(["step", "rank", "name"]).cumcount().astype(str)
+    keys, ops["key"] = _key_codes(
+        ops["name"].to_numpy(), ops.groupby(["step", "rank", "name"]).cumcount(), names
+    )
     t0 = ops.groupby("step")["start_ns"].transform("min")
     ops["since_ns"] = (ops["start_ns"] - t0).astype("int64")
     ops["dur_ns"] = (ops["end_ns"] - ops["start_ns"]).astype("int64")
-    nodes = _nodes(ops)
-    edges = pd.concat([_order_edges(nodes), _p2p_edges(ops, nodes)], ignore_index=True)
+    nodes = _nodes(ops, lists)
+    edges = pd.concat([_order_edges(nodes), _p2p_edges(ops, nodes, names)], ignore_index=True)
+    nodes["key"] = pd.Series(keys[nodes["key"].to_numpy()], index=nodes.index, dtype="str")
+    nodes["name"] = pd.Series(names[nodes["name"].to_numpy()], index=nodes.index, dtype="str")
     return nodes[NODE_COLUMNS], edges[EDGE_COLUMNS]
 
 
-def _with_context(ops: pd.DataFrame, digests: Mapping[int, RankDigest]) -> pd.DataFrame:
+def _op_rows(step_ops: pa.Table) -> tuple[pd.DataFrame, np.ndarray]:
+    """The ``op`` rows of the step ops, only the columns the graph reads (:data:`OP_COLUMNS`; the
+    FLOPs and memory series are a large share of the rows and no node), with ``name`` as a code
+    into the returned names (the step ops' dictionary: no name is spelt per row)."""
+    if not step_ops.num_rows:
+        return pd.DataFrame(), np.array([], dtype=object)
+    level = _coded(step_ops.column("level"))
+    is_op = np.array([v == "op" for v in level.dictionary.to_pylist()] + [False])
+    ops = step_ops.select(OP_COLUMNS).filter(pa.array(is_op[columns.int64(level.indices, -1)]))
+    name = _coded(ops.column("name"))
+    distinct = pc.dictionary_encode(name.dictionary)  # one code per distinct name
+    codes = columns.int64(distinct.indices)[columns.int64(name.indices)]
+    frame = ops.set_column(ops.schema.get_field_index("name"), "name", pa.array(codes)).to_pandas()
+    return frame, np.array(distinct.dictionary.to_pylist(), dtype=object)
+
+
+def _coded(values: pa.ChunkedArray) -> pa.DictionaryArray:
+    """A text column of the step ops as one dictionary array (encoded here if it is plain text)."""
+    values = columns.combined(values)
+    return values if pa.types.is_dictionary(values.type) else pc.dictionary_encode(values)
+
+
+def _key_codes(name: np.ndarray, nth: pd.Series, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """An op's key, ``name#k`` (the k-th op of that name in its step on its rank), as a code per
+    row that sorts as the text does, and the texts by code (each distinct key spelt once)."""
+    nth = nth.to_numpy(np.int64)
+    pairs, at = np.unique(name * (int(nth.max(initial=0)) + 1) + nth, return_inverse=True)
+    first = np.zeros(len(pairs), np.int64)
+    first[at[::-1]] = np.arange(len(at))[::-1]  # a row of each distinct key
+    text = pc.binary_join_element_wise(
+        pa.array(names[name[first]], pa.string()), pa.array(nth[first]).cast(pa.string()), "#"
+    )
+    by_text = columns.int64(pc.sort_indices(text))
+    code = np.empty(len(pairs), np.int64)
+    code[by_text] = np.arange(len(pairs))
+    return np.array(text.take(pa.array(by_text)).to_pylist(), dtype=object), code[at.ravel()]
+
+
+def _with_context(
+    ops: pd.DataFrame, digests: Mapping[int, RankDigest]
+) -> tuple[pd.DataFrame, pa.Table | None]:
+    """``ops`` with its ranks' ``op_context`` (module, class, DTensor flags) joined on (rank, slice).
+
+    The list columns (``modules``, ``input_dims``) stay in the returned Arrow table, the rows
+    keeping a ``context_row`` into it: only each node's first op reads them (:func:`_nodes`), and
+    as pandas objects they would be a million small arrays at 1,024 ranks."""
     with_table = [digests[r] for r in sorted(digests) if CONTEXT_TABLE in digests[r].tables]
     table = concat(with_table, CONTEXT_TABLE)
+    lists = None
     if table.num_rows:
-        context = table.to_pandas()
+        lists = table.select([c for c in LIST_COLUMNS if c in table.column_names])
+        context = table.drop_columns(lists.column_names)
+        context = context.append_column("context_row", pa.array(np.arange(table.num_rows))).to_pandas()
         context["rank"] = context["rank"].astype("int64")
         ops = ops.merge(context, on=["rank", "slice"], how="left")
     for column, empty in (("module", ""), ("op_class", "compute")):
         ops[column] = ops[column].fillna(empty) if column in ops else empty
     for column in ("sharded", "redistribution"):
         ops[column] = ops[column].fillna(False).astype(bool) if column in ops else False
-    if "modules" not in ops:
-        ops["modules"] = None
-    if "input_dims" not in ops:
-        ops["input_dims"] = None
-    return ops
+    return ops, lists
+
+
+def _list_values(first: pd.DataFrame, lists: pa.Table | None) -> pd.DataFrame:
+    """``first`` (one op per node) with the ``op_context`` list columns of its rows: as the rank's
+    table has them, NaN for an op without context, None where the job has no such column."""
+    for column in LIST_COLUMNS:
+        if lists is None or column not in lists.column_names:
+            first[column] = None
+            continue
+        row = first["context_row"].to_numpy(np.float64)
+        missing = np.isnan(row)
+        at = pa.array(np.where(missing, 0, row).astype(np.int64), mask=missing)
+        values = lists.column(column).take(at).to_pandas().to_numpy(dtype=object).copy()
+        values[missing] = np.nan
+        first[column] = values
+    return first.drop(columns="context_row")
 
 
 def _with_groups(ops: pd.DataFrame, matched: Matched, layout: ParallelLayout) -> pd.DataFrame:
@@ -139,14 +215,14 @@ def _with_groups(ops: pd.DataFrame, matched: Matched, layout: ParallelLayout) ->
     return ops
 
 
-def _nodes(ops: pd.DataFrame) -> pd.DataFrame:
+def _nodes(ops: pd.DataFrame, lists: pa.Table | None) -> pd.DataFrame:
     """One row per (step, stage, key), per-rank values as lists in rank order."""
     ops = ops.sort_values(["step", "stage", "key", "rank"], kind="stable")
     frame = pd.DataFrame(
         {
             "step": ops["step"].astype("int64"),
             "stage": ops["stage"].astype("int64"),
-            "key": ops["key"].astype(str),
+            "key": ops["key"].astype("int64"),
             "rank": ops["rank"].astype("int64"),
             "since_ns": ops["since_ns"],
             "dur_ns": ops["dur_ns"],
@@ -178,10 +254,12 @@ def _nodes(ops: pd.DataFrame) -> pd.DataFrame:
             "end_ns_max": "last_end_ns",
         }
     )  # fmt: skip
+    rows = ["context_row"] if "context_row" in ops else []
     first = ops.drop_duplicates(["step", "stage", "key"])[
-        ["step", "stage", "key", "name", "category", "special", "module", "modules", "input_dims",
+        ["step", "stage", "key", "name", "category", "special", "module", *rows,
          "collective", "group", "group_ranks", "bytes"]
     ]  # fmt: skip
+    first = _list_values(first if rows else first.assign(context_row=np.nan), lists)
     slowest = ops.loc[
         ops.groupby(["step", "stage", "key"], sort=False)["dur_ns"].idxmax(), ["step", "stage", "key", "rank"]
     ]
@@ -211,10 +289,11 @@ def _order_edges(nodes: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _p2p_edges(ops: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame:
+def _p2p_edges(ops: pd.DataFrame, nodes: pd.DataFrame, names: np.ndarray) -> pd.DataFrame:
     p2p = ops[(ops["category"] == "p2p") & (ops["instance"] >= 0)]
-    send = p2p[p2p["name"].str.contains("send")]
-    recv = p2p[p2p["name"].str.contains("recv")]
+    name = pd.Series(names, dtype="str")
+    send = p2p[name.str.contains("send", na=False).to_numpy()[p2p["name"].to_numpy()]]
+    recv = p2p[name.str.contains("recv", na=False).to_numpy()[p2p["name"].to_numpy()]]
     index = nodes[["step", "stage", "key", "node"]]
     cols = ["step", "instance", "rank", "stage", "key", "bytes"]
     pairs = send[cols].merge(recv[cols], on=["step", "instance"], suffixes=("_src", "_dst"))

@@ -46,10 +46,7 @@ def slow_rank(result: JobResult, data_ranks: set[int] | None = None) -> list[Fin
             if block.shape[1] < 2:
                 continue
             values = block.to_numpy(np.float64)
-            others = np.stack(
-                [np.nanmedian(np.delete(values, i, axis=1), axis=1) for i in range(values.shape[1])], axis=1
-            )
-            excess = values - others
+            excess = values - _median_of_others(values)
             for i in range(excess.shape[1]):  # a rank of the stage: a handful
                 effect, error, consistent = robust_effect(excess[:, i].tolist())
                 if consistent and (best is None or effect - error > best[0] - best[1]):
@@ -221,3 +218,26 @@ def waited_for(result: JobResult) -> list[Finding]:
             ranks=[rank],
         )
     ]
+
+
+def _median_of_others(values: np.ndarray) -> np.ndarray:
+    """Per row, for each column, the median of the row's other columns, NaN skipped (NaN where the
+    others have none): ``np.nanmedian`` of the row without that column, for every column at once
+    from one sort of the row -- one call per column was quadratic in ranks, 1.5 s at 1,024."""
+    rows, n = values.shape
+    order = np.argsort(values, axis=1, kind="stable")  # NaN last
+    ranked = np.take_along_axis(values, order, axis=1)
+    position = np.empty_like(order)
+    np.put_along_axis(position, order, np.broadcast_to(np.arange(n), (rows, n)), axis=1)
+    own = ~np.isnan(values)
+    count = own.sum(axis=1, keepdims=True) - own  # the others' values
+    out = np.full(values.shape, np.nan)
+
+    def kth(k: np.ndarray) -> np.ndarray:  # the k-th smallest of the others: skip the column's own slot
+        at = np.where(own & (k >= position), k + 1, k)
+        return np.take_along_axis(ranked, np.clip(at, 0, n - 1), axis=1)
+
+    has = count > 0
+    middle = (kth((count - 1) // 2) + kth(count // 2)) / 2
+    out[has] = middle[has]
+    return out
