@@ -30,6 +30,8 @@ step so that one shift puts all of them on the job's clock.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -65,28 +67,50 @@ MICRO_BATCH_PATTERN = r"^(?i:(forward|backward))\D*?(\d+)$"
 
 def step_ops(trace: Trace) -> pa.Table:
     """One row per outermost op and per micro-batch range of every step (:data:`STEP_OPS_SCHEMA`)."""
+    merge = StepOpsMerge()
+    merge.add(step_ops_part(trace))
+    return merge.table(trace.rank)
+
+
+@dataclasses.dataclass
+class StepOpsPart:
+    """What :func:`step_ops` reads of one part of a rank's trace: the whole trace, or a chunk of
+    whole steps (``perfsight.model_chunks``) read one at a time by the bounded-memory path.
+
+    The choices only the whole trace can make -- device ops or the main thread's host ops, which
+    thread is the main one, which memory device is the busiest, which op is nested in an op of
+    another part -- are left to :class:`StepOpsMerge`: a part keeps every candidate and the counts
+    those choices read.  ``slice`` values are rows of the whole trace's slices."""
+
+    device: pd.DataFrame
+    """Device op candidates (:func:`_outermost_part`)."""
+    host: pd.DataFrame
+    """Host op candidates of every thread (:func:`_outermost_part`)."""
+    blocks: pd.DataFrame
+    flops: pd.DataFrame
+    memory: pd.DataFrame
+    """Allocator events inside a step, every device (``device_type``, ``device_index`` kept)."""
+    memory_counts: pd.Series
+    """Allocator events with an allocated total, per (device_type, device_index)."""
+    step_tracks: pd.Series
+    """Step markers (``kind == "step"``) per track, among the slices inside a step."""
+    tracks: pd.Series
+    """Slices inside a step per track."""
+    has_slices: bool
+    """Whether the part has any slice (a trace without any has no rows, memory events or not)."""
+
+
+def step_ops_part(trace: Trace, rows: np.ndarray | None = None) -> StepOpsPart:
+    """The candidates and counts of ``trace`` (a whole trace, or a chunk whose slices are the
+    whole trace's ``rows``)."""
     wanted = ["kind", "name", "is_device", "track", "start_ns", "dur_ns", "step"]
     s = trace.slices.select(wanted).to_pandas()
-    if s.empty:
-        return STEP_OPS_SCHEMA.empty_table()
-    s["slice"] = np.arange(len(s), dtype=np.int64)
+    s["slice"] = np.arange(len(s), dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
     s["kind"] = s["kind"].astype(str)
     s["name"] = s["name"].astype(str)
     s = s[s["step"].notna() & (s["step"] >= 0)]
     device = s[s["is_device"] & s["kind"].isin(OP_KINDS_DEVICE)]
-    if not device.empty:
-        ops = device
-    else:
-        steps_on = s.loc[s["kind"] == "step", "track"]
-        main = steps_on.mode().iloc[0] if not steps_on.empty else s["track"].mode().iloc[0]
-        ops = s[(~s["is_device"]) & (s["track"] == main) & s["kind"].isin(OP_KINDS_HOST)]
-    ops = _outermost(ops)
-    ops = ops.assign(
-        level="op",
-        category="compute",
-        phase="",
-        micro_batch=-1,
-    )
+    host = s[(~s["is_device"]) & s["kind"].isin(OP_KINDS_HOST)]
     found = s.loc[s["kind"] == "annotation", "name"].str.extract(MICRO_BATCH_PATTERN)
     blocks = s.loc[found.dropna().index]
     blocks = blocks.assign(
@@ -95,69 +119,181 @@ def step_ops(trace: Trace) -> pa.Table:
         phase=found.loc[blocks.index, 0].str.lower(),
         micro_batch=found.loc[blocks.index, 1].astype(int),
     )
-    rows = pd.concat([ops, blocks, _flops_rows(trace, s), _memory_rows(trace)], ignore_index=True)
-    if rows.empty:
-        return STEP_OPS_SCHEMA.empty_table()
-    rows = rows.sort_values(["step", "level", "start_ns", "slice"], kind="stable")
-    rows["order"] = rows.groupby(["step", "level"]).cumcount()
-    rows["end_ns"] = rows["start_ns"] + rows["dur_ns"]
-    if "value" not in rows:
-        rows["value"] = np.nan
-    rows["rank"] = trace.rank
-    return pa.Table.from_pandas(rows[STEP_OPS_SCHEMA.names], schema=STEP_OPS_SCHEMA, preserve_index=False)
+    memory, memory_counts = _memory_candidates(trace)
+    return StepOpsPart(
+        device=_outermost_part(device),
+        host=_outermost_part(host),
+        blocks=blocks,
+        flops=_flops_rows(trace, s, rows),
+        memory=memory,
+        memory_counts=memory_counts,
+        step_tracks=s.loc[s["kind"] == "step", "track"].value_counts(),
+        tracks=s["track"].value_counts(),
+        has_slices=trace.slices.num_rows > 0,
+    )
 
 
-def _flops_rows(trace: Trace, slices: pd.DataFrame) -> pd.DataFrame:
-    """One row per outermost operator with a FLOPs count, in a step: its interval and FLOPs."""
+class StepOpsMerge:
+    """:func:`step_ops` of a trace from its parts, added in order (chunks in step-window order);
+    holds only the candidates a later part can still need (no host candidates once a part had
+    device ops, no host memory events once one had an accelerator's)."""
+
+    def __init__(self) -> None:
+        self.parts: list[StepOpsPart] = []
+        self.has_device = False
+        self.has_accelerator = False
+        self.has_slices = False
+
+    def add(self, part: StepOpsPart) -> None:
+        self.has_device |= not part.device.empty
+        self.has_slices |= part.has_slices
+        self.has_accelerator |= any(kind != "cpu" for kind, _ in part.memory_counts.index)
+        self.parts.append(part)
+        for kept in self.parts:  # what the whole trace will not choose is dropped now
+            if self.has_device:
+                kept.host = kept.host.iloc[:0]
+            if self.has_accelerator and not kept.memory.empty:
+                kept.memory = kept.memory[kept.memory["device_type"] != "cpu"]
+
+    def table(self, rank: int) -> pa.Table:
+        """The rank's :data:`STEP_OPS_SCHEMA` table, as :func:`step_ops` gives it for the whole trace."""
+        parts = self.parts
+        if not self.has_slices:
+            return STEP_OPS_SCHEMA.empty_table()
+        if self.has_device:
+            candidates = [p.device for p in parts]
+        else:
+            candidates = [p.host[p.host["track"] == self._main_track()] for p in parts]
+        ops = _outermost(_by_slice(candidates))
+        ops = ops.assign(level="op", category="compute", phase="", micro_batch=-1)
+        blocks = _by_slice([p.blocks for p in parts])
+        flops = _by_slice([p.flops for p in parts])
+        rows = pd.concat([ops, blocks, flops, self._memory_rows()], ignore_index=True)
+        if rows.empty:
+            return STEP_OPS_SCHEMA.empty_table()
+        rows = rows.sort_values(["step", "level", "start_ns", "slice"], kind="stable")
+        rows["order"] = rows.groupby(["step", "level"]).cumcount()
+        rows["end_ns"] = rows["start_ns"] + rows["dur_ns"]
+        if "value" not in rows:
+            rows["value"] = np.nan
+        rows["rank"] = rank
+        return pa.Table.from_pandas(rows[STEP_OPS_SCHEMA.names], schema=STEP_OPS_SCHEMA, preserve_index=False)
+
+    def _main_track(self) -> int | None:
+        """The thread that runs the training step: the one holding most step markers, else most
+        slices (the smallest track among equals, as ``Series.mode`` picks)."""
+        for counts in ([p.step_tracks for p in self.parts], [p.tracks for p in self.parts]):
+            total = _summed(counts)
+            if not total.empty:
+                return int(total[total == total.max()].index.min())
+        return None
+
+    def _memory_rows(self) -> pd.DataFrame:
+        """The busiest device's events inside a step (an accelerator's when the trace has any)."""
+        counts = _summed([p.memory_counts for p in self.parts])
+        if counts.empty:
+            return pd.DataFrame()
+        if self.has_accelerator:
+            counts = counts[[kind != "cpu" for kind, _ in counts.index]]
+        busiest = counts.sort_index().idxmax()
+        m = pd.concat([p.memory for p in self.parts], ignore_index=True)
+        m = m[(m["device_type"] == busiest[0]) & (m["device_index"] == busiest[1])]
+        return m.drop(columns=["device_type", "device_index"]).reset_index(drop=True)
+
+
+def _summed(counts: list[pd.Series]) -> pd.Series:
+    """Counts of several parts added up by key."""
+    counts = [c for c in counts if not c.empty]
+    if not counts:
+        return pd.Series(dtype="int64")
+    return pd.concat(counts).groupby(level=list(range(counts[0].index.nlevels))).sum()
+
+
+def _by_slice(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The parts' rows in the whole trace's slice order (the order the whole trace's rows have)."""
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames).sort_values("slice", kind="stable")
+
+
+def _flops_rows(trace: Trace, slices: pd.DataFrame, rows: np.ndarray | None) -> pd.DataFrame:
+    """One row per outermost operator with a FLOPs count, in a step: its interval and FLOPs
+    (``rows``: the whole trace's row of each of ``trace``'s slices, None for the whole trace)."""
     from perfsight.analysis.flops import op_flops
 
     counted = op_flops(trace)
     if counted.num_rows == 0:
         return pd.DataFrame()
-    flops = pd.Series(counted.column("flops").to_numpy(), index=counted.column("slice").to_numpy())
-    rows = slices[slices["slice"].isin(flops.index)]  # ``slices`` holds only rows inside a step
-    return rows.assign(
+    local = counted.column("slice").to_numpy()
+    flops = pd.Series(counted.column("flops").to_numpy(), index=local if rows is None else rows[local])
+    picked = slices[slices["slice"].isin(flops.index)]  # ``slices`` holds only rows inside a step
+    return picked.assign(
         level="flops", category="compute", phase="", micro_batch=-1, name="flops",
-        value=flops.loc[rows["slice"]].to_numpy(),
+        value=flops.loc[picked["slice"]].to_numpy(),
     )  # fmt: skip
 
 
-def _memory_rows(trace: Trace) -> pd.DataFrame:
-    """One row per allocator event of the rank's busiest device (an accelerator's when the trace has
-    any, else the host's), in a step: its time and the allocated total after it (bytes)."""
+def _memory_candidates(trace: Trace) -> tuple[pd.DataFrame, pd.Series]:
+    """Every device's allocator events inside a step of ``trace`` (its time and the allocated
+    total after it, bytes), and the events with an allocated total per device; the merge keeps
+    the busiest device's.  A chunk's events lie in its own steps' windows (``model_chunks``), so
+    its own step table places them as the whole one does."""
     memory = trace.memory
-    if memory.num_rows == 0 or trace.steps.num_rows == 0:
-        return pd.DataFrame()
+    empty = pd.Series(dtype="int64")
+    if memory.num_rows == 0:
+        return pd.DataFrame(), empty
     m = memory.select(["device_type", "device_index", "ts_ns", "allocated_bytes"]).to_pandas()
     m["device_type"] = m["device_type"].astype(str)
     m = m[m["allocated_bytes"].notna()]
-    accelerator = m[m["device_type"] != "cpu"]
-    m = accelerator if not accelerator.empty else m
-    if m.empty:
-        return pd.DataFrame()
-    busiest = m.groupby(["device_type", "device_index"]).size().idxmax()
-    m = m[(m["device_type"] == busiest[0]) & (m["device_index"] == busiest[1])]
+    counts = m.groupby(["device_type", "device_index"]).size() if not m.empty else empty
+    if m.empty or trace.steps.num_rows == 0:
+        return pd.DataFrame(), counts
     steps = trace.steps.select(["step", "start_ns", "end_ns"]).to_pandas().sort_values("start_ns")
     at = np.searchsorted(steps["start_ns"].to_numpy(), m["ts_ns"].to_numpy(), side="right") - 1
     inside = at >= 0
     inside[inside] = m["ts_ns"].to_numpy()[inside] < steps["end_ns"].to_numpy()[at[inside]]
     m, at = m[inside], at[inside]
     if m.empty:
-        return pd.DataFrame()
-    return pd.DataFrame(
+        return pd.DataFrame(), counts
+    rows = pd.DataFrame(
         {
+            "device_type": m["device_type"].to_numpy(), "device_index": m["device_index"].to_numpy(),
             "level": "memory", "category": "memory", "phase": "", "micro_batch": -1, "name": "memory",
             "slice": -1, "step": steps["step"].to_numpy()[at], "start_ns": m["ts_ns"].to_numpy(),
             "dur_ns": 0, "value": m["allocated_bytes"].to_numpy(dtype=np.float64),
         }
     )  # fmt: skip
+    return rows, counts
 
 
 def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
     """The ops not inside an earlier op of their track: an op starting before the latest end of the
     ops started before it on its track is nested (a track's ops nest, they do not cross; device
-    work does not nest, so every kernel is kept)."""
+    work does not nest, so every kernel is kept).  Rows of :func:`_outermost_part` marked as not
+    candidates count as earlier ops but are never kept."""
+    if ops.empty:
+        return ops
     ops = ops.sort_values(["track", "start_ns", "dur_ns"], ascending=[True, True, False], kind="stable")
     end = ops["start_ns"] + ops["dur_ns"]
     reach = end.groupby(ops["track"]).cummax().groupby(ops["track"]).shift(1)
-    return ops[~(ops["start_ns"] < reach)]
+    kept = ~(ops["start_ns"] < reach)
+    if "candidate" in ops:
+        kept &= ops["candidate"]
+        ops = ops.drop(columns=["candidate"])
+    return ops[kept]
+
+
+def _outermost_part(ops: pd.DataFrame) -> pd.DataFrame:
+    """What a part keeps for :func:`_outermost` over the whole trace: its ops not nested in an
+    earlier op of the part (``candidate``), and the nested ones that end after every earlier op
+    of the part (a crossing op, not a candidate: it can still hold an op of a later part).  An op
+    nested in the part is nested in the whole; an op dropped here ends no later than one kept, so
+    the whole trace's latest end before any op is the same over the kept rows."""
+    if ops.empty:
+        return ops.assign(candidate=pd.Series(dtype=bool))
+    ops = ops.sort_values(["track", "start_ns", "dur_ns"], ascending=[True, True, False], kind="stable")
+    end = ops["start_ns"] + ops["dur_ns"]
+    reach = end.groupby(ops["track"]).cummax().groupby(ops["track"]).shift(1)
+    nested = ops["start_ns"] < reach
+    return ops.assign(candidate=~nested)[~nested | (end > reach)]
