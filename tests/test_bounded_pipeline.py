@@ -123,4 +123,4 @@ def test_a_memory_limit_on_a_job_is_not_ignored_silently(tmp_path: Path) -> None
         timeout=600,
     )
     assert done.returncode == 0, done.stderr
-    assert "--memory-limit applies to single traces" in done.stderr and str(job) in done.stderr
+    assert "--memory-limit applies to plain Kineto trace files" in done.stderr and str(job) in done.stderr

@@ -167,7 +167,12 @@ def innermost(held: np.ndarray) -> np.ndarray:
 def module_statistic(trace: Trace, ranges: pd.DataFrame | None = None) -> pa.Table:
     """Per step and module: forward calls and their summed wall time (:data:`MODULE_STATISTIC_SCHEMA`);
     ``ranges``: the trace's :func:`module_ranges`, when the caller has them already."""
-    ranges = module_ranges(trace) if ranges is None else ranges
+    return module_statistic_of(trace.rank, module_ranges(trace) if ranges is None else ranges)
+
+
+def module_statistic_of(rank: int, ranges: pd.DataFrame) -> pa.Table:
+    """:func:`module_statistic` of a rank from its :func:`module_ranges` (of the whole trace, or
+    nested from its chunks' :func:`range_rows`)."""
     ranges = ranges[ranges["step"] >= 0]
     if ranges.empty:
         return MODULE_STATISTIC_SCHEMA.empty_table()
@@ -177,7 +182,7 @@ def module_statistic(trace: Trace, ranges: pd.DataFrame | None = None) -> pa.Tab
         .agg(calls=("dur", "size"), total_ns=("dur", "sum"))
         .reset_index()
     )
-    table["rank"] = trace.rank
+    table["rank"] = rank
     return pa.Table.from_pandas(
         table[MODULE_STATISTIC_SCHEMA.names], schema=MODULE_STATISTIC_SCHEMA, preserve_index=False
     )
