@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perfsight import columns, memory_budget
-from perfsight.analysis import modules, op_context, step_ops
+from perfsight.analysis import communication, modules, op_context, step_ops
 from perfsight.cluster.rank import (
     CLUSTER_TABLES,
     RankDigest,
@@ -109,7 +109,7 @@ def run_rank_bounded(
     except (TraceReadError, ValueError) as exc:
         return RankFailure(source, str(exc))
     except OutputError as exc:  # disk full, no permission: this rank's files, not the job, are lost
-        return RankFailure(source, f"rank {exc}: outputs not written")
+        return RankFailure(source, f"outputs not written ({exc})")
     except OSError as exc:
         return RankFailure(source, f"{path}: {exc}")
     meta.sources = [source]
@@ -152,7 +152,9 @@ def _analyse_only(
             tables = {name: chunked.tables[name] for name in CLUSTER_TABLES if name in chunked.tables}
             rows = chunked.rows["communication_ops"]
             batches = list(rows.merged())
-            tables["communication_ops"] = pa.concat_tables(batches) if batches else rows.schema.empty_table()
+            tables["communication_ops"] = (
+                pa.concat_tables(batches) if batches else communication.OP_TIME_SCHEMA.empty_table()
+            )
             return dataclasses.replace(spilled.meta), chunked.steps, tables
 
 
