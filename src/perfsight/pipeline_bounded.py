@@ -55,7 +55,7 @@ def analyse_and_write_bounded(
             spill.mkdir(parents=True)
         with spill_kineto(path, spill / "trace", max_slices, rank=options.rank) as spilled:
             rank_dir = place(spilled.meta.rank)
-            chunked = analyse_chunks(_observed(spilled.chunks(), observe), options, spill / "rows")
+            chunked = analyse_chunks(observed(spilled.chunks(), observe), options, spill / "rows")
             if progress is not None:
                 progress.update(1)
             with OutputError.naming(rank_dir):  # staged: complete or absent (export/staging.py)
@@ -84,9 +84,10 @@ def analyse_and_write_bounded(
     )
 
 
-def _observed(
+def observed(
     chunks: Iterator[TraceChunk], observe: Callable[[TraceChunk], None] | None
 ) -> Iterator[TraceChunk]:
+    """The chunks, each shown to ``observe`` first as it passes (one read of the spill serves both)."""
     for chunk in chunks:
         if observe is not None:
             observe(chunk)

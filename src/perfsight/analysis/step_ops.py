@@ -35,6 +35,8 @@ import dataclasses
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+from pandas.api.types import union_categoricals
 
 from perfsight.model import Trace
 
@@ -100,24 +102,24 @@ class StepOpsPart:
     """Whether the part has any slice (a trace without any has no rows, memory events or not)."""
 
 
+CANDIDATE_COLUMNS = ["name", "track", "start_ns", "dur_ns", "step", "slice"]
+"""What a part keeps of each op candidate (``name`` categorical: a code per row, each name once)."""
+
+
 def step_ops_part(trace: Trace, rows: np.ndarray | None = None) -> StepOpsPart:
     """The candidates and counts of ``trace`` (a whole trace, or a chunk whose slices are the
     whole trace's ``rows``)."""
     wanted = ["kind", "name", "is_device", "track", "start_ns", "dur_ns", "step"]
-    s = trace.slices.select(wanted).to_pandas()
+    s = trace.slices.select(wanted).to_pandas()  # kind and name come categorical (Arrow dictionaries)
     s["slice"] = np.arange(len(s), dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
-    s["kind"] = s["kind"].astype(str)
-    s["name"] = s["name"].astype(str)
     s = s[s["step"].notna() & (s["step"] >= 0)]
-    device = s[s["is_device"] & s["kind"].isin(OP_KINDS_DEVICE)]
-    host = s[(~s["is_device"]) & s["kind"].isin(OP_KINDS_HOST)]
-    found = s.loc[s["kind"] == "annotation", "name"].str.extract(MICRO_BATCH_PATTERN)
-    blocks = s.loc[found.dropna().index]
-    blocks = blocks.assign(
-        level="micro_batch",
-        category="compute",
-        phase=found.loc[blocks.index, 0].str.lower(),
-        micro_batch=found.loc[blocks.index, 1].astype(int),
+    kind = s["kind"].astype(str)
+    device = s.loc[s["is_device"] & kind.isin(OP_KINDS_DEVICE), CANDIDATE_COLUMNS]
+    host = s.loc[(~s["is_device"]) & kind.isin(OP_KINDS_HOST), CANDIDATE_COLUMNS]
+    annotations = s[kind == "annotation"]
+    found = annotations["name"].astype(str).str.extract(MICRO_BATCH_PATTERN).dropna()
+    blocks = annotations.loc[found.index, ["name", "start_ns", "dur_ns", "step", "slice"]].assign(
+        phase=found[0].str.lower(), micro_batch=found[1].astype(int)
     )
     memory, memory_counts = _memory_candidates(trace)
     return StepOpsPart(
@@ -127,7 +129,7 @@ def step_ops_part(trace: Trace, rows: np.ndarray | None = None) -> StepOpsPart:
         flops=_flops_rows(trace, s, rows),
         memory=memory,
         memory_counts=memory_counts,
-        step_tracks=s.loc[s["kind"] == "step", "track"].value_counts(),
+        step_tracks=s.loc[kind == "step", "track"].value_counts(),
         tracks=s["track"].value_counts(),
         has_slices=trace.slices.num_rows > 0,
     )
@@ -156,7 +158,11 @@ class StepOpsMerge:
                 kept.memory = kept.memory[kept.memory["device_type"] != "cpu"]
 
     def table(self, rank: int) -> pa.Table:
-        """The rank's :data:`STEP_OPS_SCHEMA` table, as :func:`step_ops` gives it for the whole trace."""
+        """The rank's :data:`STEP_OPS_SCHEMA` table, as :func:`step_ops` gives it for the whole trace.
+
+        Rows in order of step, then level (alphabetical), then start and slice; ``order`` counts
+        each step's rows of a level.  Each level is ordered alone and the levels joined by a stable
+        sort on the step, built column by column in Arrow (a rank's ops can be millions of rows)."""
         parts = self.parts
         if not self.has_slices:
             return STEP_OPS_SCHEMA.empty_table()
@@ -164,20 +170,22 @@ class StepOpsMerge:
             candidates = [p.device for p in parts]
         else:
             candidates = [p.host[p.host["track"] == self._main_track()] for p in parts]
-        ops = _outermost(_by_slice(candidates))
-        ops = ops.assign(level="op", category="compute", phase="", micro_batch=-1)
-        blocks = _by_slice([p.blocks for p in parts])
-        flops = _by_slice([p.flops for p in parts])
-        rows = pd.concat([ops, blocks, flops, self._memory_rows()], ignore_index=True)
-        if rows.empty:
+        levels = [
+            _level("flops", _by_slice([p.flops for p in parts]), rank, name="flops"),
+            _level("memory", self._memory_rows(), rank, name="memory", category="memory"),
+            _level("micro_batch", _by_slice([p.blocks for p in parts]), rank),
+            _level("op", _outermost(_by_slice(candidates)), rank),
+        ]
+        levels = [t for t in levels if t.num_rows]
+        if not levels:
             return STEP_OPS_SCHEMA.empty_table()
-        rows = rows.sort_values(["step", "level", "start_ns", "slice"], kind="stable")
-        rows["order"] = rows.groupby(["step", "level"]).cumcount()
-        rows["end_ns"] = rows["start_ns"] + rows["dur_ns"]
-        if "value" not in rows:
-            rows["value"] = np.nan
-        rows["rank"] = rank
-        return pa.Table.from_pandas(rows[STEP_OPS_SCHEMA.names], schema=STEP_OPS_SCHEMA, preserve_index=False)
+        steps = np.concatenate([t.column("step").to_numpy() for t in levels])
+        order = pa.array(np.argsort(steps, kind="stable"), pa.int64())
+        columns = {}
+        for name in STEP_OPS_SCHEMA.names:  # a column at a time: one column's copy at most
+            columns[name] = pa.chunked_array([t.column(name) for t in levels]).take(order)
+            levels = [t.drop_columns([name]) for t in levels]
+        return pa.table(columns, schema=STEP_OPS_SCHEMA)
 
     def _main_track(self) -> int | None:
         """The thread that runs the training step: the one holding most step markers, else most
@@ -196,9 +204,49 @@ class StepOpsMerge:
         if self.has_accelerator:
             counts = counts[[kind != "cpu" for kind, _ in counts.index]]
         busiest = counts.sort_index().idxmax()
-        m = pd.concat([p.memory for p in self.parts], ignore_index=True)
-        m = m[(m["device_type"] == busiest[0]) & (m["device_index"] == busiest[1])]
-        return m.drop(columns=["device_type", "device_index"]).reset_index(drop=True)
+        m = pd.concat([p.memory for p in self.parts if not p.memory.empty], ignore_index=True)
+        return m[(m["device_type"] == busiest[0]) & (m["device_index"] == busiest[1])]
+
+
+def _level(
+    level: str, rows: pd.DataFrame, rank: int, name: str | None = None, category: str = "compute"
+) -> pa.Table:
+    """One level's rows as :data:`STEP_OPS_SCHEMA` columns, ordered by step, start and slice (stable)."""
+    if rows.empty:
+        return STEP_OPS_SCHEMA.empty_table()
+    rows = rows.sort_values(["step", "start_ns", "slice"], kind="stable")
+    n = len(rows)
+    step = rows["step"].to_numpy(np.int64)
+    first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
+    order = np.arange(n) - np.repeat(first, np.diff(np.r_[first, n]))
+    start = rows["start_ns"].to_numpy(np.int64)
+    value = rows["value"].to_numpy(np.float64) if "value" in rows else np.full(n, np.nan)
+
+    def text(column: str, default: str) -> pa.Array:
+        if column in rows:
+            return pc.cast(pa.array(rows[column], from_pandas=True), pa.string())
+        return pa.repeat(pa.scalar(default, pa.string()), n)
+
+    micro = rows["micro_batch"].to_numpy(np.int64) if "micro_batch" in rows else np.full(n, -1)
+    return pa.table(
+        {
+            "rank": pa.array(np.full(n, rank), pa.int32()),
+            "step": pa.array(step, pa.int32()),
+            "level": pa.repeat(pa.scalar(level, pa.string()), n),
+            "order": pa.array(order, pa.int32()),
+            "name": text("name", name or "")
+            if name is None
+            else pa.array(np.full(n, name, object), pa.string()),
+            "category": pa.repeat(pa.scalar(category, pa.string()), n),
+            "phase": text("phase", ""),
+            "micro_batch": pa.array(micro, pa.int32()),
+            "slice": pa.array(rows["slice"].to_numpy(np.int64), pa.int64()),
+            "start_ns": pa.array(start, pa.int64()),
+            "end_ns": pa.array(start + rows["dur_ns"].to_numpy(np.int64), pa.int64()),
+            "value": pa.array(value, pa.float64(), mask=np.isnan(value)),
+        },
+        schema=STEP_OPS_SCHEMA,
+    )
 
 
 def _summed(counts: list[pd.Series]) -> pd.Series:
@@ -210,11 +258,19 @@ def _summed(counts: list[pd.Series]) -> pd.Series:
 
 
 def _by_slice(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """The parts' rows in the whole trace's slice order (the order the whole trace's rows have)."""
+    """The parts' rows in the whole trace's slice order (the order the whole trace's rows have);
+    their categorical names joined into one categorical (no text per row)."""
     frames = [f for f in frames if not f.empty]
     if not frames:
         return pd.DataFrame()
-    return pd.concat(frames).sort_values("slice", kind="stable")
+    names = None
+    if "name" in frames[0] and all(isinstance(f["name"].dtype, pd.CategoricalDtype) for f in frames):
+        names = union_categoricals([f["name"] for f in frames], ignore_order=True)
+        frames = [f.drop(columns=["name"]) for f in frames]
+    whole = pd.concat(frames, ignore_index=True)
+    if names is not None:
+        whole["name"] = names
+    return whole.sort_values("slice", kind="stable")
 
 
 def _flops_rows(trace: Trace, slices: pd.DataFrame, rows: np.ndarray | None) -> pd.DataFrame:
@@ -227,11 +283,8 @@ def _flops_rows(trace: Trace, slices: pd.DataFrame, rows: np.ndarray | None) -> 
         return pd.DataFrame()
     local = counted.column("slice").to_numpy()
     flops = pd.Series(counted.column("flops").to_numpy(), index=local if rows is None else rows[local])
-    picked = slices[slices["slice"].isin(flops.index)]  # ``slices`` holds only rows inside a step
-    return picked.assign(
-        level="flops", category="compute", phase="", micro_batch=-1, name="flops",
-        value=flops.loc[picked["slice"]].to_numpy(),
-    )  # fmt: skip
+    picked = slices.loc[slices["slice"].isin(flops.index), ["start_ns", "dur_ns", "step", "slice"]]
+    return picked.assign(value=flops.loc[picked["slice"]].to_numpy())  # ``slices``: rows inside a step
 
 
 def _memory_candidates(trace: Trace) -> tuple[pd.DataFrame, pd.Series]:
@@ -258,12 +311,15 @@ def _memory_candidates(trace: Trace) -> tuple[pd.DataFrame, pd.Series]:
         return pd.DataFrame(), counts
     rows = pd.DataFrame(
         {
-            "device_type": m["device_type"].to_numpy(), "device_index": m["device_index"].to_numpy(),
-            "level": "memory", "category": "memory", "phase": "", "micro_batch": -1, "name": "memory",
-            "slice": -1, "step": steps["step"].to_numpy()[at], "start_ns": m["ts_ns"].to_numpy(),
-            "dur_ns": 0, "value": m["allocated_bytes"].to_numpy(dtype=np.float64),
+            "device_type": pd.Categorical(m["device_type"].to_numpy()),
+            "device_index": m["device_index"].to_numpy(),
+            "slice": np.full(len(m), -1, np.int64),
+            "step": steps["step"].to_numpy()[at],
+            "start_ns": m["ts_ns"].to_numpy(),
+            "dur_ns": np.zeros(len(m), np.int64),
+            "value": m["allocated_bytes"].to_numpy(dtype=np.float64),
         }
-    )  # fmt: skip
+    )
     return rows, counts
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -143,12 +142,13 @@ def _analyse_only(
     metadata, steps and cluster tables, spilled to a temporary folder deleted afterwards."""
     from perfsight.chunked_analysis import analyse_chunks
     from perfsight.ingest.kineto_spill import spill_kineto
+    from perfsight.pipeline_bounded import observed
 
     with tempfile.TemporaryDirectory(prefix="perfsight-rank-") as tmp:
         spill = Path(tmp)
         max_slices = memory_budget.slices_per_chunk(budget)
         with spill_kineto(path, spill / "trace", max_slices, rank=task.options.rank) as spilled:
-            chunked = analyse_chunks(_observed(spilled.chunks(), extras), task.options, spill / "rows")
+            chunked = analyse_chunks(observed(spilled.chunks(), extras.add), task.options, spill / "rows")
             tables = {name: chunked.tables[name] for name in CLUSTER_TABLES if name in chunked.tables}
             rows = chunked.rows["communication_ops"]
             batches = list(rows.merged())
@@ -156,13 +156,6 @@ def _analyse_only(
                 pa.concat_tables(batches) if batches else communication.OP_TIME_SCHEMA.empty_table()
             )
             return dataclasses.replace(spilled.meta), chunked.steps, tables
-
-
-def _observed(chunks: Iterator[TraceChunk], extras: RankExtras) -> Iterator[TraceChunk]:
-    """The chunks, each shown to ``extras`` as it passes (one read of the spill serves both)."""
-    for chunk in chunks:
-        extras.add(chunk)
-        yield chunk
 
 
 class RankExtras:
