@@ -4,7 +4,9 @@ Why a digest: a thousand-rank job cannot hold a thousand traces in one process. 
 and analysed where it lies (a worker process, a Dask worker); only the tables the cross-rank step
 needs travel back -- communication op instances, steps, the step trace, the overlap breakdown,
 FLOPs and memory peaks -- a few kilobytes per rank.  This module computes no metric itself: the
-numbers come from ``perfsight.pipeline`` / ``perfsight.analysis``.
+numbers come from ``perfsight.pipeline`` / ``perfsight.analysis``.  A plain Kineto rank too large
+to read whole (``RankTask.memory_limit``, or more than its worker's share of the memory) is
+analysed chunk of steps by chunk with the same digest (``perfsight.cluster.rank_chunks``).
 """
 
 from __future__ import annotations

@@ -19,6 +19,11 @@ from the whole trace.  Here they are computed from the chunks as the bounded pat
   whole trace's row and the rows to the whole ``comm`` table's order;
 * the time span: the earliest start and latest end over the chunks.
 
+What the limit covers: the bounded path's own peak (``memory_budget``) plus the digest, which
+the cross-rank step needs whole and which grows with the trace (a ``step_ops`` row per outermost
+op and per allocator event: about 100 bytes a slice, sent to the parent as one more copy); a rank
+of 1 GB of JSON within 600 MB peaks near 1 GB (docs/BENCHMARKS.md, "A job's large ranks").
+
 What it must not do: compute a metric its own way (every value comes from the functions the
 whole-trace path calls), or hold a per-row table of the whole trace beyond what the digest keeps.
 """
