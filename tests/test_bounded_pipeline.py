@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 import shared_data
-from _same_outputs import same_outputs
 from perfsight.export.staging import STAGING_PREFIX
 from shared_data import DATA
 
@@ -45,6 +46,25 @@ def _analyse(trace: Path, out: Path, *extra: str) -> dict:
     return summary
 
 
+def _files(folder: Path) -> dict[str, Path]:
+    return {str(p.relative_to(folder)): p for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _same_outputs(whole: Path, bounded: Path) -> None:
+    expected, got = _files(whole), _files(bounded)
+    assert sorted(got) == sorted(expected)
+    for name, path in expected.items():
+        if name.endswith(".parquet"):
+            a, b = pq.read_table(path), pq.read_table(got[name])
+            assert a.schema.equals(b.schema), name
+            assert a.equals(b), f"{name}: the bounded path's table differs"
+        elif name.endswith(".db"):
+            with sqlite3.connect(path) as x, sqlite3.connect(got[name]) as y:
+                assert list(x.iterdump()) == list(y.iterdump()), name
+        else:
+            assert path.read_bytes() == got[name].read_bytes(), f"{name}: the bounded path's file differs"
+
+
 @pytest.mark.parametrize("export_type", ["text", "text,db"])
 def test_every_output_of_df_index_resolver_is_the_same_within_a_tiny_limit(
     df_trace_path: Path, tmp_path: Path, export_type: str
@@ -54,7 +74,7 @@ def test_every_output_of_df_index_resolver_is_the_same_within_a_tiny_limit(
         df_trace_path, tmp_path / "bounded", "--export-type", export_type, "--memory-limit", TINY
     )
     assert bounded == whole  # what the CLI prints: steps, shares, top operators, findings, warnings
-    same_outputs(tmp_path / "whole", tmp_path / "bounded")
+    _same_outputs(tmp_path / "whole", tmp_path / "bounded")
     assert not [p for p in (tmp_path / "bounded").rglob("*") if p.name.startswith(STAGING_PREFIX)]
 
 
@@ -62,7 +82,7 @@ def test_nccl_data_is_the_same_within_a_tiny_limit(nccl_trace_path: Path, tmp_pa
     assert _analyse(nccl_trace_path, tmp_path / "b", "--memory-limit", TINY) == _analyse(
         nccl_trace_path, tmp_path / "w"
     )
-    same_outputs(tmp_path / "w", tmp_path / "b")
+    _same_outputs(tmp_path / "w", tmp_path / "b")
 
 
 def test_a_trace_cut_mid_way_keeps_every_complete_event_within_a_limit(
@@ -75,7 +95,7 @@ def test_a_trace_cut_mid_way_keeps_every_complete_event_within_a_limit(
     bounded = _analyse(cut, tmp_path / "bounded", "--memory-limit", TINY)
     assert bounded == whole
     assert any("truncated" in line or "damaged" in line for line in bounded["warnings"])
-    same_outputs(tmp_path / "whole", tmp_path / "bounded")
+    _same_outputs(tmp_path / "whole", tmp_path / "bounded")
 
 
 def test_the_python_api_gives_the_per_row_tables_of_a_bounded_analysis_from_its_cache(
