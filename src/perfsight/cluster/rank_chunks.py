@@ -10,7 +10,9 @@ from the whole trace.  Here they are computed from the chunks as the bounded pat
 (one pass, no second read of the spill), by the analysis modules' own part and merge functions:
 
 * ``step_ops``: :class:`~perfsight.analysis.step_ops.StepOpsMerge` (the device-or-host choice,
-  the main thread, the busiest memory device and the nesting across chunks decided over all);
+  the main thread, the busiest memory device and the nesting across chunks decided over all; the
+  FLOPs rows per chunk, as ``chunked_analysis``' ``flops_by_step``: an op and a recognised op
+  holding it are in one chunk);
 * ``op_context``: each chunk's op candidates' facts (:func:`~perfsight.analysis.op_context.op_facts`)
   and ranges (``context_ranges``), placed once the ops are known;
 * module forwards: each chunk's :func:`~perfsight.analysis.modules.range_rows`, nested over all
@@ -22,7 +24,8 @@ from the whole trace.  Here they are computed from the chunks as the bounded pat
 What the limit covers: the bounded path's own peak (``memory_budget``) plus the digest, which
 the cross-rank step needs whole and which grows with the trace (a ``step_ops`` row per outermost
 op and per allocator event: about 100 bytes a slice, sent to the parent as one more copy); a rank
-of 1 GB of JSON within 600 MB peaks near 1 GB (docs/BENCHMARKS.md, "A job's large ranks").
+of 1 GB of JSON within 600 MB peaks at 1.2 GB, against 1.4 GB whole (docs/BENCHMARKS.md, "A
+job's large ranks").
 
 What it must not do: compute a metric its own way (every value comes from the functions the
 whole-trace path calls), or hold a per-row table of the whole trace beyond what the digest keeps.
