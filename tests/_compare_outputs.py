@@ -82,3 +82,25 @@ def same_outputs(whole: Path, bounded: Path) -> None:
                 assert list(x.iterdump()) == list(y.iterdump()), name
         else:
             assert path.read_bytes() == got[name].read_bytes(), f"{name}: the bounded path's file differs"
+
+
+def _analyse_job(job: Path, out: Path, *extra: str) -> dict:
+    done = run_analyse(job, out, *extra)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def job_is_the_same_within_a_tiny_limit(job: Path, tmp_path: Path, least_chunks: int) -> None:
+    """``perfsight analyse JOB`` whole and with ``--memory-limit 1M``: the same summaries and
+    files, each rank cut in at least ``least_chunks`` chunks.  Both analyses write to the same
+    folder (the whole one's moved aside first), so the files that name their folder (the cluster
+    summary) compare byte for byte too."""
+    out = tmp_path / "out"
+    whole = _analyse_job(job, out)
+    out.rename(tmp_path / "whole")
+    bounded = _analyse_job(job, out, "--memory-limit", TINY)
+    assert len(bounded["ranks"]) == len(whole["ranks"]) >= 2
+    for mine in bounded["ranks"]:
+        assert mine.pop("bounded")["chunks"] >= least_chunks  # each rank went the bounded way
+    assert bounded == whole  # the cluster summary and each rank's: steps, shares, findings, warnings
+    same_outputs(tmp_path / "whole", out)  # cluster_analysis_output and rank<N>/

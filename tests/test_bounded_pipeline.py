@@ -74,4 +74,5 @@ def test_a_memory_limit_on_a_job_is_not_ignored_silently(tmp_path: Path) -> None
         timeout=600,
     )
     assert done.returncode == 0, done.stderr
-    assert "--memory-limit applies to single traces" in done.stderr and str(job) in done.stderr
+    assert "--memory-limit applies to Kineto traces and perfsight run folders" in done.stderr
+    assert str(job) in done.stderr

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from _compare_outputs import TINY, analyse, run_analyse, same_outputs
+from _compare_outputs import TINY, analyse, job_is_the_same_within_a_tiny_limit, run_analyse, same_outputs
 from perfsight.ingest import read_trace, run_folder
 from perfsight.ingest.kineto import read_kineto
 from perfsight.ingest.sidecar_chunks import merge_sidecars_in_chunks
@@ -164,3 +164,13 @@ def test_a_damaged_capture_file_gives_the_whole_analysis_warning_within_a_limit(
     cache = _cached_trace(tmp_path / "bounded")
     assert not pc.any(pc.equal(cache.comm.column("source"), "trace+capture")).as_py()
     assert cache.dataloader.num_rows > 0  # the data-loader capture, intact, is still merged
+
+
+def test_a_job_of_run_folders_gives_the_same_job_outputs_within_a_tiny_limit(
+    job: Path, tmp_path: Path
+) -> None:
+    """The job as the collector left it (one run folder per rank): each rank read in chunks with its
+    captures, and the cross-rank step given the same per-rank facts (issue 21, target 4)."""
+    copy = tmp_path / "job"
+    shutil.copytree(job, copy)  # outputs go next to the job by default; the fixture's stays read-only
+    job_is_the_same_within_a_tiny_limit(copy, tmp_path, least_chunks=2)

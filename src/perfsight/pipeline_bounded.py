@@ -15,20 +15,29 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from perfsight import memory_budget
 from perfsight.model import Trace, empty_table
+from perfsight.model_chunks import TraceChunk
 from perfsight.pipeline import OUTPUT_DIR, Options, OutputError, RankResult
 
 
 def analyse_and_write_bounded(
-    path: Path, root: Path, place: Callable[[int], Path], options: Options, budget: int, progress: Any = None
+    path: Path,
+    root: Path,
+    place: Callable[[int], Path],
+    options: Options,
+    budget: int,
+    progress: Any = None,
+    observe: Callable[[TraceChunk], None] | None = None,
 ) -> RankResult:
     """Analyse the trace at ``path`` within about ``budget`` bytes; write every output into
     ``place(rank)`` (the rank is the trace's, known once it is read), spilling under ``root``.
+    ``observe``, when given, is shown each chunk as the analyses read it (a job's rank computes
+    its cluster extras so, ``cluster/rank_chunks.py``, with no second read of the spill).
 
     Returns the small tables (per step, per operator, per kernel name...) and a trace holding
     the rank's metadata, tracks and steps only: the per-row tables and the slices stay on disk,
@@ -46,7 +55,7 @@ def analyse_and_write_bounded(
             spill.mkdir(parents=True)
         with spill_trace(path, spill / "trace", max_slices, rank=options.rank) as spilled:
             rank_dir = place(spilled.meta.rank)
-            chunked = analyse_chunks(spilled.chunks(), options, spill / "rows")
+            chunked = analyse_chunks(observed(spilled.chunks(), observe), options, spill / "rows")
             if progress is not None:
                 progress.update(1)
             with OutputError.naming(rank_dir):  # staged: complete or absent (export/staging.py)
@@ -73,6 +82,16 @@ def analyse_and_write_bounded(
         findings=chunked.findings,
         bounded={"memory_limit_bytes": budget, "chunks": chunks},
     )
+
+
+def observed(
+    chunks: Iterator[TraceChunk], observe: Callable[[TraceChunk], None] | None
+) -> Iterator[TraceChunk]:
+    """The chunks, each shown to ``observe`` first as it passes (one read of the spill serves both)."""
+    for chunk in chunks:
+        if observe is not None:
+            observe(chunk)
+        yield chunk
 
 
 def _summary_trace(meta: Any, tracks: Any, steps: Any) -> Trace:

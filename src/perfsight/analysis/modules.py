@@ -46,19 +46,28 @@ def module_ranges(trace: Trace) -> pd.DataFrame:
     """Every module forward of the trace's host tracks: ``track``, ``start_ns``, ``end_ns``,
     ``step``, ``module``, ``depth`` (0 = outermost *module*, counted among module ranges only),
     ``parent`` (the module holding it, "" for none) and ``slice_depth`` (its nesting on the track)."""
+    return nest_ranges(range_rows(trace))
+
+
+def range_rows(trace: Trace, rows: np.ndarray | None = None) -> pd.DataFrame:
+    """The module forwards of ``trace`` (a whole trace, or a chunk whose slices are the whole
+    trace's ``rows``) before :func:`nest_ranges`: ``track``, ``start_ns``, ``end_ns``, ``step``,
+    ``module``, ``slice_depth`` and ``row`` (the slice's row in the whole trace).  A chunk's
+    forwards, concatenated in ``row`` order, are the whole trace's: nesting is decided over all."""
     slices = trace.slices
     keep = name_mask(slices.column("name"), lambda n: pc.starts_with(n, PREFIX))
     keep &= name_mask(slices.column("kind"), lambda k: pc.is_in(k, pa.array(MODULE_KINDS)))
     keep &= ~columns.numpy(slices.column("is_device"), null=False)
     if not keep.any():
-        return _empty_ranges()
+        return _empty_ranges().drop(columns=["depth", "parent"]).assign(row=pd.Series(dtype="int64"))
+    at = np.flatnonzero(keep)
     ranges = (
         slices.filter(pa.array(keep))
         .select(["name", "track", "start_ns", "dur_ns", "depth", "step"])
         .to_pandas()
     )
     ranges["name"] = ranges["name"].astype(str)
-    ranges = pd.DataFrame(
+    return pd.DataFrame(
         {
             "track": ranges["track"].astype("int64").to_numpy(),
             "start_ns": ranges["start_ns"].astype("int64").to_numpy(),
@@ -66,8 +75,17 @@ def module_ranges(trace: Trace) -> pd.DataFrame:
             "step": ranges["step"].astype("int64").to_numpy(),
             "module": ranges["name"].str.slice(len(PREFIX)).to_numpy(),
             "slice_depth": ranges["depth"].astype("int64").to_numpy(),
+            "row": at if rows is None else np.asarray(rows, np.int64)[at],
         }
     )
+
+
+def nest_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
+    """:func:`module_ranges` from :func:`range_rows` (of the whole trace, or of its chunks
+    concatenated): each forward's module depth and parent, in the whole trace's slice order."""
+    if ranges.empty:
+        return _empty_ranges()
+    ranges = ranges.sort_values("row", kind="stable").drop(columns=["row"]).reset_index(drop=True)
     held = enclosing(
         ranges, ranges["track"].to_numpy(), ranges["start_ns"].to_numpy(), ranges["slice_depth"].to_numpy()
     )
@@ -149,7 +167,12 @@ def innermost(held: np.ndarray) -> np.ndarray:
 def module_statistic(trace: Trace, ranges: pd.DataFrame | None = None) -> pa.Table:
     """Per step and module: forward calls and their summed wall time (:data:`MODULE_STATISTIC_SCHEMA`);
     ``ranges``: the trace's :func:`module_ranges`, when the caller has them already."""
-    ranges = module_ranges(trace) if ranges is None else ranges
+    return module_statistic_of(trace.rank, module_ranges(trace) if ranges is None else ranges)
+
+
+def module_statistic_of(rank: int, ranges: pd.DataFrame) -> pa.Table:
+    """:func:`module_statistic` of a rank from its :func:`module_ranges` (of the whole trace, or
+    nested from its chunks' :func:`range_rows`)."""
     ranges = ranges[ranges["step"] >= 0]
     if ranges.empty:
         return MODULE_STATISTIC_SCHEMA.empty_table()
@@ -159,7 +182,7 @@ def module_statistic(trace: Trace, ranges: pd.DataFrame | None = None) -> pa.Tab
         .agg(calls=("dur", "size"), total_ns=("dur", "sum"))
         .reset_index()
     )
-    table["rank"] = trace.rank
+    table["rank"] = rank
     return pa.Table.from_pandas(
         table[MODULE_STATISTIC_SCHEMA.names], schema=MODULE_STATISTIC_SCHEMA, preserve_index=False
     )

@@ -26,6 +26,7 @@ level, no loop over ops.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -65,42 +66,89 @@ def op_context(trace: Trace, step_ops: pa.Table, ranges: pd.DataFrame | None = N
     ops = step_ops.filter(pc.equal(step_ops.column("level"), "op")).column("slice").to_numpy()
     if ops.size == 0:
         return OP_CONTEXT_SCHEMA.empty_table()
-    s = trace.slices
-    picked = s.take(pa.array(ops, pa.int64())).select(
-        ["kind", "name", "track", "start_ns", "dur_ns", "depth"]
+    ranges = modules.module_ranges(trace) if ranges is None else ranges
+    return context_of(trace.rank, op_facts(trace, ops), ranges, context_ranges(trace))
+
+
+def op_facts(trace: Trace, local: np.ndarray, rows: np.ndarray | None = None) -> pa.Table:
+    """What :func:`context_of` reads of each op: ``slice`` (its row in the whole trace: ``rows``
+    of ``local`` for a chunk whose slices are the whole trace's ``rows``), ``kind``, ``name``,
+    ``track``, ``start_ns``, ``dur_ns``, ``depth`` and ``input_dims`` (``local``: rows of ``trace``)."""
+    index = pa.array(local, pa.int64())
+    picked = trace.slices.select(["kind", "name", "track", "start_ns", "dur_ns", "depth", "input_dims"]).take(
+        index
     )
-    frame = picked.to_pandas()
+    whole = local if rows is None else np.asarray(rows, np.int64)[local]
+    return picked.append_column("slice", pa.array(whole, pa.int64()))
+
+
+@dataclasses.dataclass
+class ContextRanges:
+    """The host ranges :func:`context_of` places ops in, besides the module forwards (each with
+    ``row``, its slice's row in the whole trace)."""
+
+    optimizer: pd.DataFrame
+    """``Optimizer.step#`` / ``Optimizer.zero_grad#`` ranges."""
+    dispatch: pd.DataFrame
+    """``PythonSubclass`` slices (a tensor subclass's dispatch)."""
+
+    @classmethod
+    def merged(cls, parts: list[ContextRanges]) -> ContextRanges:
+        """The whole trace's from its chunks' (in the whole trace's slice order)."""
+
+        def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+            whole = pd.concat(frames, ignore_index=True)
+            return whole.sort_values("row", kind="stable").reset_index(drop=True)
+
+        return cls(concat([p.optimizer for p in parts]), concat([p.dispatch for p in parts]))
+
+
+def context_ranges(trace: Trace, rows: np.ndarray | None = None) -> ContextRanges:
+    """The :class:`ContextRanges` of ``trace`` (a whole trace, or a chunk whose slices are the
+    whole trace's ``rows``)."""
+    return ContextRanges(
+        optimizer=_named(trace, lambda n: pc.match_substring_regex(n, OPTIMIZER_PATTERN), rows),
+        dispatch=_named(trace, lambda n: pc.equal(n, SUBCLASS_DISPATCH), rows),
+    )
+
+
+def context_of(rank: int, facts: pa.Table, ranges: pd.DataFrame, context: ContextRanges) -> pa.Table:
+    """:data:`OP_CONTEXT_SCHEMA` rows of the ops ``facts`` describes (:func:`op_facts`, in
+    ``step_ops`` order), placed in the module forwards ``ranges`` and the ``context`` ranges."""
+    ops = facts.column("slice").to_numpy()
+    if ops.size == 0:
+        return OP_CONTEXT_SCHEMA.empty_table()
+    frame = facts.select(["kind", "name", "track", "start_ns", "dur_ns", "depth"]).to_pandas()
     tracks = frame["track"].to_numpy(np.int64)
     starts = frame["start_ns"].to_numpy(np.int64)
     ends = starts + frame["dur_ns"].to_numpy(np.int64)
     levels = frame["depth"].to_numpy(np.int64)
     names = frame["name"].astype(str)
 
-    ranges = modules.module_ranges(trace) if ranges is None else ranges
     held = modules.enclosing(ranges, tracks, starts, levels)
     inner = modules.innermost(held)
     labels = ranges["module"].to_numpy(object) if not ranges.empty else np.array([], object)
     module = np.where(inner >= 0, labels[np.maximum(inner, 0)] if labels.size else "", "")
     chain = _chains(held, labels)
 
-    marks = _named(trace, lambda n: pc.match_substring_regex(n, OPTIMIZER_PATTERN))
+    marks = context.optimizer
     in_optimizer = modules.innermost(modules.enclosing(marks, tracks, starts, levels)) >= 0
     copy = (
         frame["kind"].astype(str).isin(MEMORY_COPY_KINDS).to_numpy() | names.isin(MEMORY_COPY_OPS).to_numpy()
     )
     op_class = np.where(in_optimizer, "optimizer", np.where(copy, "memory copy", "compute"))
 
-    sharded = _holds(trace, tracks, starts, ends, SUBCLASS_DISPATCH)
+    sharded = _holds(context.dispatch, tracks, starts, ends)
     return pa.table(
         {
-            "rank": pa.array(np.full(ops.size, trace.rank), pa.int32()),
+            "rank": pa.array(np.full(ops.size, rank), pa.int32()),
             "slice": pa.array(ops, pa.int64()),
             "module": pa.array(module.astype(str), pa.string()),
             "modules": pa.array(chain, pa.list_(pa.string())),
             "op_class": pa.array(op_class, pa.string()),
             "sharded": pa.array(sharded, pa.bool_()),
             "redistribution": pa.array(names.isin(REDISTRIBUTE_OPS).to_numpy(), pa.bool_()),
-            "input_dims": s.column("input_dims").take(pa.array(ops, pa.int64())),
+            "input_dims": facts.column("input_dims"),
         },
         schema=OP_CONTEXT_SCHEMA,
     )
@@ -119,13 +167,16 @@ def _chains(held: np.ndarray, labels: np.ndarray) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat.astype(str), pa.string()))
 
 
-def _named(trace: Trace, test: Callable[[pa.Array], pa.Array]) -> pd.DataFrame:
+def _named(
+    trace: Trace, test: Callable[[pa.Array], pa.Array], rows: np.ndarray | None = None
+) -> pd.DataFrame:
     """Host ranges whose name passes ``test`` (an Arrow string predicate), in the shape
-    :func:`modules.enclosing` reads."""
+    :func:`modules.enclosing` reads, with ``row`` (the slice's row in the whole trace)."""
     slices = trace.slices
     keep = modules.name_mask(slices.column("name"), test) & ~columns.numpy(
         slices.column("is_device"), null=False
     )
+    at = np.flatnonzero(keep)
     s = slices.filter(pa.array(keep)).select(["track", "start_ns", "dur_ns", "depth"]).to_pandas()
     return pd.DataFrame(
         {
@@ -133,13 +184,13 @@ def _named(trace: Trace, test: Callable[[pa.Array], pa.Array]) -> pd.DataFrame:
             "start_ns": s["start_ns"].astype("int64").to_numpy(),
             "end_ns": (s["start_ns"] + s["dur_ns"]).astype("int64").to_numpy(),
             "slice_depth": s["depth"].astype("int64").to_numpy(),
+            "row": at if rows is None else np.asarray(rows, np.int64)[at],
         }
     )
 
 
-def _holds(trace: Trace, tracks: np.ndarray, starts: np.ndarray, ends: np.ndarray, name: str) -> np.ndarray:
-    """Whether each op (an outermost op: they do not overlap on a track) holds a slice named ``name``."""
-    inside = _named(trace, lambda n: pc.equal(n, name))
+def _holds(inside: pd.DataFrame, tracks: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Whether each op (an outermost op: they do not overlap on a track) holds a slice of ``inside``."""
     out = np.zeros(starts.size, bool)
     if inside.empty:
         return out

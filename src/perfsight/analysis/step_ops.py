@@ -30,9 +30,13 @@ step so that one shift puts all of them on the job's clock.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+from pandas.api.types import union_categoricals
 
 from perfsight.model import Trace
 
@@ -65,99 +69,287 @@ MICRO_BATCH_PATTERN = r"^(?i:(forward|backward))\D*?(\d+)$"
 
 def step_ops(trace: Trace) -> pa.Table:
     """One row per outermost op and per micro-batch range of every step (:data:`STEP_OPS_SCHEMA`)."""
+    merge = StepOpsMerge()
+    merge.add(step_ops_part(trace))
+    return merge.table(trace.rank)
+
+
+@dataclasses.dataclass
+class StepOpsPart:
+    """What :func:`step_ops` reads of one part of a rank's trace: the whole trace, or a chunk of
+    whole steps (``perfsight.model_chunks``) read one at a time by the bounded-memory path.
+
+    The choices only the whole trace can make -- device ops or the main thread's host ops, which
+    thread is the main one, which memory device is the busiest, which op is nested in an op of
+    another part -- are left to :class:`StepOpsMerge`: a part keeps every candidate and the counts
+    those choices read.  ``slice`` values are rows of the whole trace's slices."""
+
+    device: pd.DataFrame
+    """Device op candidates (:func:`_outermost_part`)."""
+    host: pd.DataFrame
+    """Host op candidates of every thread (:func:`_outermost_part`)."""
+    blocks: pd.DataFrame
+    flops: pd.DataFrame
+    memory: pd.DataFrame
+    """Allocator events inside a step, every device (``device_type``, ``device_index`` kept)."""
+    memory_counts: pd.Series
+    """Allocator events with an allocated total, per (device_type, device_index)."""
+    step_tracks: pd.Series
+    """Step markers (``kind == "step"``) per track, among the slices inside a step."""
+    tracks: pd.Series
+    """Slices inside a step per track."""
+    has_slices: bool
+    """Whether the part has any slice (a trace without any has no rows, memory events or not)."""
+
+
+CANDIDATE_COLUMNS = ["name", "track", "start_ns", "dur_ns", "step", "slice"]
+"""What a part keeps of each op candidate (``name`` categorical: a code per row, each name once)."""
+
+
+def step_ops_part(trace: Trace, rows: np.ndarray | None = None) -> StepOpsPart:
+    """The candidates and counts of ``trace`` (a whole trace, or a chunk whose slices are the
+    whole trace's ``rows``)."""
     wanted = ["kind", "name", "is_device", "track", "start_ns", "dur_ns", "step"]
-    s = trace.slices.select(wanted).to_pandas()
-    if s.empty:
-        return STEP_OPS_SCHEMA.empty_table()
-    s["slice"] = np.arange(len(s), dtype=np.int64)
-    s["kind"] = s["kind"].astype(str)
-    s["name"] = s["name"].astype(str)
+    s = trace.slices.select(wanted).to_pandas()  # kind and name come categorical (Arrow dictionaries)
+    s["slice"] = np.arange(len(s), dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
     s = s[s["step"].notna() & (s["step"] >= 0)]
-    device = s[s["is_device"] & s["kind"].isin(OP_KINDS_DEVICE)]
-    if not device.empty:
-        ops = device
-    else:
-        steps_on = s.loc[s["kind"] == "step", "track"]
-        main = steps_on.mode().iloc[0] if not steps_on.empty else s["track"].mode().iloc[0]
-        ops = s[(~s["is_device"]) & (s["track"] == main) & s["kind"].isin(OP_KINDS_HOST)]
-    ops = _outermost(ops)
-    ops = ops.assign(
-        level="op",
-        category="compute",
-        phase="",
-        micro_batch=-1,
+    kind = s["kind"].astype(str)
+    device = s.loc[s["is_device"] & kind.isin(OP_KINDS_DEVICE), CANDIDATE_COLUMNS]
+    host = s.loc[(~s["is_device"]) & kind.isin(OP_KINDS_HOST), CANDIDATE_COLUMNS]
+    annotations = s[kind == "annotation"]
+    found = annotations["name"].astype(str).str.extract(MICRO_BATCH_PATTERN).dropna()
+    blocks = annotations.loc[found.index, ["name", "start_ns", "dur_ns", "step", "slice"]].assign(
+        phase=found[0].str.lower(), micro_batch=found[1].astype(int)
     )
-    found = s.loc[s["kind"] == "annotation", "name"].str.extract(MICRO_BATCH_PATTERN)
-    blocks = s.loc[found.dropna().index]
-    blocks = blocks.assign(
-        level="micro_batch",
-        category="compute",
-        phase=found.loc[blocks.index, 0].str.lower(),
-        micro_batch=found.loc[blocks.index, 1].astype(int),
+    memory, memory_counts = _memory_candidates(trace)
+    return StepOpsPart(
+        device=_outermost_part(device),
+        host=_outermost_part(host),
+        blocks=blocks,
+        flops=_flops_rows(trace, s, rows),
+        memory=memory,
+        memory_counts=memory_counts,
+        step_tracks=s.loc[kind == "step", "track"].value_counts(),
+        tracks=s["track"].value_counts(),
+        has_slices=trace.slices.num_rows > 0,
     )
-    rows = pd.concat([ops, blocks, _flops_rows(trace, s), _memory_rows(trace)], ignore_index=True)
+
+
+class StepOpsMerge:
+    """:func:`step_ops` of a trace from its parts, added in order (chunks in step-window order);
+    holds only the candidates a later part can still need (no host candidates once a part had
+    device ops, no host memory events once one had an accelerator's)."""
+
+    def __init__(self) -> None:
+        self.parts: list[StepOpsPart] = []
+        self.has_device = False
+        self.has_accelerator = False
+        self.has_slices = False
+
+    def add(self, part: StepOpsPart) -> None:
+        self.has_device |= not part.device.empty
+        self.has_slices |= part.has_slices
+        self.has_accelerator |= any(kind != "cpu" for kind, _ in part.memory_counts.index)
+        self.parts.append(part)
+        for kept in self.parts:  # what the whole trace will not choose is dropped now
+            if self.has_device:
+                kept.host = kept.host.iloc[:0]
+            if self.has_accelerator and not kept.memory.empty:
+                kept.memory = kept.memory[kept.memory["device_type"] != "cpu"]
+
+    def table(self, rank: int) -> pa.Table:
+        """The rank's :data:`STEP_OPS_SCHEMA` table, as :func:`step_ops` gives it for the whole trace.
+
+        Rows in order of step, then level (alphabetical), then start and slice; ``order`` counts
+        each step's rows of a level.  Each level is ordered alone and the levels joined by a stable
+        sort on the step, built column by column in Arrow (a rank's ops can be millions of rows)."""
+        parts = self.parts
+        if not self.has_slices:
+            return STEP_OPS_SCHEMA.empty_table()
+        if self.has_device:
+            candidates = [p.device for p in parts]
+        else:
+            candidates = [p.host[p.host["track"] == self._main_track()] for p in parts]
+        levels = [
+            _level("flops", _by_slice([p.flops for p in parts]), rank, name="flops"),
+            _level("memory", self._memory_rows(), rank, name="memory", category="memory"),
+            _level("micro_batch", _by_slice([p.blocks for p in parts]), rank),
+            _level("op", _outermost(_by_slice(candidates)), rank),
+        ]
+        levels = [t for t in levels if t.num_rows]
+        if not levels:
+            return STEP_OPS_SCHEMA.empty_table()
+        steps = np.concatenate([t.column("step").to_numpy() for t in levels])
+        order = pa.array(np.argsort(steps, kind="stable"), pa.int64())
+        columns = {}
+        for name in STEP_OPS_SCHEMA.names:  # a column at a time: one column's copy at most
+            columns[name] = pa.chunked_array([t.column(name) for t in levels]).take(order)
+            levels = [t.drop_columns([name]) for t in levels]
+        return pa.table(columns, schema=STEP_OPS_SCHEMA)
+
+    def _main_track(self) -> int | None:
+        """The thread that runs the training step: the one holding most step markers, else most
+        slices (the smallest track among equals, as ``Series.mode`` picks)."""
+        for counts in ([p.step_tracks for p in self.parts], [p.tracks for p in self.parts]):
+            total = _summed(counts)
+            if not total.empty:
+                return int(total[total == total.max()].index.min())
+        return None
+
+    def _memory_rows(self) -> pd.DataFrame:
+        """The busiest device's events inside a step (an accelerator's when the trace has any)."""
+        counts = _summed([p.memory_counts for p in self.parts])
+        if counts.empty:
+            return pd.DataFrame()
+        if self.has_accelerator:
+            counts = counts[[kind != "cpu" for kind, _ in counts.index]]
+        busiest = counts.sort_index().idxmax()
+        m = pd.concat([p.memory for p in self.parts if not p.memory.empty], ignore_index=True)
+        return m[(m["device_type"] == busiest[0]) & (m["device_index"] == busiest[1])]
+
+
+def _level(
+    level: str, rows: pd.DataFrame, rank: int, name: str | None = None, category: str = "compute"
+) -> pa.Table:
+    """One level's rows as :data:`STEP_OPS_SCHEMA` columns, ordered by step, start and slice (stable)."""
     if rows.empty:
         return STEP_OPS_SCHEMA.empty_table()
-    rows = rows.sort_values(["step", "level", "start_ns", "slice"], kind="stable")
-    rows["order"] = rows.groupby(["step", "level"]).cumcount()
-    rows["end_ns"] = rows["start_ns"] + rows["dur_ns"]
-    if "value" not in rows:
-        rows["value"] = np.nan
-    rows["rank"] = trace.rank
-    return pa.Table.from_pandas(rows[STEP_OPS_SCHEMA.names], schema=STEP_OPS_SCHEMA, preserve_index=False)
+    rows = rows.sort_values(["step", "start_ns", "slice"], kind="stable")
+    n = len(rows)
+    step = rows["step"].to_numpy(np.int64)
+    first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
+    order = np.arange(n) - np.repeat(first, np.diff(np.r_[first, n]))
+    start = rows["start_ns"].to_numpy(np.int64)
+    value = rows["value"].to_numpy(np.float64) if "value" in rows else np.full(n, np.nan)
+
+    def text(column: str, default: str) -> pa.Array:
+        if column in rows:
+            return pc.cast(pa.array(rows[column], from_pandas=True), pa.string())
+        return pa.repeat(pa.scalar(default, pa.string()), n)
+
+    micro = rows["micro_batch"].to_numpy(np.int64) if "micro_batch" in rows else np.full(n, -1)
+    return pa.table(
+        {
+            "rank": pa.array(np.full(n, rank), pa.int32()),
+            "step": pa.array(step, pa.int32()),
+            "level": pa.repeat(pa.scalar(level, pa.string()), n),
+            "order": pa.array(order, pa.int32()),
+            "name": text("name", name or "")
+            if name is None
+            else pa.array(np.full(n, name, object), pa.string()),
+            "category": pa.repeat(pa.scalar(category, pa.string()), n),
+            "phase": text("phase", ""),
+            "micro_batch": pa.array(micro, pa.int32()),
+            "slice": pa.array(rows["slice"].to_numpy(np.int64), pa.int64()),
+            "start_ns": pa.array(start, pa.int64()),
+            "end_ns": pa.array(start + rows["dur_ns"].to_numpy(np.int64), pa.int64()),
+            "value": pa.array(value, pa.float64(), mask=np.isnan(value)),
+        },
+        schema=STEP_OPS_SCHEMA,
+    )
 
 
-def _flops_rows(trace: Trace, slices: pd.DataFrame) -> pd.DataFrame:
-    """One row per outermost operator with a FLOPs count, in a step: its interval and FLOPs."""
+def _summed(counts: list[pd.Series]) -> pd.Series:
+    """Counts of several parts added up by key."""
+    counts = [c for c in counts if not c.empty]
+    if not counts:
+        return pd.Series(dtype="int64")
+    return pd.concat(counts).groupby(level=list(range(counts[0].index.nlevels))).sum()
+
+
+def _by_slice(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The parts' rows in the whole trace's slice order (the order the whole trace's rows have);
+    their categorical names joined into one categorical (no text per row)."""
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame()
+    names = None
+    if "name" in frames[0] and all(isinstance(f["name"].dtype, pd.CategoricalDtype) for f in frames):
+        names = union_categoricals([f["name"] for f in frames], ignore_order=True)
+        frames = [f.drop(columns=["name"]) for f in frames]
+    whole = pd.concat(frames, ignore_index=True)
+    if names is not None:
+        whole["name"] = names
+    return whole.sort_values("slice", kind="stable")
+
+
+def _flops_rows(trace: Trace, slices: pd.DataFrame, rows: np.ndarray | None) -> pd.DataFrame:
+    """One row per outermost operator with a FLOPs count, in a step: its interval and FLOPs
+    (``rows``: the whole trace's row of each of ``trace``'s slices, None for the whole trace)."""
     from perfsight.analysis.flops import op_flops
 
     counted = op_flops(trace)
     if counted.num_rows == 0:
         return pd.DataFrame()
-    flops = pd.Series(counted.column("flops").to_numpy(), index=counted.column("slice").to_numpy())
-    rows = slices[slices["slice"].isin(flops.index)]  # ``slices`` holds only rows inside a step
-    return rows.assign(
-        level="flops", category="compute", phase="", micro_batch=-1, name="flops",
-        value=flops.loc[rows["slice"]].to_numpy(),
-    )  # fmt: skip
+    local = counted.column("slice").to_numpy()
+    flops = pd.Series(counted.column("flops").to_numpy(), index=local if rows is None else rows[local])
+    picked = slices.loc[slices["slice"].isin(flops.index), ["start_ns", "dur_ns", "step", "slice"]]
+    return picked.assign(value=flops.loc[picked["slice"]].to_numpy())  # ``slices``: rows inside a step
 
 
-def _memory_rows(trace: Trace) -> pd.DataFrame:
-    """One row per allocator event of the rank's busiest device (an accelerator's when the trace has
-    any, else the host's), in a step: its time and the allocated total after it (bytes)."""
+def _memory_candidates(trace: Trace) -> tuple[pd.DataFrame, pd.Series]:
+    """Every device's allocator events inside a step of ``trace`` (its time and the allocated
+    total after it, bytes), and the events with an allocated total per device; the merge keeps
+    the busiest device's.  A chunk's events lie in its own steps' windows (``model_chunks``), so
+    its own step table places them as the whole one does."""
     memory = trace.memory
-    if memory.num_rows == 0 or trace.steps.num_rows == 0:
-        return pd.DataFrame()
+    empty = pd.Series(dtype="int64")
+    if memory.num_rows == 0:
+        return pd.DataFrame(), empty
     m = memory.select(["device_type", "device_index", "ts_ns", "allocated_bytes"]).to_pandas()
     m["device_type"] = m["device_type"].astype(str)
     m = m[m["allocated_bytes"].notna()]
-    accelerator = m[m["device_type"] != "cpu"]
-    m = accelerator if not accelerator.empty else m
-    if m.empty:
-        return pd.DataFrame()
-    busiest = m.groupby(["device_type", "device_index"]).size().idxmax()
-    m = m[(m["device_type"] == busiest[0]) & (m["device_index"] == busiest[1])]
+    counts = m.groupby(["device_type", "device_index"]).size() if not m.empty else empty
+    if m.empty or trace.steps.num_rows == 0:
+        return pd.DataFrame(), counts
     steps = trace.steps.select(["step", "start_ns", "end_ns"]).to_pandas().sort_values("start_ns")
     at = np.searchsorted(steps["start_ns"].to_numpy(), m["ts_ns"].to_numpy(), side="right") - 1
     inside = at >= 0
     inside[inside] = m["ts_ns"].to_numpy()[inside] < steps["end_ns"].to_numpy()[at[inside]]
     m, at = m[inside], at[inside]
     if m.empty:
-        return pd.DataFrame()
-    return pd.DataFrame(
+        return pd.DataFrame(), counts
+    rows = pd.DataFrame(
         {
-            "level": "memory", "category": "memory", "phase": "", "micro_batch": -1, "name": "memory",
-            "slice": -1, "step": steps["step"].to_numpy()[at], "start_ns": m["ts_ns"].to_numpy(),
-            "dur_ns": 0, "value": m["allocated_bytes"].to_numpy(dtype=np.float64),
+            "device_type": pd.Categorical(m["device_type"].to_numpy()),
+            "device_index": m["device_index"].to_numpy(),
+            "slice": np.full(len(m), -1, np.int64),
+            "step": steps["step"].to_numpy()[at],
+            "start_ns": m["ts_ns"].to_numpy(),
+            "dur_ns": np.zeros(len(m), np.int64),
+            "value": m["allocated_bytes"].to_numpy(dtype=np.float64),
         }
-    )  # fmt: skip
+    )
+    return rows, counts
 
 
 def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
     """The ops not inside an earlier op of their track: an op starting before the latest end of the
     ops started before it on its track is nested (a track's ops nest, they do not cross; device
-    work does not nest, so every kernel is kept)."""
+    work does not nest, so every kernel is kept).  Rows of :func:`_outermost_part` marked as not
+    candidates count as earlier ops but are never kept."""
+    if ops.empty:
+        return ops
     ops = ops.sort_values(["track", "start_ns", "dur_ns"], ascending=[True, True, False], kind="stable")
     end = ops["start_ns"] + ops["dur_ns"]
     reach = end.groupby(ops["track"]).cummax().groupby(ops["track"]).shift(1)
-    return ops[~(ops["start_ns"] < reach)]
+    kept = ~(ops["start_ns"] < reach)
+    if "candidate" in ops:
+        kept &= ops["candidate"]
+        ops = ops.drop(columns=["candidate"])
+    return ops[kept]
+
+
+def _outermost_part(ops: pd.DataFrame) -> pd.DataFrame:
+    """What a part keeps for :func:`_outermost` over the whole trace: its ops not nested in an
+    earlier op of the part (``candidate``), and the nested ones that end after every earlier op
+    of the part (a crossing op, not a candidate: it can still hold an op of a later part).  An op
+    nested in the part is nested in the whole; an op dropped here ends no later than one kept, so
+    the whole trace's latest end before any op is the same over the kept rows."""
+    if ops.empty:
+        return ops.assign(candidate=pd.Series(dtype=bool))
+    ops = ops.sort_values(["track", "start_ns", "dur_ns"], ascending=[True, True, False], kind="stable")
+    end = ops["start_ns"] + ops["dur_ns"]
+    reach = end.groupby(ops["track"]).cummax().groupby(ops["track"]).shift(1)
+    nested = ops["start_ns"] < reach
+    return ops.assign(candidate=~nested)[~nested | (end > reach)]

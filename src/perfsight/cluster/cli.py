@@ -30,21 +30,43 @@ def default_output(location: str) -> Path:
     return Path(location.removeprefix("file://")) / "perfsight_output"
 
 
+def read_whole(location: str) -> list[str]:
+    """The job's local inputs a memory limit does not apply to (not Kineto traces, alone or in
+    perfsight run folders: vendor folders), read whole whatever the limit; a URL's are judged per rank."""
+    from perfsight.ingest import bounded_input
+
+    if discovery.is_remote(location):
+        return []
+    return [item.trace for item in discovery.list_inputs(location) if not bounded_input(Path(item.trace))]
+
+
 PER_RANK_CHOICES = {"auto": None, "all": True, "none": False}
 """``--per-rank-outputs``: by default (auto) every rank's outputs up to ``PER_RANK_OUTPUTS_LIMIT``
 ranks, none above it."""
 
 
 def run_job(
-    location: str, out: str | None, options: Any, executor: str | None, per_rank: str = "auto"
+    location: str,
+    out: str | None,
+    options: Any,
+    executor: str | None,
+    per_rank: str = "auto",
+    memory_limit: int | None = None,
 ) -> dict[str, Any]:
-    """Analyse the job, write its outputs, and return ``{"cluster": summary, "ranks": [...]}``."""
+    """Analyse the job, write its outputs, and return ``{"cluster": summary, "ranks": [...]}``;
+    ``memory_limit``: bytes each rank's analysis may use (a Kineto rank, alone or in a perfsight
+    run folder, that would need more is analysed chunk of steps by chunk, ``cluster/rank_chunks.py``)."""
     from perfsight.cluster.job import analyse_job, write_cluster_outputs
     from perfsight.cluster.summary import cluster_summary
 
     root = Path(out) if out else default_output(location)
     result = analyse_job(
-        location, root, options=options, executor=executor, per_rank_outputs=PER_RANK_CHOICES[per_rank]
+        location,
+        root,
+        options=options,
+        executor=executor,
+        per_rank_outputs=PER_RANK_CHOICES[per_rank],
+        memory_limit=memory_limit,
     )
     write_cluster_outputs(result, root)
     ranks = [d.summary for _, d in sorted(result.job.ranks.items()) if d.summary is not None]

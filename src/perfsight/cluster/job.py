@@ -95,6 +95,7 @@ def analyse_job(
     options: Options | None = None,
     executor: str | Executor | None = None,
     per_rank_outputs: bool | None = None,
+    memory_limit: int | None = None,
 ) -> ClusterResult:
     """Analyse every rank under ``location`` (folder or fsspec URL) and the job as a whole.
 
@@ -102,6 +103,7 @@ def analyse_job(
     ``per_rank_outputs``: write ``rank<N>/`` for every rank (True), for none (False), or, by default,
     when the job has at most :data:`PER_RANK_OUTPUTS_LIMIT` inputs.  ``executor``: ``local``
     (default), ``serial``, ``dask-local``, ``dask://HOST:PORT``, or an executor object (not closed here).
+    ``memory_limit``: bytes per rank (``cluster.rank_chunks.rank_budget``).
     """
     location = str(location)
     inputs = discovery.list_inputs(location)
@@ -115,11 +117,14 @@ def analyse_job(
     if out is not None:  # a folder that cannot be made: say so now, not after reading every rank
         with OutputError.naming(out):
             Path(out).mkdir(parents=True, exist_ok=True)
-    task = RankTask(
-        out_root=str(out) if (out is not None and per_rank_outputs) else None, options=options or Options()
-    )
     owned = not hasattr(executor, "map")
     runner = make_executor(executor) if owned else executor  # type: ignore[arg-type]
+    task = RankTask(
+        out_root=str(out) if (out is not None and per_rank_outputs) else None,
+        options=options or Options(),
+        memory_limit=memory_limit,
+        workers=min(getattr(runner, "workers", None) or 1, len(inputs)),
+    )
     try:
         results = runner.map(run_rank, inputs, task)
     finally:  # Ctrl-C included: the executor has waited for its workers

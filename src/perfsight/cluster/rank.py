@@ -4,7 +4,9 @@ Why a digest: a thousand-rank job cannot hold a thousand traces in one process. 
 and analysed where it lies (a worker process, a Dask worker); only the tables the cross-rank step
 needs travel back -- communication op instances, steps, the step trace, the overlap breakdown,
 FLOPs and memory peaks -- a few kilobytes per rank.  This module computes no metric itself: the
-numbers come from ``perfsight.pipeline`` / ``perfsight.analysis``.
+numbers come from ``perfsight.pipeline`` / ``perfsight.analysis``.  A Kineto rank (alone or in a
+run folder) too large to read whole (``RankTask.memory_limit``, or more than its worker's share of
+the memory) is analysed chunk of steps by chunk with the same digest (``perfsight.cluster.rank_chunks``).
 """
 
 from __future__ import annotations
@@ -153,6 +155,12 @@ class RankTask:
     out_root: str | None  # write ``rank<N>/`` outputs under this folder; None: analyse only
     options: Options = dataclasses.field(default_factory=Options)
     token: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)  # one per analysis
+    memory_limit: int | None = None
+    """Bytes each rank's analysis may use (``--memory-limit``: per rank, so per worker); a plain
+    Kineto rank that would need more is analysed in bounded memory (``cluster.rank_chunks``)."""
+    workers: int = 1
+    """Ranks analysed side by side on one machine: without ``memory_limit``, a rank goes the bounded
+    way when it would need more than this share of the memory a single trace may take."""
 
 
 def run_rank(item: RankInput, task: RankTask) -> RankDigest | RankFailure:
@@ -164,11 +172,15 @@ def run_rank(item: RankInput, task: RankTask) -> RankDigest | RankFailure:
     from perfsight.analysis.modules import module_ranges, module_statistic
     from perfsight.analysis.op_context import op_context
     from perfsight.analysis.step_ops import step_ops
+    from perfsight.cluster import rank_chunks
     from perfsight.ingest import TraceReadError, read_trace
     from perfsight.pipeline import ANALYSES, analyse_and_write
 
     try:
         with _local_copy(item) as path:
+            budget = rank_chunks.rank_budget(path, task)
+            if budget is not None:  # too large to read whole: chunk of steps by chunk, same digest
+                return rank_chunks.run_rank_bounded(path, item.trace, item.label, task, budget)
             trace = read_trace(path, rank=task.options.rank)
         trace.meta.sources = [item.trace]
     except (TraceReadError, OSError, ValueError) as exc:
@@ -179,7 +191,7 @@ def run_rank(item: RankInput, task: RankTask) -> RankDigest | RankFailure:
         output_dir = None
     else:
         try:
-            rank_dir = _claim_rank_dir(Path(task.out_root), trace.rank, item.label, task.token)
+            rank_dir = claim_rank_dir(Path(task.out_root), trace.rank, item.label, task.token)
             result = analyse_and_write(trace, rank_dir, task.options)
             output_dir = str(result.output_dir)
         except OSError as exc:  # disk full, no permission: this rank's files, not the job, are lost
@@ -235,7 +247,7 @@ def _cluster_tables(trace: Trace, options: Options, analyses: dict) -> dict[str,
     return {name: done[name] for name in CLUSTER_TABLES}
 
 
-def _claim_rank_dir(root: Path, rank: int, label: str, token: str) -> Path:
+def claim_rank_dir(root: Path, rank: int, label: str, token: str) -> Path:
     """``rank<N>`` for the first input of a rank in this analysis (an earlier analysis' folder is
     reused, as a single-rank analysis does), ``rank<N>_<label>`` for later ones.  Workers race for
     the name, so the claim is an exclusively created marker named by this analysis' token."""

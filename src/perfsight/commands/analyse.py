@@ -33,9 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--memory-limit",
         type=_size,
         metavar="SIZE",
-        help="keep the analysis of a large Kineto trace within SIZE (e.g. 2G): it is read and analysed a "
+        help="keep the analysis of a large Kineto trace (alone or in a perfsight run folder) within SIZE "
+        "(e.g. 2G): it is read and analysed a "
         "few steps at a time, spilling under the output folder; same outputs (default: half the memory "
-        "available, for a trace that would need more)",
+        "available, for a trace that would need more).  For a job, SIZE is per rank (each worker "
+        "analyses one rank at a time; default: each worker's share of half the memory available)",
     )
     analyse.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     analyse.add_argument(
@@ -74,19 +76,19 @@ def run(args: argparse.Namespace) -> int:
             out = f"{out}/{index}"
         if is_job(path):  # several ranks (or a URL): per-rank analysis in parallel, then the cluster step
             # imported here: the cluster code loads pandas, which a single-rank analysis never needs
-            from perfsight.cluster.cli import run_job
+            from perfsight.cluster.cli import read_whole, run_job
             from perfsight.cluster.job import JobInputError
             from perfsight.engine import ExecutorError
 
-            if args.memory_limit is not None:  # not silently: the user asked for a bound
+            for source in read_whole(path) if args.memory_limit is not None else ():  # not silently
                 print(
                     printable_line(
-                        f"perfsight: warning: --memory-limit applies to single traces; {path} is a job "
-                        "of several ranks, each read whole"
+                        "perfsight: warning: --memory-limit applies to Kineto traces and perfsight "
+                        "run folders; "
+                        f"{source} is read whole"
                     ),
                     file=sys.stderr,
                 )
-
             try:
                 job = run_job(
                     path,
@@ -99,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
                     ),
                     args.executor,
                     args.per_rank_outputs,
+                    args.memory_limit,
                 )
             except (InputError, OutputError, TraceReadError, JobInputError, ExecutorError) as exc:
                 print(printable_line(f"perfsight: error: {exc}"), file=sys.stderr)
