@@ -235,6 +235,7 @@ def duckdb_passes(folder: Path) -> None:
     import duckdb
 
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar=false")  # it prints on stdout, where --json writes
     try:
         con.execute(f"SET memory_limit='{DUCKDB_MEMORY}'")
         con.execute(f"SET temp_directory='{folder / 'duckdb'}'")
@@ -302,6 +303,7 @@ def sweep(folder: Path) -> None:
     spill.close()
     (folder / "by_track.parquet").unlink(missing_ok=True)
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar=false")  # it prints on stdout, where --json writes
     try:
         con.execute(f"SET memory_limit='{DUCKDB_MEMORY}'")
         con.execute(f"SET temp_directory='{folder / 'duckdb'}'")

@@ -23,6 +23,7 @@ def connect(spill: Path, memory_limit: str = MEMORY_LIMIT) -> Any:
 
     spill.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar=false")  # it prints on stdout, where --json writes
     con.execute(f"SET memory_limit={quoted(memory_limit)}")
     con.execute(f"SET temp_directory={quoted(spill / 'duckdb')}")
     con.execute("SET threads=1")
