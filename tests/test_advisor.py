@@ -113,6 +113,7 @@ ALLOWED_IMPORTERS = (
     "cluster/job.py",
     "pipeline.py",
     "chunked_analysis.py",  # pipeline.py's chunk-by-chunk twin
+    "chunked_timeline.py",  # its carries, among them the rank rules' extracts
     "export/chunked_outputs.py",  # the rank driver's writers fed chunk by chunk (advisor.json)
     "commands/",
     "server/",
