@@ -62,9 +62,35 @@ class RankDigest:
     summary: dict[str, Any] | None = None  # the single-rank summary, when the rank was fully analysed
     span_ns: tuple[int, int] | None = None  # first start and last end of its slices (trace clock)
 
+    def __post_init__(self) -> None:
+        """Text that repeats a few values over a rank's rows travels and stays dictionary-encoded:
+        a collective's group member list (a JSON list of up to thousands of ranks) on each of its
+        ops, and each step op's kernel name, level, category and phase (kernel names of about 180
+        characters, over millions of rows for a large rank).  Held as text, they were most of a
+        digest: about 0.6 GB of the driver at 1,024 ranks (docs/BENCHMARKS.md, "The cross-rank
+        step's memory").  Readers cast them back to text or read them as categories."""
+        self.comm = dictionary_encoded(self.comm, COMPACT_COMM)
+        if STEP_OPS in self.tables:
+            self.tables[STEP_OPS] = dictionary_encoded(self.tables[STEP_OPS], COMPACT_STEP_OPS)
+
     @property
     def rank(self) -> int:
         return self.meta.rank
+
+
+STEP_OPS = "step_ops"
+COMPACT_COMM = ("group_ranks",)
+COMPACT_STEP_OPS = ("level", "name", "category", "phase")
+"""The digest's text columns held dictionary-encoded (see :meth:`RankDigest.__post_init__`)."""
+
+
+def dictionary_encoded(table: pa.Table, names: Iterable[str]) -> pa.Table:
+    """``table`` with its columns ``names`` (where present and not already) dictionary-encoded."""
+    for name in names:
+        i = table.schema.get_field_index(name)
+        if i >= 0 and not pa.types.is_dictionary(table.schema.field(i).type):
+            table = table.set_column(i, name, pc.dictionary_encode(table.column(i)).combine_chunks())
+    return table
 
 
 def concat(digests: Iterable[RankDigest], table: str) -> pa.Table:
