@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import shared_data
-from _compare_outputs import job_is_the_same_within_a_tiny_limit
+from _compare_outputs import TINY, job_is_the_same_within_a_tiny_limit
 from perfsight.analysis.modules import module_ranges, module_statistic
 from perfsight.analysis.op_context import op_context
 from perfsight.analysis.step_ops import step_ops
@@ -68,6 +68,24 @@ def modules_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_a_real_nccl_pair_gives_the_same_job_outputs_within_a_tiny_limit(pair: Path, tmp_path: Path) -> None:
     job_is_the_same_within_a_tiny_limit(pair, tmp_path, least_chunks=1)
+
+
+def test_the_printed_job_summary_says_which_ranks_were_read_in_chunks(
+    generated: Path, tmp_path: Path
+) -> None:
+    """The cluster summary is the same either way, so the line under it is how a user sees that the
+    limit was kept, and for how many ranks."""
+    done = subprocess.run(
+        [sys.executable, "-c", "from perfsight.cli import main; main()", "analyse", str(generated)]
+        + ["--out", str(tmp_path / "out"), "--memory-limit", TINY, "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (
+        "memory limit 1.00 MiB per rank: 4 of 4 analysed ranks read in chunks of whole steps" in done.stdout
+    )
 
 
 def test_a_job_of_large_ranks_gives_the_same_outputs_chunk_by_chunk(generated: Path, tmp_path: Path) -> None:

@@ -135,7 +135,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             from perfsight.cluster.summary import format_text as cluster_text
 
-            sys.stdout.write("".join(cluster_text(job["cluster"]) for job in cluster_summaries))
+            sys.stdout.write(
+                "".join(cluster_text(job["cluster"]) + _bounded_ranks(job) for job in cluster_summaries)
+            )
         if not summaries:
             return 0
     if args.json:
@@ -143,6 +145,24 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(format_text(summaries))
     return 0
+
+
+def _bounded_ranks(job: dict) -> str:
+    """The line that tells a job's user which of its ranks were analysed within the memory limit
+    (the cluster summary itself is the same either way); empty when none were."""
+    from perfsight import units
+
+    bounded = [r["bounded"] for r in job["ranks"] if r.get("bounded")]
+    if not bounded:
+        return ""
+    chunks = sorted(b["chunks"] for b in bounded)
+    each = f"{chunks[0]}" if chunks[0] == chunks[-1] else f"{chunks[0]}-{chunks[-1]}"
+    return (
+        f"memory limit {units.bytes_text(bounded[0]['memory_limit_bytes'])} per rank: {len(bounded)} of "
+        f"{len(job['ranks'])} analysed ranks read in chunks of whole steps ({each} "
+        f"chunk{'' if chunks[-1] == 1 else 's'} each), spilled to disk "
+        "and merged (the same outputs as in one piece)\n"
+    )
 
 
 def _rank(text: str) -> int:
