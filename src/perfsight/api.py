@@ -212,13 +212,11 @@ def analyse(
 def _budget(file: Path, memory_limit: int | None) -> int | None:
     """The memory budget ``file`` is analysed within, or None for the whole-trace path."""
     from perfsight import memory_budget
-    from perfsight.ingest import bounded_input
+    from perfsight.ingest import BOUNDED_INPUTS, bounded_input
 
     if not bounded_input(file):
         if memory_limit is not None:
-            log.warning(
-                "%s: read whole (the memory limit applies to Kineto traces and perfsight run folders)", file
-            )
+            log.warning("%s: read whole (the memory limit applies to %s)", file, BOUNDED_INPUTS)
         return None
     return memory_budget.budget_for(file, memory_limit)
 

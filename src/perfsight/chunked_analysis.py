@@ -103,7 +103,7 @@ from perfsight.chunked_spills import (
 )
 from perfsight.chunked_timeline import Advice, Timeline
 from perfsight.model import SliceKind, Trace
-from perfsight.model_chunks import TraceChunk
+from perfsight.model_chunks import TraceChunk, in_whole_order
 from perfsight.sorted_runs import RunSpill
 
 DATA_TABLES = (
@@ -441,17 +441,11 @@ class _SmallTrace:
             comm=first.comm.slice(0, 0),
             memory=first.memory.slice(0, 0),
             comm_tasks=first.comm_tasks.slice(0, 0),
-            dataloader=_in_key_order(self.dataloader, self.loader_keys, first.dataloader),
+            dataloader=(
+                in_whole_order(self.dataloader, self.loader_keys) if self.dataloader else first.dataloader
+            ),
             steps=steps,
         )
-
-
-def _in_key_order(parts: list[pa.Table], keys: list[np.ndarray], empty: pa.Table) -> pa.Table:
-    """The chunks' rows in the whole table's order (a capture's rows need not be in time order)."""
-    if not parts:
-        return empty
-    table = pa.concat_tables(parts)
-    return table.take(pa.array(np.argsort(np.concatenate(keys), kind="stable"), pa.int64()))
 
 
 __all__ = ["ChunkedTables", "analyse_chunks"]

@@ -210,7 +210,23 @@ def _launches_follow_launcher(trace: Trace, chunk: np.ndarray) -> np.ndarray:
     return chunk
 
 
-def _local_rows(global_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def whole_rows(local: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Each of ``local`` (an index into ``rows``, or negative: none) as its value in ``rows``, the
+    whole trace's row (NO_ID where none); the inverse of :func:`local_rows`."""
+    local = np.asarray(local, np.int64)
+    if not len(rows):
+        return np.full(len(local), NO_ID, np.int64)
+    return np.where(local >= 0, rows[np.maximum(local, 0)], NO_ID).astype(np.int64)
+
+
+def in_whole_order(parts: list[pa.Table], keys: list[np.ndarray]) -> pa.Table:
+    """The chunks' rows of one table (``parts``, each row's place in the whole table in ``keys``)
+    back in the whole table's order."""
+    table = pa.concat_tables(parts)
+    return table.take(pa.array(np.argsort(np.concatenate(keys), kind="stable"), pa.int64()))
+
+
+def local_rows(global_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Each of ``global_rows`` (all members of ``rows``, or NO_ID) as an index into ``rows``."""
     local = np.searchsorted(rows, global_rows)
     local = np.minimum(local, max(len(rows) - 1, 0))
@@ -236,10 +252,10 @@ def _take(
     flows = trace.flows
     table_rows["flows"] = np.zeros(0, np.int64)
     if flows.num_rows:
-        src = _local_rows(flows.column("src").to_numpy(), rows)
+        src = local_rows(flows.column("src").to_numpy(), rows)
         keep = src != NO_ID
         table_rows["flows"] = np.flatnonzero(keep).astype(np.int64)
-        dst = _local_rows(flows.column("dst").to_numpy()[keep], rows)
+        dst = local_rows(flows.column("dst").to_numpy()[keep], rows)
         flows = flows.filter(pa.array(keep))
         flows = flows.set_column(
             flows.schema.get_field_index("src"), flows.schema.field("src"), pa.array(src[keep], pa.int64())
@@ -250,7 +266,7 @@ def _take(
     table_rows["comm"] = comm_rows.astype(np.int64)
     comm = trace.comm.take(pa.array(comm_rows, pa.int64()))
     if comm.num_rows:
-        local = _local_rows(comm.column("slice").to_numpy(), rows)
+        local = local_rows(comm.column("slice").to_numpy(), rows)
         comm = comm.set_column(
             comm.schema.get_field_index("slice"), comm.schema.field("slice"), pa.array(local, pa.int64())
         )
@@ -295,8 +311,8 @@ def _tasks(
     keep[matched] = np.isin(op[matched], comm_rows)
     table_rows["comm_tasks"] = np.flatnonzero(keep).astype(np.int64)
     tasks = tasks.filter(pa.array(keep))
-    local_op = _local_rows(tasks.column("op").to_numpy(), comm_rows.astype(np.int64))
-    local_slice = _local_rows(tasks.column("slice").to_numpy(), rows)
+    local_op = local_rows(tasks.column("op").to_numpy(), comm_rows.astype(np.int64))
+    local_slice = local_rows(tasks.column("slice").to_numpy(), rows)
     tasks = tasks.set_column(
         tasks.schema.get_field_index("op"), tasks.schema.field("op"), pa.array(local_op, pa.int64())
     )

@@ -57,7 +57,7 @@ from perfsight.cluster.rank import (
 )
 from perfsight.ingest import mindinsight_cluster as vendor_cluster
 from perfsight.model import RunMetadata, Trace
-from perfsight.model_chunks import TraceChunk
+from perfsight.model_chunks import TraceChunk, in_whole_order, whole_rows
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +68,12 @@ def rank_budget(path: Path, task: RankTask) -> int | None:
     time), else when it would need more than its share of the memory available now (the share
     of one of ``task.workers`` ranks analysed side by side, of the fraction a single trace may
     take, ``memory_budget.AUTO_FRACTION``)."""
-    from perfsight.ingest import bounded_input
+    from perfsight.ingest import BOUNDED_INPUTS, bounded_input
 
     if not bounded_input(path):
         if task.memory_limit is not None:
             # the command line warns for a local job's inputs before they are read
-            log.info("%s: read whole (the memory limit applies to Kineto traces and run folders)", path)
+            log.info("%s: read whole (the memory limit applies to %s)", path, BOUNDED_INPUTS)
         return None
     limit = task.memory_limit
     if limit is None:
@@ -193,11 +193,10 @@ class RankExtras:
         self.ranges.append(modules.range_rows(trace, rows))
         self.context.append(op_context.context_ranges(trace, rows))
         comm = comm_rows(trace)
-        local = columns.int64(comm.column("slice"), null=-1)
-        whole = np.where(local >= 0, rows[np.maximum(local, 0)] if len(rows) else -1, local)
+        whole = whole_rows(columns.int64(comm.column("slice"), null=-1), rows)
         at = comm.schema.get_field_index("slice")
         comm = comm.set_column(
-            at, comm.schema.field(at), pa.array(whole, comm.schema.field(at).type, mask=local < 0)
+            at, comm.schema.field(at), pa.array(whole, comm.schema.field(at).type, mask=whole < 0)
         )
         self.comm_parts.append(comm)
         self.comm_keys.append(chunk.table_rows.get("comm", np.arange(comm.num_rows)))
@@ -229,9 +228,7 @@ class RankExtras:
 
     def comm(self) -> pa.Table:
         """The rank's ``comm_rows``, in the whole ``comm`` table's order."""
-        table = pa.concat_tables(self.comm_parts)
-        order = np.argsort(np.concatenate(self.comm_keys), kind="stable")
-        return table.take(pa.array(order, pa.int64()))
+        return in_whole_order(self.comm_parts, self.comm_keys)
 
 
 def _facts(trace: Trace, rows: np.ndarray, candidates: pd.DataFrame) -> pa.Table:

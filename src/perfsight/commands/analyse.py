@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     from perfsight.api import InputError, analyse, trace_files
     from perfsight.cluster.cli import is_job
-    from perfsight.ingest import TraceReadError
+    from perfsight.ingest import BOUNDED_INPUTS, TraceReadError
     from perfsight.pipeline import Options, OutputError
     from perfsight.summary import format_text, rank_summary
     from perfsight.terminal import printable_line
@@ -83,8 +83,7 @@ def run(args: argparse.Namespace) -> int:
             for source in read_whole(path) if args.memory_limit is not None else ():  # not silently
                 print(
                     printable_line(
-                        "perfsight: warning: --memory-limit applies to Kineto traces and perfsight "
-                        "run folders; "
+                        f"perfsight: warning: --memory-limit applies to {BOUNDED_INPUTS}; "
                         f"{source} is read whole"
                     ),
                     file=sys.stderr,

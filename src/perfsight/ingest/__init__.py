@@ -21,7 +21,7 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 ASCEND_OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 """Ascend/MindSpore profiler output: its trace_view.json stands for the whole rank folder."""
 
-__all__ = ["TraceReadError", "bounded_input", "find_traces", "read_trace", "spill_trace"]
+__all__ = ["BOUNDED_INPUTS", "TraceReadError", "bounded_input", "find_traces", "read_trace", "spill_trace"]
 
 
 def read_trace(path: str | Path, rank: int | None = None) -> Trace:
@@ -46,6 +46,10 @@ def read_trace(path: str | Path, rank: int | None = None) -> Trace:
         return read_kineto(path, rank=rank)
     trace = read_kineto(path, rank=rank if rank is not None else info.rank)
     return run_folder.apply(trace, info, rank_from_option=rank is not None)
+
+
+BOUNDED_INPUTS = "Kineto traces and perfsight run folders"
+"""What :func:`bounded_input` takes, in the words of the warnings for the inputs it does not."""
 
 
 def bounded_input(path: Path) -> bool:

@@ -31,7 +31,14 @@ import pyarrow.compute as pc
 from perfsight import columns
 from perfsight.ingest.sidecar import merge_sidecars
 from perfsight.model import NO_ID, RunMetadata, SliceKind, Trace
-from perfsight.model_chunks import TraceChunk, chunk_by_time, chunk_starts, comm_chunks
+from perfsight.model_chunks import (
+    TraceChunk,
+    chunk_by_time,
+    chunk_starts,
+    comm_chunks,
+    local_rows,
+    whole_rows,
+)
 
 Chunks = Callable[[], Iterator[TraceChunk]]
 _ROW_TABLES = ("slices", "flows", "comm", "memory", "comm_tasks", "dataloader")
@@ -75,9 +82,7 @@ class _MergedCapture:
         bounds = chunk_starts(steps, small.chunk_steps)
         n = trace.comm.num_rows
         on_slice = columns.int64(merged.comm.column("slice"), NO_ID)
-        comm = _with_slice(
-            merged.comm, np.where(on_slice >= 0, small.slice_keys[np.maximum(on_slice, 0)], NO_ID)
-        )
+        comm = _with_slice(merged.comm, whole_rows(on_slice, small.slice_keys))
         comm_chunk = comm_chunks(merged.comm.slice(n), slice_chunk, bounds)
         loader_chunk = chunk_by_time(columns.int64(merged.dataloader.column("start_ns"), 0), bounds)
         return cls(comm, n, comm_chunk, merged.dataloader, loader_chunk)
@@ -87,7 +92,7 @@ class _MergedCapture:
         own = np.asarray(chunk.table_rows["comm"], np.int64)
         rows = np.concatenate([own, self.trace_rows + np.flatnonzero(self.comm_chunk == chunk.number)])
         comm = self.comm.take(pa.array(rows, pa.int64()))
-        comm = _with_slice(comm, _local(columns.int64(comm.column("slice"), NO_ID), chunk.slice_rows))
+        comm = _with_slice(comm, local_rows(columns.int64(comm.column("slice"), NO_ID), chunk.slice_rows))
         loader_rows = np.flatnonzero(self.loader_chunk == chunk.number).astype(np.int64)
         dataloader = self.dataloader.take(pa.array(loader_rows, pa.int64()))
         trace = dataclasses.replace(chunk.trace, comm=comm, dataloader=dataloader)
@@ -123,8 +128,7 @@ class _Gathered:
         self.slices.append(t.slices.take(pa.array(rows, pa.int64())))
         self.keys.append(chunk.slice_rows[rows])
         self.chunk_of.append(np.full(len(rows), chunk.number, np.int64))
-        whole = np.where(comm_slice >= 0, chunk.slice_rows[np.clip(comm_slice, 0, None)], NO_ID)
-        self.comm.append(_with_slice(t.comm, whole))
+        self.comm.append(_with_slice(t.comm, whole_rows(comm_slice, chunk.slice_rows)))
         self.comm_keys.append(np.asarray(chunk.table_rows["comm"], np.int64))
 
     def trace(self, steps: pa.Table, meta: RunMetadata) -> tuple[Trace, np.ndarray]:
@@ -142,7 +146,7 @@ class _Gathered:
             raise ValueError("the chunks' comm rows (TraceChunk.table_rows['comm']) do not cut one table")
         comm = pa.concat_tables(self.comm).take(pa.array(comm_order, pa.int64()))
         whole = columns.int64(comm.column("slice"), NO_ID)
-        comm = _with_slice(comm, np.where(whole >= 0, np.searchsorted(self.slice_keys, whole), NO_ID))
+        comm = _with_slice(comm, local_rows(whole, self.slice_keys))
         trace = dataclasses.replace(self.template, slices=slices, comm=comm, steps=steps, meta=meta)
         return trace, np.concatenate(self.chunk_of)[order]
 
@@ -150,15 +154,6 @@ class _Gathered:
 def _with_slice(comm: pa.Table, values: np.ndarray) -> pa.Table:
     index = comm.schema.get_field_index("slice")
     return comm.set_column(index, comm.schema.field(index), pa.array(values, pa.int64()))
-
-
-def _local(whole: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Whole-trace slice rows as rows of a chunk holding ``rows`` (NO_ID kept)."""
-    if not len(rows):
-        return np.full(len(whole), NO_ID, np.int64)
-    at = np.minimum(np.searchsorted(rows, whole), len(rows) - 1)
-    found = (whole != NO_ID) & (rows[at] == whole)
-    return np.where(found, at, NO_ID).astype(np.int64)
 
 
 __all__ = ["merge_sidecars_in_chunks"]
