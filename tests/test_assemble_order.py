@@ -10,7 +10,8 @@ from perfsight.ingest import assemble
 
 def _depth_by_definition(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """Depth counted slice by slice: the open slices of its track that enclose it (a parent starts
-    earlier, or at the same time and lasts longer, or as long and comes first)."""
+    earlier, or at the same time and lasts longer, or as long and comes first, and ends after the
+    slice starts: a zero-length slice encloses nothing)."""
     end = start + np.maximum(dur, 0)
     depth = np.zeros(len(track), np.int64)
     for i in range(len(track)):
@@ -18,7 +19,7 @@ def _depth_by_definition(track: np.ndarray, start: np.ndarray, dur: np.ndarray) 
             if i == j or track[i] != track[j]:
                 continue
             before = (start[j], -dur[j], j) < (start[i], -dur[i], i)
-            still_open = end[j] > start[i] or (end[j] == start[i] == start[j] and dur[j] <= 0)
+            still_open = end[j] > start[i]
             if before and still_open:
                 depth[i] += 1
     return depth
@@ -47,6 +48,17 @@ def test_nested_slices_get_the_depth_of_their_open_parents() -> None:
     assert depth.tolist() == _depth_by_definition(track, start, dur).tolist() == [0, 1, 2, 2, 2, 0, 1, 0]
 
 
+def test_a_zero_length_first_child_leaves_its_parent_at_its_depth() -> None:
+    # a step [0, 100) holding an op [10, 60) whose first child is a zero-length marker at 10,
+    # then a launch [30, 35) and two zero-length markers at its start: inside it (on equal starts
+    # the longer slice is the parent) and not inside each other
+    track = np.zeros(6, np.int64)
+    start = np.array([0, 10, 10, 30, 30, 30])
+    dur = np.array([100, 50, 0, 0, 0, 5])
+    depth = assemble.nesting_depth(track, start, dur)
+    assert depth.tolist() == _depth_by_definition(track, start, dur).tolist() == [0, 1, 2, 3, 3, 2]
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_nesting_depth_of_random_proper_nesting_matches_the_definition(seed: int) -> None:
     rng = np.random.default_rng(100 + seed)
@@ -55,9 +67,9 @@ def test_nesting_depth_of_random_proper_nesting_matches_the_definition(seed: int
     def nest(track: int, lo: int, hi: int, level: int) -> None:
         t = lo
         while t < hi and level < 4:
-            # at least 1: a zero-length slice at its parent's very start is counted as closed
-            # before the parent opens (the reader's rule since its first version)
-            length = int(rng.integers(1, max(hi - t, 1) + 1))
+            # zero-length slices too, also at their parent's very start (once counted as closed
+            # before the parent opened, which took a level from the parent)
+            length = int(rng.integers(0, max(hi - t, 1) + 1))
             rows.append((track, t, length))
             nest(track, t, t + length, level + 1)
             t += length + int(rng.integers(0, 3))

@@ -10,6 +10,7 @@ import json
 from collections import Counter, defaultdict
 from decimal import Decimal
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
@@ -186,3 +187,47 @@ def test_nccl_kernels_are_counted_as_communication() -> None:
     assert sum(raw.values()) == 21
     assert dict(zip(comm["name"].to_pylist(), comm["count"].to_pylist(), strict=True)) == dict(raw)
     assert sum(stats["ratio"].to_pylist()) == pytest.approx(1.0)
+
+
+def _launching_ops_from_raw(events: list[dict]) -> Counter:
+    """(kernel name, launching op name) counted straight from the raw events: the kernel's runtime
+    call (same correlation), then the innermost ``cpu_op`` of the call's thread that has the call's
+    External id and spans its start -- else the innermost ``cpu_op`` spanning it at all."""
+    runtime = {
+        e["args"]["correlation"]: e
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and "args" in e
+    }
+    ops_by_thread: dict[tuple, list[dict]] = defaultdict(list)
+    ops_by_ext: dict[tuple, list[dict]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "cpu_op":
+            ops_by_thread[(e["pid"], e["tid"])].append(e)
+            ops_by_ext[(e["pid"], e["tid"], e.get("args", {}).get("External id"))].append(e)
+
+    def innermost(ops: list[dict], at: Decimal) -> str | None:
+        spanning = [o for o in ops if _ns(o["ts"]) <= at <= _ns(o["ts"]) + _ns(o["dur"])]
+        return max(spanning, key=lambda o: (_ns(o["ts"]), -_ns(o["dur"])))["name"] if spanning else None
+
+    pairs: Counter = Counter()
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") != "kernel":
+            continue
+        call = runtime.get(e.get("args", {}).get("correlation"))
+        op = None
+        if call is not None:
+            thread, at = (call["pid"], call["tid"]), _ns(call["ts"])
+            ext = call.get("args", {}).get("External id")
+            op = innermost(ops_by_ext.get((*thread, ext), []), at) or innermost(ops_by_thread[thread], at)
+        pairs[(e["name"], op)] += 1
+    return pairs
+
+
+def test_each_kernel_is_charged_to_the_innermost_op_that_launched_it() -> None:
+    # aten::cudnn_convolution begins with a zero-length child at its own start; that child once
+    # took a nesting level from it, and its kernels went to the op around it (aten::_convolution)
+    path = kineto_file("critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz")
+    det = kernel_details(read_trace(path))
+    kernels = det.filter(pc.is_in(det["kind"], pa.array(["kernel", "communication"])))
+    found = Counter(zip(kernels["name"].to_pylist(), kernels["op"].to_pylist(), strict=True))
+    assert found == _launching_ops_from_raw(raw_events(path))

@@ -112,7 +112,9 @@ def nesting_depth(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.n
 
     Depth = slices of the same track that started before this one (parents sort
     first on equal starts because they are longer) minus those that ended by
-    its start.
+    its start.  A zero-length slice at exactly a slice's start ends "by" that start
+    without having started before it (it sorts after, being shorter): it is not
+    subtracted, or a parent holding a zero-length first child would lose a level.
     """
     n = len(track)
     depth = np.zeros(n, dtype=np.int16)
@@ -128,10 +130,21 @@ def nesting_depth(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.n
         ends_sorted = np.sort(end[idx], kind="stable")  # timsort: a track's ends come nearly in order
         started_before = np.arange(hi - lo)
         closed = np.searchsorted(ends_sorted, s, side="right")
-        # a zero-length slice counts its own end as closed: do not let that lower it
-        own_zero = (end[idx] <= s).astype(np.int64)
-        depth[idx] = np.clip(started_before - closed + own_zero, 0, np.iinfo(np.int16).max)
+        later_zero = _zero_length_from_here(s, end[idx] <= s)
+        depth[idx] = np.clip(started_before - closed + later_zero, 0, np.iinfo(np.int16).max)
     return depth
+
+
+def _zero_length_from_here(start: np.ndarray, zero: np.ndarray) -> np.ndarray:
+    """For each position of a track's time order, the zero-length slices at the same start from
+    that position on (itself included): the ends ``nesting_depth`` counted as closed although
+    they did not start before it."""
+    n = len(start)
+    seen = np.concatenate([[0], np.cumsum(zero, dtype=np.int64)])  # zero-length before a position
+    new_start = np.r_[True, start[1:] != start[:-1]]
+    group_end = np.r_[np.flatnonzero(new_start)[1:], n]  # one past each run of equal starts
+    run_end = group_end[np.cumsum(new_start) - 1]
+    return seen[run_end] - seen[:n]
 
 
 def track_time_order(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
