@@ -847,3 +847,118 @@ int64_t es_gather(const int32_t *offsets, int64_t count, const uint8_t *data, co
     }
     return w;
 }
+
+/* ---------- rows of text for the writers ---------- */
+
+/* One piece of every row of text (see export/text.py, TextRows): a text chosen per row from a
+ * pool, a string column, an integer, or exact microseconds from integer nanoseconds.  A piece that
+ * is an object member ("key") is written with its key, after a comma when an earlier member of
+ * the same object was written; a null member is left out, key and all. */
+enum { F_POOL = 1, F_STR = 2, F_INT = 3, F_US = 4 };
+
+typedef struct {
+    int32_t kind;
+    int32_t opens;          /* 1: an object opens after this piece (no member written yet) */
+    const int32_t *codes;   /* F_POOL: pool index per row, < 0 for nothing; NULL: index 0 */
+    const int32_t *offsets; /* F_POOL, F_STR: Arrow int32 offsets (the array's offset applied) */
+    const uint8_t *data;    /* F_POOL, F_STR: the string bytes */
+    const uint8_t *bitmap;  /* F_STR: Arrow validity bitmap, or NULL (all valid) */
+    int64_t bit_offset;     /* F_STR: the array's offset into its bitmap */
+    const uint8_t *present; /* F_INT, F_US: one byte per row, 0 for null; NULL: all present */
+    const int64_t *values;  /* F_INT, F_US */
+    int64_t count;          /* F_POOL: texts in the pool */
+    const uint8_t *key;     /* object member: its key text ("\"step\":"), else NULL */
+    int64_t key_len;
+} piece_t;
+
+/* Decimal text of v at dst (room for 20 bytes); returns bytes written. */
+static int write_uint(uint64_t v, uint8_t *dst) {
+    uint8_t tmp[20];
+    int n = 0;
+    do {
+        tmp[n++] = (uint8_t)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (int i = 0; i < n; i++) dst[i] = tmp[n - 1 - i];
+    return n;
+}
+
+/* Rows [lo, hi) laid out end to end into out (cap bytes).  Returns the bytes written; *done is
+ * the number of whole rows written (fewer than hi - lo when out is full).  -1 for a pool index
+ * outside its pool. */
+int64_t es_format(const piece_t *pieces, int32_t npieces, int64_t lo, int64_t hi, uint8_t *out, int64_t cap,
+                  int64_t *done) {
+    int64_t w = 0;
+    *done = 0;
+    for (int64_t row = lo; row < hi; row++) {
+        int64_t row_start = w;
+        int member = 0;
+        for (int32_t k = 0; k < npieces; k++) {
+            const piece_t *pc = &pieces[k];
+            const uint8_t *text = NULL;
+            int64_t len = 0;
+            uint8_t number[32];
+            switch (pc->kind) {
+            case F_POOL: {
+                int64_t code = pc->codes ? pc->codes[row] : 0;
+                if (code >= pc->count) return -1;
+                if (code >= 0) {
+                    text = pc->data + pc->offsets[code];
+                    len = pc->offsets[code + 1] - pc->offsets[code];
+                }
+                break;
+            }
+            case F_STR: {
+                int64_t bit = pc->bit_offset + row;
+                if (!pc->bitmap || (pc->bitmap[bit >> 3] >> (bit & 7)) & 1) {
+                    text = pc->data + pc->offsets[row];
+                    len = pc->offsets[row + 1] - pc->offsets[row];
+                }
+                break;
+            }
+            case F_INT:
+            case F_US: {
+                if (pc->present && !pc->present[row]) break;
+                int64_t v = pc->values[row];
+                uint64_t mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+                int n = 0;
+                if (v < 0) number[n++] = '-';
+                if (pc->kind == F_INT) {
+                    n += write_uint(mag, number + n);
+                } else {
+                    uint64_t frac = mag % 1000;
+                    n += write_uint(mag / 1000, number + n);
+                    number[n++] = '.';
+                    number[n++] = (uint8_t)('0' + frac / 100);
+                    number[n++] = (uint8_t)('0' + frac / 10 % 10);
+                    number[n++] = (uint8_t)('0' + frac % 10);
+                }
+                text = number;
+                len = n;
+                break;
+            }
+            default:
+                return -1;
+            }
+            if (pc->key) {
+                if (!text) continue; /* a null member is left out */
+                if (w + 1 + pc->key_len > cap) goto full;
+                if (member) out[w++] = ',';
+                memcpy(out + w, pc->key, (size_t)pc->key_len);
+                w += pc->key_len;
+                member = 1;
+            }
+            if (text) {
+                if (w + len > cap) goto full;
+                memcpy(out + w, text, (size_t)len);
+                w += len;
+            }
+            if (pc->opens) member = 0;
+        }
+        (*done)++;
+        continue;
+    full:
+        return row_start;
+    }
+    return w;
+}
