@@ -204,7 +204,9 @@ class TextRows:
     def add_choice(self, codes: np.ndarray | None, texts: Sequence[str] | pa.Array) -> None:
         """``texts[codes[i]]`` on row ``i``; a code of ``-1`` adds nothing.  Many texts (a whole
         trace's names) may come as an Arrow array, made once for all chunks."""
-        self._items.append(self._coded(codes, texts))
+        coded = self._coded(codes, texts)
+        if coded is not None:
+            self._items.append(coded)
 
     def add_values(self, values: ArrayOrChunked) -> None:
         """Row ``i`` of a string column (nothing where it is null)."""
@@ -226,7 +228,8 @@ class TextRows:
         """An object member: ``value`` is (codes, texts) as for :meth:`add_choice` or a column of
         JSON text; the member is left out where the value is null."""
         coded = self._coded(*value) if isinstance(value, tuple) else self._strings(value)
-        self._items.append(_Member(key, coded))
+        if coded is not None:
+            self._items.append(_Member(key, coded))
 
     def add_int_member(
         self, key: str, values: np.ndarray, present: np.ndarray | None, few: bool = False
@@ -237,11 +240,15 @@ class TextRows:
     def close_object(self) -> None:
         self._items.append("}")
 
-    def _coded(self, codes: np.ndarray | None, texts: Sequence[str] | pa.Array) -> _Coded:
+    def _coded(self, codes: np.ndarray | None, texts: Sequence[str] | pa.Array) -> _Coded | None:
+        """The choice, its codes as int32 (what both layouts index with); None when it writes
+        nothing on any row (common: a column no event of the trace has)."""
         if codes is not None:
-            codes = np.asarray(codes)
             if len(codes) != self.n:
                 raise ValueError(f"{len(codes)} codes for {self.n} rows of text")
+            codes = np.ascontiguousarray(codes, dtype=np.int32)
+            if not len(texts) or (len(codes) and codes.max() < 0):
+                return None
         return _Coded(codes, texts if isinstance(texts, pa.Array) else list(texts))
 
     def _strings(self, values: ArrayOrChunked) -> pa.Array:
@@ -279,6 +286,10 @@ class TextRows:
 class _NativeLayout:
     """The pieces as the native library's ``Piece`` records (``es_format``), made once for all
     chunks; the arrays they point into are kept alive here."""
+
+    CHUNK_BYTES = 4 << 20
+    """The chunk buffer's size, unless every row of a chunk fits in less (or one row needs more):
+    rows past it go to the next chunk."""
 
     NUMBER_BYTES = 25
     """The most a number piece writes: a sign, 19 digits, and ".fff"."""
@@ -370,8 +381,9 @@ class _NativeLayout:
         return (eventscan.F_US if item.micros else eventscan.F_INT), fields, self.NUMBER_BYTES
 
     def chunks(self, lo: int, hi: int) -> Iterator[memoryview]:
-        """Rows ``lo`` to ``hi`` in one chunk, written into a buffer reused by the next call."""
-        room = max(self.row_bytes, 1) * (hi - lo)
+        """Rows ``lo`` to ``hi`` in as many chunks as the buffer needs, each written into the same
+        buffer (reused by the next call too)."""
+        room = max(self.row_bytes, 1) * min(hi - lo, max(self.CHUNK_BYTES // max(self.row_bytes, 1), 1))
         if self._out is None or len(self._out) < room:
             self._out = np.empty(room, np.uint8)
         while lo < hi:
