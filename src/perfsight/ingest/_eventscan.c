@@ -259,13 +259,28 @@ static int build_keys(scan_t *s) {
     return 1;
 }
 
+/* a[0..len) == b[0..len), eight bytes at a time: keys are short, and libc's memcmp, called once
+ * per key of every event, cost 3 % of reading a trace in its call alone. */
+static inline int same_bytes(const uint8_t *a, const uint8_t *b, int64_t len) {
+    int64_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t x, y;
+        memcpy(&x, a + i, 8);
+        memcpy(&y, b + i, 8);
+        if (x != y) return 0;
+    }
+    for (; i < len; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
 /* The column a key of this scope feeds, -1 for keys nobody asked for. */
 static inline int find_key(const scan_t *s, int scope, const uint8_t *key, int64_t len) {
     const spec_t *sp = s->spec;
     for (uint32_t h = key_hash(key, len);; h = (h + 1) & (HASH_SIZE - 1)) {
         int k = s->table[scope][h] - 1;
         if (k < 0) return -1;
-        if (sp->key_lens[k] == len && memcmp(sp->keys[k], key, (size_t)len) == 0) return sp->key_columns[k];
+        if (sp->key_lens[k] == len && same_bytes(sp->keys[k], key, len)) return sp->key_columns[k];
     }
 }
 
