@@ -100,3 +100,14 @@ def test_a_sliced_string_column_is_read_from_its_offset() -> None:
     rows.add_values(pa.array(["zero", None, "two", "three", None, "five"]).slice(2, 3))
     rows.add(";")
     assert bytes(rows.to_bytes()) == b"two;three;;"
+
+
+def test_integers_of_every_length_are_their_decimal_text() -> None:
+    edges = [0, 7, 2**63 - 1, -(2**63)] + [
+        s * (10**k + d) for k in range(19) for d in (-1, 0) for s in (1, -1)
+    ]
+    values = np.array(edges, np.int64)
+    rows = text.TextRows(len(values))
+    rows.add_ints(values)
+    rows.add(";")
+    assert bytes(rows.to_bytes()).decode() == "".join(f"{v};" for v in values.tolist())
