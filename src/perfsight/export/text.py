@@ -2,11 +2,14 @@
 
 Writers must not loop over rows in Python.  The few shapes of text they need — a dictionary
 column as plain strings, a shape list as Ascend writes it (``"32,3,224,224;64"``), element-wise
-concatenation, many lines as one block of UTF-8 — are built here with ``pyarrow.compute``.  JSON
-text (escaped strings, lists as ``[[32,3],[64]]``) comes from :mod:`perfsight.jsontext`, the one
-JSON renderer that analyses and writers share.
+concatenation, many lines as one block of UTF-8 (:class:`TextRows`, laid out by the native
+library where it is built) — are built here with ``pyarrow.compute``.  JSON text (escaped strings,
+lists as ``[[32,3],[64]]``) comes from :mod:`perfsight.jsontext`, the one JSON renderer that
+analyses and writers share.
 
-This module must not convert units (see ``units.py``) or know about files.
+This module must not convert units (see ``units.py``: nanoseconds are written as microseconds
+only as ``units.us_pieces`` makes them, which the native layout's text is tested against) or know
+about files.
 """
 
 from __future__ import annotations
