@@ -171,6 +171,8 @@ _MEMORY_ARGS = (
     "Device Id",
 )
 _SLICE_ARG_COLUMNS = tuple(f"args.{key}" for key in _SLICE_ARGS)
+_SLICE_COLUMNS = ("cat", "name", "pid", "tid", "ts_ns", "dur_ns", *_SLICE_ARG_COLUMNS)
+"""The raw columns a complete event's slice row is made of."""
 
 
 TIME_LIMIT_NS = 1 << 62
@@ -244,9 +246,14 @@ class Parts:
         ts_ns = raw.column("ts_ns")
         is_x = self._placed(_bools(pc.equal(ph, "X")), ts_ns)
         if is_x.any():
-            x = raw.select(["cat", "name", "pid", "tid", "ts_ns", "dur_ns", *_SLICE_ARG_COLUMNS]).filter(
-                pa.array(is_x)
-            )
+            kept = int(np.count_nonzero(is_x))
+            # a column null on every row of the batch (shapes not recorded, legacy keys) is made
+            # null rather than filtered: filtering it costs as much as a column with values
+            filled = [c for c in _SLICE_COLUMNS if raw.column(c).null_count < raw.num_rows]
+            x = raw.select(filled).filter(pa.array(is_x))
+            for name in _SLICE_COLUMNS:
+                if name not in filled:
+                    x = x.append_column(raw.schema.field(name), pa.nulls(kept, raw.schema.field(name).type))
             dur = x.column("dur_ns")
             usable_dur = _usable_time(dur, 0)
             self.bad_dur += x.num_rows - pc.sum(usable_dur).as_py()
