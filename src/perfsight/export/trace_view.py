@@ -32,9 +32,8 @@ every distinct piece of text (a name escaped by orjson, a duration, a launch geo
 fixed keys) is made once, and the native library formats each row from those pieces and the
 number columns straight into the chunk (without it, one Arrow ``take`` copies the pieces of all
 rows into place: the same bytes), so memory stays bounded by :data:`PIECE_ROWS` rows and no
-Python object is made per event.  This module must not
-compute analyses (it draws what ``overlap_intervals`` returns) and must not convert units except
-via ``units.py``.
+Python object is made per event.  This module must not compute analyses (it draws what
+``overlap_intervals`` returns) and must not convert units except via ``units.py``.
 """
 
 from __future__ import annotations
@@ -65,10 +64,10 @@ PIECE_ROWS = 65_536
 large enough that making them costs little per row, small enough to bound the writer's memory."""
 
 CHUNK_ROWS = 8_192
-"""Events built and written per chunk: bounds the writer's memory whatever the trace size.  8K
-rows rather than 16K: the trace view runs beside the CSV writers and the timeline index, where
-the run's peak is reached; 3 MB lower peak on both shared Kineto traces at the same CPU
-(docs/BENCHMARKS.md)."""
+"""Events written per chunk (at most; a chunk is also at most 4 MiB): with :data:`PIECE_ROWS`,
+bounds the writer's memory whatever the trace size.  8K rows rather than 16K: the trace view runs
+beside the CSV writers and the timeline index, where the run's peak is reached; 3 MB lower peak
+on both shared Kineto traces at the same CPU (docs/BENCHMARKS.md)."""
 
 OVERLAP_PROCESS = "Overlap Analysis"
 OVERLAP_LANES = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
