@@ -286,6 +286,21 @@ class TextRows:
         return memoryview(parts[0] if len(parts) == 1 else b"".join(parts))
 
 
+def _merged_constants(items: list[Item]) -> Iterator[Item]:
+    """The items with each run of constants as one (one piece for the native layout to write)."""
+    constant = ""
+    for item in items:
+        if isinstance(item, str):
+            constant += item
+            continue
+        if constant:
+            yield constant
+            constant = ""
+        yield item
+    if constant:
+        yield constant
+
+
 class _NativeLayout:
     """The pieces as the native library's ``Piece`` records (``es_format``), made once for all
     chunks; the arrays they point into are kept alive here."""
@@ -300,50 +315,41 @@ class _NativeLayout:
     def __init__(self, items: list[Item]) -> None:
         self._alive: list[object] = []
         self._out: np.ndarray | None = None  # the chunk buffer, reused (its pages are touched once)
-        records: list[tuple[int, int, dict[str, int]]] = []  # (kind, opens, fields) per piece
-        constant = ""  # constants not yet written: one piece with the next constant or before the next piece
         self.row_bytes = 0  # the most one row can take
-        for item in items + [""]:
-            if isinstance(item, str):
-                constant += item
-                if item:
-                    continue
-            if constant:
-                kind, fields, most = self._pool(None, [constant])
-                records.append((kind, 0, fields))
-                self.row_bytes += most
-                constant = ""
-            key = b""
-            if isinstance(item, _Member):
-                key = orjson.dumps(item.key) + b":"
-                item = item.value
-            if isinstance(item, str):
-                continue
-            if isinstance(item, _Open):
-                kind, fields, most = self._pool(None, ["{"])
-            elif isinstance(item, _Coded):
-                kind, fields, most = self._pool(item.codes, item.texts)
-            elif isinstance(item, pa.Array):
-                kind, fields, most = self._column(item)
-            else:
-                kind, fields, most = self._number(item)
-            if key:
-                self._alive.append(key)
-                fields.update(key=ctypes.cast(ctypes.c_char_p(key), ctypes.c_void_p).value, key_len=len(key))
-                most += len(key) + 1
-            records.append((kind, int(isinstance(item, _Open)), fields))
-            self.row_bytes += most
+        records = [self._record(item) for item in _merged_constants(items)]
         self.pieces = (eventscan.Piece * len(records))()
         for piece, (kind, opens, fields) in zip(self.pieces, records, strict=True):
             piece.kind, piece.opens = kind, opens
             for name, value in fields.items():
                 setattr(piece, name, value)
 
+    def _record(self, item: Item) -> tuple[int, int, dict[str, int | None]]:
+        """(kind, opens, the other fields) of the item's ``Piece``; counts its most bytes a row."""
+        key = b""
+        if isinstance(item, _Member):
+            key, item = orjson.dumps(item.key) + b":", item.value
+        if isinstance(item, str | _Open):
+            kind, fields, most = self._pool(None, ["{" if isinstance(item, _Open) else item])
+        elif isinstance(item, _Coded):
+            kind, fields, most = self._pool(item.codes, item.texts)
+        elif isinstance(item, pa.Array):
+            kind, fields, most = self._column(item)
+        else:
+            kind, fields, most = self._number(item)
+        if key:
+            self._alive.append(key)
+            fields.update(key=ctypes.cast(ctypes.c_char_p(key), ctypes.c_void_p).value, key_len=len(key))
+            most += len(key) + 1  # and a comma
+        self.row_bytes += most
+        return kind, int(isinstance(item, _Open)), fields
+
     def _keep(self, array: np.ndarray) -> int:
         self._alive.append(array)
         return array.ctypes.data
 
-    def _pool(self, codes: np.ndarray | None, texts: list[str] | pa.Array) -> tuple[int, dict[str, int], int]:
+    def _pool(
+        self, codes: np.ndarray | None, texts: list[str] | pa.Array
+    ) -> tuple[int, dict[str, int | None], int]:
         pool = texts if isinstance(texts, pa.Array) else pa.array(texts, pa.string())
         pool = pool.cast(pa.string())
         offsets, data = self._string_buffers(pool)
@@ -356,7 +362,7 @@ class _NativeLayout:
         }
         return eventscan.F_POOL, fields, int(lengths.max()) if len(lengths) else 0
 
-    def _column(self, values: pa.Array) -> tuple[int, dict[str, int], int]:
+    def _column(self, values: pa.Array) -> tuple[int, dict[str, int | None], int]:
         offsets, data = self._string_buffers(values)
         validity = values.buffers()[0] if values.null_count else None
         self._alive.append(values)
@@ -376,7 +382,7 @@ class _NativeLayout:
         offsets = np.frombuffer(offsets_buffer, np.int32)[strings.offset : strings.offset + len(strings) + 1]
         return offsets, data_buffer.address if data_buffer is not None and data_buffer.size else 0
 
-    def _number(self, item: _Numbers) -> tuple[int, dict[str, int], int]:
+    def _number(self, item: _Numbers) -> tuple[int, dict[str, int | None], int]:
         fields = {
             "values": self._keep(item.values),
             "present": self._keep(item.present.view(np.uint8)) if item.present is not None else None,
