@@ -6,9 +6,13 @@ pass and without the GIL.  This module only describes those columns to it, hands
 buffers, and wraps what it wrote as Arrow arrays (zero copy).  Policy -- what a slow
 row or a scan that stops means -- belongs to :mod:`perfsight.ingest.chrome_events`.
 
+The same library lays out the writers' rows of text (:func:`gather`, :func:`format_rows`, used
+by :class:`perfsight.export.text.TextRows`): one build, kept beside the reader that builds it.
+
 The library is built when the package is installed (``hatch_build.py``); where it is
 missing (no C compiler, a checkout not reinstalled) :func:`available` is false and the
-reader uses its pure-Python path.  Set ``PERFSIGHT_NATIVE=0`` to force that path.
+reader uses its pure-Python path (the writers their Arrow layout, the same bytes).  Set
+``PERFSIGHT_NATIVE=0`` to force that path.
 """
 
 from __future__ import annotations
