@@ -80,3 +80,16 @@ def test_nesting_depth_of_random_proper_nesting_matches_the_definition(seed: int
     track, start, dur = (np.array([rows[i][k] for i in order], np.int64) for k in range(3))
     expected = _depth_by_definition(track, start, dur).tolist()
     assert assemble.nesting_depth(track, start, dur).tolist() == expected
+
+
+def test_sorted_codes_are_numpy_unique_with_its_inverse() -> None:
+    rng = np.random.default_rng(7)
+    for values in (
+        rng.choice([-(2**62), -1, 0, 5, 785246, 2**62], size=5_000),  # lane ids repeat
+        rng.integers(-(2**40), 2**40, size=3_000),  # all distinct
+        np.zeros(0, np.int64),
+    ):
+        distinct, inverse = assemble.sorted_codes(values)
+        expected, expected_inverse = np.unique(values, return_inverse=True)
+        assert np.array_equal(distinct, expected) and np.array_equal(inverse, expected_inverse)
+        assert np.array_equal(distinct[inverse], values)

@@ -20,7 +20,7 @@ from _hostile import BASE_NS, HOSTILE_NAMES, hostile_trace
 from _trace_builder import make_trace
 from perfsight.analysis.overlap import overlap_intervals
 from perfsight.export.trace_view import OVERLAP_LANES, OVERLAP_PROCESS, time_offset_ns, write_trace_view
-from perfsight.ingest import read_trace
+from perfsight.ingest import eventscan, read_trace
 from perfsight.model import Trace
 from shared_data import KINETO, require
 
@@ -203,3 +203,18 @@ def test_real_nanosecond_trace_is_rebased_without_losing_a_nanosecond(tmp_path: 
     xs = [e for e in doc["traceEvents"] if e["ph"] == "X" and e.get("cat") != "overlap"]
     assert max(e["ts"] for e in xs) < 2**43  # small enough that a double resolves 1 ns
     assert sorted(_ns(e["ts"], offset) for e in xs) == sorted(trace.slices.column("start_ns").to_pylist())
+
+
+@pytest.mark.skipif(not eventscan.available(), reason="native library not built")
+@pytest.mark.parametrize("source", ["hostile", NCCL, DF_INDEX, NS_RESOLUTION], ids=lambda s: Path(s).name)
+def test_native_and_portable_layouts_write_the_same_file(tmp_path: Path, source: Path | str) -> None:
+    trace = hostile_trace() if source == "hostile" else read_trace(require(source))
+    chunk_rows = 3 if source == "hostile" else 5_000  # chunks that end inside a piece of rows
+    native = write_trace_view(tmp_path / "native.json", trace, chunk_rows=chunk_rows).read_bytes()
+    eventscan.use_library(None)
+    try:
+        portable = write_trace_view(tmp_path / "portable.json", trace, chunk_rows=chunk_rows).read_bytes()
+    finally:
+        eventscan.use_library(Path(eventscan.__file__).parent)
+    assert native == portable
+    assert native.count(b'\n{"ph":"X"') >= trace.slices.num_rows

@@ -29,10 +29,11 @@ back to recover the trace's clock.
 
 The file is written in chunks of rows, each laid out by :class:`perfsight.export.text.TextRows`:
 every distinct piece of text (a name escaped by orjson, a duration, a launch geometry, an event's
-fixed keys) is made once, and one Arrow ``take`` copies the pieces of all rows into place, so
-memory stays bounded by the chunk and no Python object is made per event.  This module must not
-compute analyses (it draws what ``overlap_intervals`` returns) and must not convert units except
-via ``units.py``.
+fixed keys) is made once, and the native library formats each row from those pieces and the
+number columns straight into the chunk (without it, one Arrow ``take`` copies the pieces of all
+rows into place: the same bytes), so memory stays bounded by :data:`PIECE_ROWS` rows and no
+Python object is made per event.  This module must not compute analyses (it draws what
+``overlap_intervals`` returns) and must not convert units except via ``units.py``.
 """
 
 from __future__ import annotations
@@ -54,19 +55,19 @@ from perfsight.model import NO_ID, Trace
 from perfsight.units import (
     NS_PER_S,
     NS_PER_US,
-    US_FRACTIONS,
-    US_SIGNS,
     bytes_to_mb,
     is_whole_us,
-    us_pieces,
-    us_text,
 )
 
+PIECE_ROWS = 65_536
+"""Rows whose pieces (codes, numbers, distinct texts) are made at once, then written chunk by chunk:
+large enough that making them costs little per row, small enough to bound the writer's memory."""
+
 CHUNK_ROWS = 8_192
-"""Events built and written per chunk: bounds the writer's memory whatever the trace size.  8K
-rows rather than 16K: the trace view runs beside the CSV writers and the timeline index, where
-the run's peak is reached; 3 MB lower peak on both shared Kineto traces at the same CPU
-(docs/BENCHMARKS.md)."""
+"""Events written per chunk (at most; a chunk is also at most 4 MiB): with :data:`PIECE_ROWS`,
+bounds the writer's memory whatever the trace size.  8K rows rather than 16K: the trace view runs
+beside the CSV writers and the timeline index, where the run's peak is reached; 3 MB lower peak
+on both shared Kineto traces at the same CPU (docs/BENCHMARKS.md)."""
 
 OVERLAP_PROCESS = "Overlap Analysis"
 OVERLAP_LANES = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
@@ -247,6 +248,7 @@ def _lanes(trace: Trace, memory_keys: list[str]) -> _Lanes:
 # ---------------------------------------------------------------------------------------------
 # Events as text, one chunk of rows at a time (see ``text.TextRows``).  Every event starts with its
 # separator (",\n"): the metadata events always come first, so chunks are written as they are.
+# A chunk is valid until the next is drawn (``TextRows.chunks``): write it before drawing the next.
 
 
 def _escaped_dictionary(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
@@ -266,37 +268,10 @@ def _num(values: pa.Array) -> pa.Array:
     return values.cast(pa.string())
 
 
-def _add_us(rows: text.TextRows, ns: np.ndarray) -> None:
-    """Exact microseconds with three decimals (``units.us_pieces``)."""
-    sign, whole, fraction = us_pieces(ns)
-    rows.add_choice(sign, US_SIGNS)
-    rows.add_values(whole)
-    rows.add_choice(fraction, US_FRACTIONS)
-
-
-Value = tuple[np.ndarray, list[str]] | pa.Array
-"""A JSON value per row: (code per row, text per code; -1 = null) or JSON text (null = null)."""
-
-
-def _add_object(rows: text.TextRows, pairs: list[tuple[str, Value]]) -> None:
-    """A JSON object from ``(key, value)`` pairs; a key whose value is null is left out."""
-    rows.add("{")
-    earlier = np.zeros(rows.n, bool)
-    for key, value in pairs:
-        name = orjson.dumps(key).decode() + ":"
-        if isinstance(value, pa.Array):
-            present = columns.numpy(value.is_valid()) if value.null_count else np.ones(rows.n, bool)
-            rows.add_choice(np.where(present, earlier.view(np.int8), -1), [name, "," + name])
-            rows.add_values(value)
-        else:  # the key and its value as one choice: first key, or after a comma
-            codes, texts = value
-            present = codes >= 0
-            rows.add_choice(
-                np.where(present, codes + earlier * len(texts), -1),
-                [name + t for t in texts] + ["," + name + t for t in texts],
-            )
-        earlier |= present
-    rows.add("}")
+def _ids(values: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Integer ids and where they are set (``NO_ID`` is no id: its key is then left out)."""
+    ids = columns.int64(values, NO_ID)
+    return ids, ids != NO_ID
 
 
 def _json_list(values: pa.Array) -> pa.Array:
@@ -307,10 +282,9 @@ def _mb(values: pa.Array) -> pa.Array:
     return _num(bytes_to_mb(values))
 
 
-def _ids(values: pa.ChunkedArray | pa.Array) -> pa.Array:
-    """Integer ids with ``NO_ID`` as null (its key is then left out)."""
-    ids = columns.int64(values, NO_ID)
-    return pa.array(ids, pa.int64(), mask=ids == NO_ID)
+def _spans(n: int) -> Iterator[tuple[int, int]]:
+    """``(lo, hi)`` row ranges of at most :data:`PIECE_ROWS` rows covering ``0..n``."""
+    return ((lo, min(lo + PIECE_ROWS, n)) for lo in range(0, n, PIECE_ROWS))
 
 
 def slice_events(
@@ -323,37 +297,39 @@ def slice_events(
     heads = pa.array([',\n{"ph":"X","name":' + name for name in name_esc], pa.string())
     cats = [',"cat":' + c for c in cat_esc + kind_esc]  # no category: the kind
     lane_text = _lane_texts(lanes)
-    track = columns.numpy(slices.column("track"))
-    start = columns.numpy(slices.column("start_ns"))
-    for lo in range(0, slices.num_rows, chunk_rows):
-        part = slices.slice(lo, chunk_rows)
-        n = part.num_rows
-        kind, cat = kind_code[lo : lo + n], cat_code[lo : lo + n]
-        rows = text.TextRows(n)
-        rows.add_choice(name_code[lo : lo + n], heads)
-        rows.add_choice(np.where(cat >= 0, cat, len(cat_esc) + kind), cats)
-        rows.add_choice(track[lo : lo + n], lane_text)
-        _add_us(rows, start[lo : lo + n] - offset)
+    for lo, hi in _spans(slices.num_rows):
+        part = slices.slice(lo, hi - lo)
+        kind = kind_code[lo:hi]
+        rows = text.TextRows(hi - lo)
+        rows.add_choice(name_code[lo:hi], heads)
+        rows.add_choice(np.where(cat_code[lo:hi] >= 0, cat_code[lo:hi], len(cat_esc) + kind), cats)
+        rows.add_choice(columns.numpy(part.column("track")), lane_text)
+        rows.add_micros(columns.int64(part.column("start_ns")) - offset)
         rows.add(',"dur":')
-        rows.add_choice(*text.distinct_texts(part.column("dur_ns"), us_text))  # durations repeat
+        rows.add_micros(columns.int64(part.column("dur_ns")), few=True)  # durations repeat
         rows.add(',"args":')
-        _add_object(
-            rows,
-            [  # values with few distinct texts are coded: each text is made once
-                ("kind", (kind, kind_esc)),
-                ("step", text.distinct_texts(_ids(part.column("step")))),
-                ("correlation", _ids(part.column("correlation")).cast(pa.string())),
-                ("External id", _ids(part.column("external_id")).cast(pa.string())),
-                ("Input Dims", text.distinct_texts(part.column("input_dims"), _json_list)),
-                ("Input type", text.distinct_texts(part.column("input_types"), _json_list)),
-                ("grid", text.distinct_texts(part.column("grid"), _json_list)),
-                ("block", text.distinct_texts(part.column("block"), _json_list)),
-                ("est. achieved occupancy %", text.distinct_texts(part.column("occupancy_pct"), _num)),
-                ("bytes", text.distinct_texts(part.column("bytes"), _num)),
-            ],
-        )
+        rows.open_object()
+        rows.add_member("kind", (kind, kind_esc))
+        rows.add_int_member("step", *_ids(part.column("step")), few=True)
+        rows.add_int_member("correlation", *_ids(part.column("correlation")))
+        rows.add_int_member("External id", *_ids(part.column("external_id")))
+        for key, column in SLICE_LIST_ARGS:  # few distinct values: each text is made once
+            rows.add_member(key, text.distinct_texts(part.column(column), _json_list))
+        rows.add_member("est. achieved occupancy %", text.distinct_texts(part.column("occupancy_pct"), _num))
+        nbytes = part.column("bytes")
+        rows.add_int_member("bytes", columns.int64(nbytes, 0), columns.valid(nbytes), few=True)
+        rows.close_object()
         rows.add("}")
-        yield rows.to_bytes()
+        yield from rows.chunks(chunk_rows)
+
+
+SLICE_LIST_ARGS = (
+    ("Input Dims", "input_dims"),
+    ("Input type", "input_types"),
+    ("grid", "grid"),
+    ("block", "block"),
+)
+"""The ``args`` keys of a slice's list columns, in the order they are written."""
 
 
 def _lane_texts(lanes: _Lanes) -> list[str]:
@@ -367,11 +343,11 @@ def _flow_chunks(trace: Trace, lanes: _Lanes, offset: int, chunk_rows: int) -> I
     track = columns.numpy(trace.slices.column("track"))
     for phase, end in FLOW_PHASES:  # every start, then every finish
         at = columns.int64(flows.column(end))
-        for lo in range(0, flows.num_rows, chunk_rows):
-            hi = min(lo + chunk_rows, flows.num_rows)
+        for lo, hi in _spans(flows.num_rows):
             ids = np.arange(lo, hi, dtype=np.int64)
             kind = flows.column("kind").slice(lo, hi - lo)
-            yield flow_events(phase, ids, kind, track[at[lo:hi]], start[at[lo:hi]], lanes, offset)
+            rows = _flow_rows(phase, ids, kind, track[at[lo:hi]], start[at[lo:hi]], lanes, offset)
+            yield from rows.chunks(chunk_rows)
 
 
 FLOW_PHASES = (('"s"', "src"), ('"f","bp":"e"', "dst"))
@@ -389,16 +365,28 @@ def flow_events(
 ) -> memoryview:
     """One ``phase`` event per flow: its row in the trace's flows (``ids``), its kind, and the
     track and start of the slice it binds to."""
+    return _flow_rows(phase, ids, kind, track, start_ns, lanes, offset).to_bytes()
+
+
+def _flow_rows(
+    phase: str,
+    ids: np.ndarray,
+    kind: pa.ChunkedArray | pa.Array,
+    track: np.ndarray,
+    start_ns: np.ndarray,
+    lanes: _Lanes,
+    offset: int,
+) -> text.TextRows:
     kind_code, kind_esc = _escaped_dictionary(kind)
     kinds = [f',"cat":{k},"name":{k}' for k in kind_esc]
     rows = text.TextRows(len(ids))
     rows.add(',\n{"ph":' + phase + ',"id":')
-    rows.add_values(pa.array(ids, pa.int64()).cast(pa.string()))
+    rows.add_ints(ids)
     rows.add_choice(kind_code, kinds)
     rows.add_choice(track, _lane_texts(lanes))
-    _add_us(rows, start_ns - offset)
+    rows.add_micros(start_ns - offset)
     rows.add("}")
-    return rows.to_bytes()
+    return rows
 
 
 def memory_keys(memory: pa.Table) -> pa.Array:
@@ -417,26 +405,23 @@ def memory_events(
         for pid in lanes.memory_pid.values()
     ]
     head_code = columns.int64(pc.index_in(keys, value_set=pa.array(list(lanes.memory_pid), pa.string())))
-    ts = columns.numpy(memory.column("ts_ns"))
-    for lo in range(0, memory.num_rows, chunk_rows):
-        part = memory.slice(lo, chunk_rows)
-        rows = text.TextRows(part.num_rows)
-        rows.add_choice(head_code[lo : lo + part.num_rows], heads)
-        _add_us(rows, ts[lo : lo + part.num_rows] - offset)
+    ts = columns.int64(memory.column("ts_ns"))
+    for lo, hi in _spans(memory.num_rows):
+        part = memory.slice(lo, hi - lo)
+        rows = text.TextRows(hi - lo)
+        rows.add_choice(head_code[lo:hi], heads)
+        rows.add_micros(ts[lo:hi] - offset)
         rows.add(',"args":')
-        _add_object(
-            rows,
-            [
-                (key, text.distinct_texts(part.column(column), _mb))
-                for key, column in (
-                    ("Allocated", "allocated_bytes"),
-                    ("Reserved", "reserved_bytes"),
-                    ("Active", "active_bytes"),
-                )
-            ],
-        )
+        rows.open_object()
+        for key, column in (
+            ("Allocated", "allocated_bytes"),
+            ("Reserved", "reserved_bytes"),
+            ("Active", "active_bytes"),
+        ):
+            rows.add_member(key, text.distinct_texts(part.column(column), _mb))
+        rows.close_object()
         rows.add("}")
-        yield rows.to_bytes()
+        yield from rows.chunks(chunk_rows)
 
 
 def overlap_events(
@@ -452,15 +437,14 @@ def overlap_events(
     lane_code = columns.int64(pc.index_in(text.combined(overlap.column("lane")), value_set=lane_names))
     start = columns.int64(overlap.column("start_ns"))
     end = columns.int64(overlap.column("end_ns"))
-    for lo in range(0, overlap.num_rows, chunk_rows):
-        hi = min(lo + chunk_rows, overlap.num_rows)
+    for lo, hi in _spans(overlap.num_rows):
         rows = text.TextRows(hi - lo)
         rows.add_choice(lane_code[lo:hi], heads)
-        _add_us(rows, start[lo:hi] - offset)
+        rows.add_micros(start[lo:hi] - offset)
         rows.add(',"dur":')
-        _add_us(rows, end[lo:hi] - start[lo:hi])
+        rows.add_micros(end[lo:hi] - start[lo:hi])
         rows.add(',"args":{}}')
-        yield rows.to_bytes()
+        yield from rows.chunks(chunk_rows)
 
 
 def write_trace_view(

@@ -60,11 +60,10 @@ def lanes(pid: np.ndarray, tid: np.ndarray, is_device: np.ndarray) -> tuple[np.n
     streams, each by pid/tid) as a k x 3 int64 array, and each row's lane number.  A reader that
     sees its rows in parts numbers the union of the parts' lanes with :func:`track_table`."""
     # factorise each column first: np.unique over rows (axis=0) is ten times slower
-    pid_values, pid_code = np.unique(pid, return_inverse=True)
-    tid_values, tid_code = np.unique(tid, return_inverse=True)
-    combined = (pid_code.astype(np.int64) * len(tid_values) + tid_code) * 2 + is_device.astype(np.int64)
-    codes, inverse = np.unique(combined, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    pid_values, pid_code = sorted_codes(pid)
+    tid_values, tid_code = sorted_codes(tid)
+    combined = (pid_code * len(tid_values) + tid_code) * 2 + is_device.astype(np.int64)
+    codes, inverse = sorted_codes(combined)
     unique = (
         np.stack(
             [
@@ -81,6 +80,19 @@ def lanes(pid: np.ndarray, tid: np.ndarray, is_device: np.ndarray) -> tuple[np.n
     renumber = np.empty(len(order), dtype=np.int32)
     renumber[order] = np.arange(len(order), dtype=np.int32)
     return unique[order], renumber[inverse] if len(inverse) else np.zeros(0, np.int32)
+
+
+def sorted_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` of an integer column: its distinct values in
+    order and each row's index among them (int64).  Why not ``np.unique``: it sorts every row;
+    a lane's pid, tid or (pid, tid) repeats over thousands of rows, so hashing the rows and
+    sorting only the few distinct values does the same in a fifth of the time."""
+    encoded = pc.dictionary_encode(pa.array(values))
+    distinct = encoded.dictionary.to_numpy(zero_copy_only=False)
+    order = np.argsort(distinct, kind="stable")
+    position = np.empty(len(order), np.int64)
+    position[order] = np.arange(len(order))
+    return distinct[order], position[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
 def track_table(rank: int, ordered: np.ndarray, names: dict[tuple[int, int, bool], str]) -> pa.Table:

@@ -6,9 +6,13 @@ pass and without the GIL.  This module only describes those columns to it, hands
 buffers, and wraps what it wrote as Arrow arrays (zero copy).  Policy -- what a slow
 row or a scan that stops means -- belongs to :mod:`perfsight.ingest.chrome_events`.
 
+The same library lays out the writers' rows of text (:func:`gather`, :func:`format_rows`, used
+by :class:`perfsight.export.text.TextRows`): one build, kept beside the reader that builds it.
+
 The library is built when the package is installed (``hatch_build.py``); where it is
 missing (no C compiler, a checkout not reinstalled) :func:`available` is false and the
-reader uses its pure-Python path.  Set ``PERFSIGHT_NATIVE=0`` to force that path.
+reader uses its pure-Python path (the writers their Arrow layout, the same bytes).  Set
+``PERFSIGHT_NATIVE=0`` to force that path.
 """
 
 from __future__ import annotations
@@ -86,6 +90,30 @@ class _Result(ctypes.Structure):
     ]
 
 
+class Piece(ctypes.Structure):
+    """One piece of every row of text for ``es_format`` (``_eventscan.c`` says what each field is;
+    :class:`perfsight.export.text.TextRows` fills them)."""
+
+    _fields_ = [
+        ("kind", ctypes.c_int32),
+        ("opens", ctypes.c_int32),
+        ("codes", ctypes.c_void_p),
+        ("offsets", ctypes.c_void_p),
+        ("data", ctypes.c_void_p),
+        ("bitmap", ctypes.c_void_p),
+        ("bit_offset", ctypes.c_int64),
+        ("present", ctypes.c_void_p),
+        ("values", ctypes.c_void_p),
+        ("count", ctypes.c_int64),
+        ("key", ctypes.c_void_p),
+        ("key_len", ctypes.c_int64),
+    ]
+
+
+F_POOL, F_STR, F_INT, F_US = range(1, 5)
+"""What a :class:`Piece` writes: a text chosen from a pool, a string column, an integer, exact µs."""
+
+
 def _load(directory: Path | None = None) -> ctypes.CDLL | None:
     if os.environ.get("PERFSIGHT_NATIVE", "1") == "0":
         return None
@@ -120,6 +148,16 @@ def _load(directory: Path | None = None) -> ctypes.CDLL | None:
         ctypes.c_int64,
         ctypes.c_void_p,
         ctypes.c_int64,
+    ]
+    lib.es_format.restype = ctypes.c_int64
+    lib.es_format.argtypes = [
+        ctypes.POINTER(Piece),
+        ctypes.c_int32,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.POINTER(ctypes.c_int64),
     ]
     return lib
 
@@ -428,3 +466,15 @@ def gather(strings: pa.Array, order: np.ndarray) -> np.ndarray | None:
     if written != total:
         raise RuntimeError("native gather disagrees with the string lengths")
     return out
+
+
+def format_rows(pieces: ctypes.Array, lo: int, hi: int, out: np.ndarray) -> tuple[int, int]:
+    """Rows ``lo`` to ``hi`` of ``pieces`` laid out into ``out`` by the native library: (bytes
+    written, whole rows written; fewer rows than asked when ``out`` is full).  The caller checks
+    :func:`available` first and keeps every buffer the pieces point to alive."""
+    assert _LIB is not None
+    done = ctypes.c_int64(0)
+    written = _LIB.es_format(pieces, len(pieces), lo, hi, out.ctypes.data, len(out), ctypes.byref(done))
+    if written < 0:
+        raise RuntimeError("native row formatter met a code outside its texts")
+    return int(written), int(done.value)

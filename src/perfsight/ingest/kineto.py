@@ -171,6 +171,8 @@ _MEMORY_ARGS = (
     "Device Id",
 )
 _SLICE_ARG_COLUMNS = tuple(f"args.{key}" for key in _SLICE_ARGS)
+_SLICE_COLUMNS = ("cat", "name", "pid", "tid", "ts_ns", "dur_ns", *_SLICE_ARG_COLUMNS)
+"""The raw columns a complete event's slice row is made of."""
 
 
 TIME_LIMIT_NS = 1 << 62
@@ -178,10 +180,15 @@ TIME_LIMIT_NS = 1 << 62
 inside int64 nanoseconds, so no analysis overflows."""
 
 
-def _usable_time(column: pa.ChunkedArray, low: int) -> pa.ChunkedArray:
-    """True where a time column holds a value in [low, TIME_LIMIT_NS] (null: not a usable time)."""
-    inside = pc.and_(pc.greater_equal(column, low), pc.less_equal(column, TIME_LIMIT_NS))
-    return pc.fill_null(inside, False)
+def _usable_time(column: pa.ChunkedArray, low: int) -> np.ndarray:
+    """True where a time column holds a value in [low, TIME_LIMIT_NS] (null: not a usable time).
+    In NumPy: on a batch's few thousand rows, each Arrow call costs more than its work."""
+    values = columns.int64(column, _NO_TIME)
+    return (values >= low) & (values <= TIME_LIMIT_NS)
+
+
+_NO_TIME = np.iinfo(np.int64).min
+"""What a null time reads as in :func:`_usable_time`: below every usable time."""
 
 
 @dataclasses.dataclass
@@ -224,10 +231,10 @@ class Parts:
             )
         return lines
 
-    def _placed(self, chosen: np.ndarray, ts_ns: pa.ChunkedArray) -> np.ndarray:
-        """The rows of ``chosen`` (a mask over the batch) whose ``ts_ns`` is usable; those whose
-        time is not are counted in ``bad_ts``."""
-        placed = chosen & _bools(_usable_time(ts_ns, -TIME_LIMIT_NS))
+    def _placed(self, chosen: np.ndarray, usable_ts: np.ndarray) -> np.ndarray:
+        """The rows of ``chosen`` (a mask over the batch) whose ``ts_ns`` is usable (``usable_ts``);
+        those whose time is not are counted in ``bad_ts``."""
+        placed = chosen & usable_ts
         self.bad_ts += int(np.count_nonzero(chosen)) - int(np.count_nonzero(placed))
         return placed
 
@@ -241,22 +248,27 @@ class Parts:
         if not raw.num_rows:
             return
         ph = raw.column("ph")
-        ts_ns = raw.column("ts_ns")
-        is_x = self._placed(_bools(pc.equal(ph, "X")), ts_ns)
+        usable_ts = _usable_time(raw.column("ts_ns"), -TIME_LIMIT_NS)
+        is_x = self._placed(_bools(pc.equal(ph, "X")), usable_ts)
         if is_x.any():
-            x = raw.select(["cat", "name", "pid", "tid", "ts_ns", "dur_ns", *_SLICE_ARG_COLUMNS]).filter(
-                pa.array(is_x)
-            )
+            kept = int(np.count_nonzero(is_x))
+            # a column null on every row of the batch (shapes not recorded, legacy keys) is made
+            # null rather than filtered: filtering it costs as much as a column with values
+            filled = [c for c in _SLICE_COLUMNS if raw.column(c).null_count < raw.num_rows]
+            x = raw.select(filled).filter(pa.array(is_x))
+            for name in _SLICE_COLUMNS:
+                if name not in filled:
+                    x = x.append_column(raw.schema.field(name), pa.nulls(kept, raw.schema.field(name).type))
             dur = x.column("dur_ns")
             usable_dur = _usable_time(dur, 0)
-            self.bad_dur += x.num_rows - pc.sum(usable_dur).as_py()
+            self.bad_dur += x.num_rows - int(np.count_nonzero(usable_dur))
             columns: dict[str, Any] = {
                 "cat": x.column("cat").fill_null("").dictionary_encode(),
                 "name": x.column("name").fill_null("").dictionary_encode(),
                 "pid": x.column("pid"),
                 "tid": x.column("tid"),
                 "start_ns": x.column("ts_ns"),
-                "dur_ns": pc.if_else(usable_dur, dur, 0),
+                "dur_ns": np.where(usable_dur, int_column(dur, 0), 0),
             }
             columns.update({key: x.column(f"args.{key}") for key in _SLICE_ARGS})
             self.complete.append(pa.table(columns))
@@ -274,7 +286,7 @@ class Parts:
                 )
             self.slices += x.num_rows
         name = raw.column("name")
-        is_mem = self._placed(_bools(pc.and_(pc.equal(ph, "i"), pc.equal(name, "[memory]"))), ts_ns)
+        is_mem = self._placed(_bools(pc.and_(pc.equal(ph, "i"), pc.equal(name, "[memory]"))), usable_ts)
         if is_mem.any():
             mem = raw.select(["ts_ns", "tid", *(f"args.{key}" for key in _MEMORY_ARGS)]).take(
                 pa.array(np.flatnonzero(is_mem))
