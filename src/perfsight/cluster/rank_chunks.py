@@ -24,16 +24,19 @@ from the whole trace.  Here they are computed from the chunks as the bounded pat
 
 What the limit covers: the bounded path's own peak (``memory_budget``) and the digest.  The
 digest's per-op tables grow with the trace (a ``step_ops`` row per outermost op and per
-allocator event, an ``op_context`` row per op: 1.35 M and 1.1 M rows for a rank of 1 GB of
-JSON), so none of them is held beside the analysis: each chunk's step-op candidates and op facts
-are written to a scratch folder as the chunk passes (:class:`RankExtras`), read back once the
-analysis has ended and its memory is freed, and the tables made one at a time, their text as
-codes (never spelt per row), each written to an Arrow IPC file in the job's digest folder before
-the next is made (:class:`DigestFiles`).  The worker and the parent map those files instead of
-holding the rows: the digest is pickled to the parent with their paths, not their rows (it was
-one more whole copy in each), and the job removes the folder after the cross-rank step
-(``cluster.job``).  A rank of 1 GB of JSON within 600 MB: PEAK_AFTER, against PEAK_BEFORE before
-(docs/BENCHMARKS.md, "A job's large ranks").
+allocator event, an ``op_context`` row per op: 1.35 M and 0.44 M rows for a generated rank of
+1 GB of JSON), so none is held beside the analysis: each chunk's step-op candidates and op facts
+are written to a scratch folder as the chunk passes (:class:`RankExtras`) and read back once the
+analysis has ended and its memory is freed; the tables are then made one at a time, their text
+as codes (never spelt out per row), each written to an Arrow IPC file in the job's digest folder
+before the next is made (:class:`DigestFiles`).  The worker and the parent map those files
+rather than hold the rows, and the digest is pickled to the parent with their paths (the rows
+were one more whole copy on each side); the job removes the folder after the cross-rank step
+(``cluster.job``).  Making the tables peaks below the analysis (a 1 GB rank: ~440 MiB against
+~480 MiB), so a rank's worker peaks where the bounded analysis alone does: 467-488 MiB within
+600M, against 898-915 MiB when the digest was held and pickled (docs/BENCHMARKS.md, "A job's
+large ranks").  Below the bounded path's own floor (400M for that rank) the worker, like the
+single-trace analysis, goes over the limit by what its smallest chunks need.
 
 What it must not do: compute a metric its own way (every value comes from the functions the
 whole-trace path calls), or hold a per-row table of the whole trace beyond what the digest keeps.
