@@ -9,9 +9,12 @@ exercise the module table and the ops' module context.
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,8 +25,10 @@ from perfsight.analysis.modules import module_ranges, module_statistic
 from perfsight.analysis.op_context import op_context
 from perfsight.analysis.step_ops import step_ops
 from perfsight.cluster.discovery import RankInput
-from perfsight.cluster.rank import RankDigest, RankTask, comm_rows, run_rank, time_span
+from perfsight.cluster.job import analyse_job
+from perfsight.cluster.rank import RankDigest, RankTask, comm_rows, compact_table, run_rank, time_span
 from perfsight.cluster.rank_chunks import RankExtras, rank_budget
+from perfsight.engine.local import SerialExecutor
 from perfsight.ingest import read_trace
 from perfsight.model_chunks import split_by_steps
 from shared_data import KINETO, REPO
@@ -119,7 +124,7 @@ def test_each_cluster_extra_computed_step_by_step_equals_the_whole_traces(
             chunks += 1
         assert chunks == trace.steps.num_rows >= 2, path
         got = extras.tables(trace.rank)
-        assert got["step_ops"].equals(ops), path
+        assert got["step_ops"].equals(compact_table("step_ops", ops)), path  # as a digest holds it
         assert got["op_context"].equals(op_context(trace, ops, ranges)), path
         assert got["module_statistic"].equals(module_statistic(trace, ranges)), path
         assert extras.comm().equals(comm_rows(trace)), path
@@ -167,3 +172,74 @@ def test_a_rank_goes_the_bounded_way_when_it_needs_more_than_its_workers_share(p
     crowded = RankTask(out_root=None, workers=1 << 40)  # so many ranks side by side: a tiny share each
     assert rank_budget(trace, crowded) is not None
     assert rank_budget(trace, RankTask(out_root=None, memory_limit=1)) == 1
+
+
+def test_a_large_ranks_per_op_tables_travel_to_the_parent_as_files(generated: Path, tmp_path: Path) -> None:
+    """Within a limit, a rank's step ops and op context are left in the job's digest folder: the
+    digest the worker pickles to the parent carries their paths, not their rows, and the parent
+    reads the same rows the whole-trace digest has."""
+    item = RankInput(str(_traces(generated)[0]))
+    whole = run_rank(item, RankTask(out_root=None))
+    folder = tmp_path / "digests"
+    bounded = run_rank(item, RankTask(out_root=None, memory_limit=1, digest_dir=str(folder)))
+    assert isinstance(whole, RankDigest) and isinstance(bounded, RankDigest)
+    assert sorted(bounded.files) == ["op_context", "step_ops"]
+    assert {Path(p).parent for p in bounded.files.values()} == {folder}
+    sent = pickle.dumps(bounded)
+    with_rows = pickle.dumps(dataclasses.replace(bounded, files={}))
+    rows = sum(bounded.tables[name].nbytes for name in bounded.files)
+    assert len(with_rows) - len(sent) > 0.9 * rows > 0
+    _same_digest(pickle.loads(sent), whole)
+
+
+class _WatchedSerial(SerialExecutor):
+    """The serial executor, noting the digest folder the job gave its ranks and what was in it."""
+
+    def __init__(self) -> None:
+        self.folders: list[Path] = []
+        self.files: list[str] = []
+
+    def map(self, fn, items, *args):  # type: ignore[no-untyped-def]
+        results = super().map(fn, items, *args)
+        folder = Path(args[0].digest_dir)
+        self.folders.append(folder)
+        self.files += [p.name for p in folder.iterdir()] if folder.is_dir() else []
+        return results
+
+
+@pytest.mark.parametrize("outputs", [True, False], ids=["with-outputs", "no-outputs"])
+def test_the_digest_folder_is_removed_after_the_job_even_when_a_rank_fails(
+    generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outputs: bool
+) -> None:
+    job = tmp_path / "job"
+    shutil.copytree(generated, job)
+    (job / "rank_broken.json").write_text("this is not a trace")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where a job without outputs keeps it
+    out = tmp_path / "out" if outputs else None
+    watched = _WatchedSerial()
+    result = analyse_job(job, out, executor=watched, memory_limit=1)
+    assert any("rank_broken.json" in line for line in result.job.problems())
+    assert len(result.job.ranks) == 4
+    (folder,) = watched.folders
+    assert folder.parent == (out if outputs else scratch)
+    assert sum(name.endswith("-step_ops.arrow") for name in watched.files) == 4  # one per rank, then
+    assert not folder.exists()  # and gone now
+    assert list(scratch.iterdir()) == []
+    if out is not None:
+        assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
+
+
+def test_the_digest_folder_is_removed_when_the_user_stops_the_job(generated: Path, tmp_path: Path) -> None:
+    class Stopped(_WatchedSerial):
+        def map(self, fn, items, *args):  # type: ignore[no-untyped-def]
+            super().map(fn, items, *args)
+            raise KeyboardInterrupt  # Ctrl-C once the ranks are read, before the cross-rank step
+
+    stopped = Stopped()
+    with pytest.raises(KeyboardInterrupt):
+        analyse_job(generated, tmp_path / "out", executor=stopped, memory_limit=1)
+    (folder,) = stopped.folders
+    assert sum(name.endswith("-step_ops.arrow") for name in stopped.files) == 4
+    assert not folder.exists()

@@ -123,7 +123,7 @@ def context_of(rank: int, facts: pa.Table, ranges: pd.DataFrame, context: Contex
     starts = frame["start_ns"].to_numpy(np.int64)
     ends = starts + frame["dur_ns"].to_numpy(np.int64)
     levels = frame["depth"].to_numpy(np.int64)
-    names = frame["name"].astype(str)
+    names = frame["name"]  # categorical from Arrow's dictionary: never a text object per op
 
     held = modules.enclosing(ranges, tracks, starts, levels)
     inner = modules.innermost(held)
@@ -133,9 +133,7 @@ def context_of(rank: int, facts: pa.Table, ranges: pd.DataFrame, context: Contex
 
     marks = context.optimizer
     in_optimizer = modules.innermost(modules.enclosing(marks, tracks, starts, levels)) >= 0
-    copy = (
-        frame["kind"].astype(str).isin(MEMORY_COPY_KINDS).to_numpy() | names.isin(MEMORY_COPY_OPS).to_numpy()
-    )
+    copy = frame["kind"].isin(MEMORY_COPY_KINDS).to_numpy() | names.isin(MEMORY_COPY_OPS).to_numpy()
     op_class = np.where(in_optimizer, "optimizer", np.where(copy, "memory copy", "compute"))
 
     sharded = _holds(context.dispatch, tracks, starts, ends)

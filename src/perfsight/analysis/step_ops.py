@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pandas.api.types import union_categoricals
 
+from perfsight import columns
 from perfsight.model import Trace
 
 STEP_OPS_SCHEMA = pa.schema(
@@ -157,12 +158,16 @@ class StepOpsMerge:
             if self.has_accelerator and not kept.memory.empty:
                 kept.memory = kept.memory[kept.memory["device_type"] != "cpu"]
 
-    def table(self, rank: int) -> pa.Table:
-        """The rank's :data:`STEP_OPS_SCHEMA` table, as :func:`step_ops` gives it for the whole trace.
+    def table(self, rank: int, encoded: tuple[str, ...] = ()) -> pa.Table:
+        """The rank's :data:`STEP_OPS_SCHEMA` table, as :func:`step_ops` gives it for the whole trace;
+        its text columns ``encoded`` dictionary-encoded as ``pyarrow.compute.dictionary_encode``
+        encodes them (never spelt out per row: a kernel name is ~180 characters, on a million rows).
+        Made once: the parts are let go as the table is made.
 
         Rows in order of step, then level (alphabetical), then start and slice; ``order`` counts
         each step's rows of a level.  Each level is ordered alone and the levels joined by a stable
-        sort on the step, built column by column in Arrow (a rank's ops can be millions of rows)."""
+        sort on the step, built column by column in Arrow (a rank's ops can be millions of rows),
+        the text as codes until the end."""
         parts = self.parts
         if not self.has_slices:
             return STEP_OPS_SCHEMA.empty_table()
@@ -176,16 +181,25 @@ class StepOpsMerge:
             _level("micro_batch", _by_slice([p.blocks for p in parts]), rank),
             _level("op", _outermost(_by_slice(candidates)), rank),
         ]
+        self.parts = []
+        del parts, candidates
         levels = [t for t in levels if t.num_rows]
         if not levels:
             return STEP_OPS_SCHEMA.empty_table()
         steps = np.concatenate([t.column("step").to_numpy() for t in levels])
-        order = pa.array(np.argsort(steps, kind="stable"), pa.int64())
-        columns = {}
+        order = np.argsort(steps, kind="stable")
+        made = {}
         for name in STEP_OPS_SCHEMA.names:  # a column at a time: one column's copy at most
-            columns[name] = pa.chunked_array([t.column(name) for t in levels]).take(order)
+            chunks = [t.column(name).combine_chunks() for t in levels]
+            if pa.types.is_dictionary(chunks[0].type):
+                made[name] = _joined_text(chunks, order, name in encoded)
+            else:
+                made[name] = pa.chunked_array(chunks).take(pa.array(order, pa.int64()))
             levels = [t.drop_columns([name]) for t in levels]
-        return pa.table(columns, schema=STEP_OPS_SCHEMA)
+        schema = pa.schema(
+            [pa.field(f.name, made[f.name].type) if f.name in encoded else f for f in STEP_OPS_SCHEMA]
+        )
+        return pa.table(made, schema=schema)
 
     def _main_track(self) -> int | None:
         """The thread that runs the training step: the one holding most step markers, else most
@@ -211,9 +225,10 @@ class StepOpsMerge:
 def _level(
     level: str, rows: pd.DataFrame, rank: int, name: str | None = None, category: str = "compute"
 ) -> pa.Table:
-    """One level's rows as :data:`STEP_OPS_SCHEMA` columns, ordered by step, start and slice (stable)."""
+    """One level's rows as :data:`STEP_OPS_SCHEMA` columns (the text as codes), ordered by step,
+    start and slice (stable)."""
     if rows.empty:
-        return STEP_OPS_SCHEMA.empty_table()
+        return _LEVEL_SCHEMA.empty_table()
     rows = rows.sort_values(["step", "start_ns", "slice"], kind="stable")
     n = len(rows)
     step = rows["step"].to_numpy(np.int64)
@@ -224,20 +239,20 @@ def _level(
 
     def text(column: str, default: str) -> pa.Array:
         if column in rows:
-            return pc.cast(pa.array(rows[column], from_pandas=True), pa.string())
-        return pa.repeat(pa.scalar(default, pa.string()), n)
+            return _text_codes(pa.array(rows[column], from_pandas=True))
+        return pa.DictionaryArray.from_arrays(
+            pa.array(np.zeros(n, np.int32)), pa.array([default], pa.string())
+        )
 
     micro = rows["micro_batch"].to_numpy(np.int64) if "micro_batch" in rows else np.full(n, -1)
     return pa.table(
         {
             "rank": pa.array(np.full(n, rank), pa.int32()),
             "step": pa.array(step, pa.int32()),
-            "level": pa.repeat(pa.scalar(level, pa.string()), n),
+            "level": text("", level),
             "order": pa.array(order, pa.int32()),
-            "name": text("name", name or "")
-            if name is None
-            else pa.array(np.full(n, name, object), pa.string()),
-            "category": pa.repeat(pa.scalar(category, pa.string()), n),
+            "name": text("name" if name is None else "", name or ""),
+            "category": text("", category),
             "phase": text("phase", ""),
             "micro_batch": pa.array(micro, pa.int32()),
             "slice": pa.array(rows["slice"].to_numpy(np.int64), pa.int64()),
@@ -245,7 +260,53 @@ def _level(
             "end_ns": pa.array(start + rows["dur_ns"].to_numpy(np.int64), pa.int64()),
             "value": pa.array(value, pa.float64(), mask=np.isnan(value)),
         },
-        schema=STEP_OPS_SCHEMA,
+        schema=_LEVEL_SCHEMA,
+    )
+
+
+_LEVEL_SCHEMA = pa.schema(
+    [
+        pa.field(f.name, pa.dictionary(pa.int32(), pa.string())) if f.type == pa.string() else f
+        for f in STEP_OPS_SCHEMA
+    ]
+)
+"""One level's rows (:func:`_level`): the text as codes into each level's own values."""
+
+
+def _text_codes(values: pa.Array) -> pa.DictionaryArray:
+    """Text as int32 codes into string values (a pandas categorical comes as codes already)."""
+    if not pa.types.is_dictionary(values.type):
+        values = pc.dictionary_encode(values)
+    return pa.DictionaryArray.from_arrays(
+        values.indices.cast(pa.int32()), pc.cast(values.dictionary, pa.string())
+    )
+
+
+def _joined_text(chunks: list[pa.DictionaryArray], order: np.ndarray, encoded: bool) -> pa.Array:
+    """The levels' text codes (``chunks``, each with its own values) as one column in ``order``:
+    plain text, or, ``encoded``, dictionary-encoded as ``pc.dictionary_encode`` gives it (the
+    values in order of first appearance, int32 codes), with no row's text spelt out."""
+    dictionaries = [c.dictionary for c in chunks]
+    values = pc.dictionary_encode(pa.concat_arrays(dictionaries))  # a code per distinct text
+    offsets = np.cumsum([0] + [len(d) for d in dictionaries])
+    to_value = values.indices.to_numpy()
+    parts = []
+    for at, chunk in zip(offsets, chunks, strict=False):
+        local = columns.int64(chunk.indices, null=-1)
+        parts.append(np.where(local >= 0, to_value[at + np.maximum(local, 0)], -1))
+    codes = np.concatenate(parts)[order]
+    known = codes >= 0
+    mask = None if known.all() else ~known
+    if not encoded:
+        return values.dictionary.take(pa.array(np.where(known, codes, 0), pa.int64(), mask=mask))
+    seen, first = np.unique(codes[known], return_index=True)
+    by_first = np.argsort(first, kind="stable")
+    renumbered = np.empty(len(seen), np.int64)
+    renumbered[by_first] = np.arange(len(seen))
+    out = np.zeros(len(codes), np.int64)
+    out[known] = renumbered[np.searchsorted(seen, codes[known])]
+    return pa.DictionaryArray.from_arrays(
+        pa.array(out, pa.int32(), mask=mask), values.dictionary.take(pa.array(seen[by_first], pa.int64()))
     )
 
 

@@ -9,9 +9,13 @@ result holds every cross-rank table; ``write_cluster_outputs`` writes them to
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,31 +123,61 @@ def analyse_job(
             Path(out).mkdir(parents=True, exist_ok=True)
     owned = not hasattr(executor, "map")
     runner = make_executor(executor) if owned else executor  # type: ignore[arg-type]
-    task = RankTask(
-        out_root=str(out) if (out is not None and per_rank_outputs) else None,
-        options=options or Options(),
-        memory_limit=memory_limit,
-        workers=min(getattr(runner, "workers", None) or 1, len(inputs)),
-    )
-    try:
-        results = runner.map(run_rank, inputs, task)
-    finally:  # Ctrl-C included: the executor has waited for its workers
-        if owned:
-            runner.close()
-        if task.out_root is not None:  # the claims only mattered while the workers ran
-            shutil.rmtree(Path(task.out_root) / ".perfsight-claims", ignore_errors=True)
-    job = discovery.assess(results)
-    job.cut_windows = cut
-    if not job.ranks:
-        raise JobInputError("; ".join(job.problems()) or f"{location}: nothing readable")
-    if task.out_root is not None:
-        _remove_outputs_of_set_aside(results, job, Path(task.out_root))
-    for line in job.problems():
-        log.warning("%s", line)
-    result = cross_rank(location, job, runner.name)
+    with _digest_folder(out, runner) as digest_dir:
+        task = RankTask(
+            out_root=str(out) if (out is not None and per_rank_outputs) else None,
+            options=options or Options(),
+            memory_limit=memory_limit,
+            workers=min(getattr(runner, "workers", None) or 1, len(inputs)),
+            digest_dir=digest_dir,
+        )
+        try:
+            results = runner.map(run_rank, inputs, task)
+        finally:  # Ctrl-C included: the executor has waited for its workers
+            if owned:
+                runner.close()
+            if task.out_root is not None:  # the claims only mattered while the workers ran
+                shutil.rmtree(Path(task.out_root) / ".perfsight-claims", ignore_errors=True)
+        job = discovery.assess(results)
+        job.cut_windows = cut
+        if not job.ranks:
+            raise JobInputError("; ".join(job.problems()) or f"{location}: nothing readable")
+        if task.out_root is not None:
+            _remove_outputs_of_set_aside(results, job, Path(task.out_root))
+        for line in job.problems():
+            log.warning("%s", line)
+        result = cross_rank(location, job, runner.name)
     result.output_root = Path(out) if out is not None else None
     result.per_rank_outputs = task.out_root is not None
     return result
+
+
+SHARED_FOLDER_EXECUTORS = ("local", "serial")
+"""Executors whose workers write where this process reads (this machine): a large rank's digest
+may leave its per-op tables in a file for the cross-rank step (``RankTask.digest_dir``)."""
+
+
+@contextlib.contextmanager
+def _digest_folder(out: str | Path | None, runner: Executor) -> Iterator[str | None]:
+    """Where a large rank's worker leaves its per-op digest tables (``RankDigest.files``): a hidden
+    scratch folder under ``out``, else under the system's temporary folder (made by the first
+    worker that needs it), removed once the cross-rank step has read them, however it ends --
+    a failed rank, a job with nothing readable, a Ctrl-C.  None where the workers may not share
+    this machine's folders (a Dask cluster): the tables then travel inside the digests."""
+    if getattr(runner, "name", None) not in SHARED_FOLDER_EXECUTORS:
+        yield None
+        return
+    from perfsight.export.staging import STAGING_PREFIX, remove_folder
+
+    unique = uuid.uuid4().hex[:12]
+    if out is not None:  # hidden from discovery and the server, as a staging folder is
+        folder = Path(out) / f"{STAGING_PREFIX}digests-{unique}"
+    else:
+        folder = Path(tempfile.gettempdir()) / f"perfsight-digests-{unique}"
+    try:
+        yield str(folder)
+    finally:
+        remove_folder(folder)
 
 
 def _remove_outputs_of_set_aside(results: list, job: discovery.JobAssessment, out_root: Path) -> None:
@@ -228,7 +262,7 @@ def cross_rank(location: str, job: discovery.JobAssessment, executor: str = "ser
 def _release(digests: dict[int, RankDigest], table: str) -> None:
     """Drop one per-rank table from every digest (its rows now live in a cross-rank table)."""
     for digest in digests.values():
-        digest.tables.pop(table, None)
+        digest.release(table)
 
 
 def write_cluster_outputs(result: ClusterResult, out: str | Path) -> Path:

@@ -61,6 +61,26 @@ class RankDigest:
     output_dir: str | None = None
     summary: dict[str, Any] | None = None  # the single-rank summary, when the rank was fully analysed
     span_ns: tuple[int, int] | None = None  # first start and last end of its slices (trace clock)
+    files: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Tables of ``tables`` held in an Arrow IPC file (name -> path) and read memory-mapped: a
+    large rank's per-op tables (``cluster.rank_chunks``), which would otherwise be copied whole
+    into the pickle that carries the digest to the parent and again out of it.  Pickled as their
+    path; the parent maps the file again and pages the rows in as its readers read them."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["tables"] = {name: t for name, t in self.tables.items() if name not in self.files}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.tables.update({name: mapped_table(path) for name, path in self.files.items()})
+
+    def release(self, table: str) -> None:
+        """Drop one table (its rows now live in a cross-rank table; its file, if any, stays until
+        the job's digest folder is removed)."""
+        self.tables.pop(table, None)
+        self.files.pop(table, None)
 
     def __post_init__(self) -> None:
         """Text that repeats a few values over a rank's rows travels and stays dictionary-encoded:
@@ -71,7 +91,7 @@ class RankDigest:
         step's memory").  Readers cast them back to text or read them as categories."""
         self.comm = dictionary_encoded(self.comm, COMPACT_COMM)
         if STEP_OPS in self.tables:
-            self.tables[STEP_OPS] = dictionary_encoded(self.tables[STEP_OPS], COMPACT_STEP_OPS)
+            self.tables[STEP_OPS] = compact_table(STEP_OPS, self.tables[STEP_OPS])
 
     @property
     def rank(self) -> int:
@@ -84,6 +104,11 @@ COMPACT_STEP_OPS = ("level", "name", "category", "phase")
 """The digest's text columns held dictionary-encoded (see :meth:`RankDigest.__post_init__`)."""
 
 
+def compact_table(name: str, table: pa.Table) -> pa.Table:
+    """A digest's table ``name`` in the form the digest holds it (:meth:`RankDigest.__post_init__`)."""
+    return dictionary_encoded(table, COMPACT_STEP_OPS) if name == STEP_OPS else table
+
+
 def dictionary_encoded(table: pa.Table, names: Iterable[str]) -> pa.Table:
     """``table`` with its columns ``names`` (where present and not already) dictionary-encoded."""
     for name in names:
@@ -91,6 +116,20 @@ def dictionary_encoded(table: pa.Table, names: Iterable[str]) -> pa.Table:
         if i >= 0 and not pa.types.is_dictionary(table.schema.field(i).type):
             table = table.set_column(i, name, pc.dictionary_encode(table.column(i)).combine_chunks())
     return table
+
+
+def write_table_file(table: pa.Table, path: Path) -> str:
+    """Write ``table`` as an uncompressed Arrow IPC file (what :func:`mapped_table` maps without
+    a copy); returns its path."""
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=1 << 20)
+    return str(path)
+
+
+def mapped_table(path: str) -> pa.Table:
+    """The table of an Arrow IPC file, its buffers pointing into a memory map of the file (the
+    pages are read as they are touched and can be dropped again by the OS: they are the file's)."""
+    return pa.ipc.open_file(pa.memory_map(path)).read_all()
 
 
 def concat(digests: Iterable[RankDigest], table: str) -> pa.Table:
@@ -187,6 +226,10 @@ class RankTask:
     workers: int = 1
     """Ranks analysed side by side on one machine: without ``memory_limit``, a rank goes the bounded
     way when it would need more than this share of the memory a single trace may take."""
+    digest_dir: str | None = None
+    """A folder the parent process can read (the job's, removed after the cross-rank step) where
+    a rank analysed in bounded memory leaves its per-op digest tables as files (``RankDigest.files``);
+    None (a Dask cluster's workers, whose folders the parent may not see): they travel in the digest."""
 
 
 def run_rank(item: RankInput, task: RankTask) -> RankDigest | RankFailure:

@@ -22,11 +22,21 @@ from the whole trace.  Here they are computed from the chunks as the bounded pat
   whole trace's row and the rows to the whole ``comm`` table's order;
 * the time span: the earliest start and latest end over the chunks.
 
-What the limit covers: the bounded path's own peak (``memory_budget``) plus the digest, which
-the cross-rank step needs whole and which grows with the trace (a ``step_ops`` row per outermost
-op and per allocator event: about 100 bytes a slice, sent to the parent as one more copy); a rank
-of 1 GB of JSON within 600 MB peaks at 1.2 GB, against 1.4 GB whole (docs/BENCHMARKS.md, "A
-job's large ranks").
+What the limit covers: the bounded path's own peak (``memory_budget``) and the digest.  The
+digest's per-op tables grow with the trace (a ``step_ops`` row per outermost op and per
+allocator event, an ``op_context`` row per op: 1.35 M and 0.44 M rows for a generated rank of
+1 GB of JSON), so none is held beside the analysis: each chunk's step-op candidates and op facts
+are written to a scratch folder as the chunk passes (:class:`RankExtras`) and read back once the
+analysis has ended and its memory is freed; the tables are then made one at a time, their text
+as codes (never spelt out per row), each written to an Arrow IPC file in the job's digest folder
+before the next is made (:class:`DigestFiles`).  The worker and the parent map those files
+rather than hold the rows, and the digest is pickled to the parent with their paths (the rows
+were one more whole copy on each side); the job removes the folder after the cross-rank step
+(``cluster.job``).  Making the tables peaks below the analysis (a 1 GB rank: ~440 MiB against
+~480 MiB), so a rank's worker peaks where the bounded analysis alone does: 467-488 MiB within
+600M, against 898-915 MiB when the digest was held and pickled (docs/BENCHMARKS.md, "A job's
+large ranks").  Below the bounded path's own floor (400M for that rank) the worker, like the
+single-trace analysis, goes over the limit by what its smallest chunks need.
 
 What it must not do: compute a metric its own way (every value comes from the functions the
 whole-trace path calls), or hold a per-row table of the whole trace beyond what the digest keeps.
@@ -36,24 +46,32 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import pickle
 import tempfile
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfsight import columns, memory_budget
+from perfsight import columns, heap, memory_budget
 from perfsight.analysis import communication, modules, op_context, step_ops
 from perfsight.cluster.rank import (
     CLUSTER_TABLES,
+    COMPACT_STEP_OPS,
     RankDigest,
     RankFailure,
     RankTask,
     claim_rank_dir,
     comm_rows,
+    compact_table,
+    mapped_table,
     time_span,
+    write_table_file,
 )
 from perfsight.ingest import mindinsight_cluster as vendor_cluster
 from perfsight.model import RunMetadata, Trace
@@ -86,34 +104,42 @@ def run_rank_bounded(
 ) -> RankDigest | RankFailure:
     """One rank through the bounded path (:mod:`perfsight.pipeline_bounded`) with its digest;
     the outputs go under ``task.out_root`` as the whole-trace path writes them, or, with no
-    outputs asked for, the analysis spills to a temporary folder deleted afterwards."""
+    outputs asked for, the analysis spills to a temporary folder deleted afterwards.  The
+    extras' per-chunk parts wait on disk meanwhile (:class:`RankExtras`), and the per-op tables
+    are made once the analysis' memory is freed, one at a time, each left in a file of
+    ``task.digest_dir`` (:class:`DigestFiles`) before the next is made."""
     from perfsight.ingest import TraceReadError
     from perfsight.pipeline import OutputError
     from perfsight.pipeline_bounded import analyse_and_write_bounded
 
-    extras = RankExtras()
+    files = DigestFiles(task.digest_dir)
     try:
-        if task.out_root is None:
-            meta, steps, tables = _analyse_only(path, task, budget, extras)
-            summary = None
-            output_dir = None
-        else:
-            root = Path(task.out_root)
-            result = analyse_and_write_bounded(
-                path,
-                root,
-                lambda rank: claim_rank_dir(root, rank, label, task.token),
-                task.options,
-                budget,
-                observe=extras.add,
-            )
-            meta, steps = result.trace.meta, result.trace.steps
-            tables = {name: result.tables[name] for name in CLUSTER_TABLES if name in result.tables}
-            tables["communication_ops"] = _cached(result.output_dir.parent, "communication_ops")
-            output_dir = str(result.output_dir)
-            from perfsight.summary import rank_summary
+        with tempfile.TemporaryDirectory(prefix="perfsight-extras-", dir=files.scratch()) as parts:
+            extras = RankExtras(Path(parts))
+            if task.out_root is None:
+                meta, steps, tables = _analyse_only(path, task, budget, extras)
+                summary = None
+                output_dir = None
+            else:
+                root = Path(task.out_root)
+                result = analyse_and_write_bounded(
+                    path,
+                    root,
+                    lambda rank: claim_rank_dir(root, rank, label, task.token),
+                    task.options,
+                    budget,
+                    observe=extras.add,
+                )
+                meta, steps = result.trace.meta, result.trace.steps
+                tables = {name: result.tables[name] for name in CLUSTER_TABLES if name in result.tables}
+                tables["communication_ops"] = _cached(result.output_dir.parent, "communication_ops")
+                output_dir = str(result.output_dir)
+                from perfsight.summary import rank_summary
 
-            summary = rank_summary(result)
+                summary = rank_summary(result)
+                del result
+            heap.return_freed_memory()  # the analysis' transients, before the per-op tables are made
+            tables.update(extras.tables(meta.rank, files.keep))
     except (TraceReadError, ValueError) as exc:
         return RankFailure(source, str(exc))
     except OutputError as exc:  # disk full, no permission: this rank's files, not the job, are lost
@@ -121,9 +147,11 @@ def run_rank_bounded(
     except OSError as exc:
         return RankFailure(source, f"{path}: {exc}")
     meta.sources = [source]
-    tables = {name: tables[name] for name in CLUSTER_TABLES}
-    tables[vendor_cluster.TABLE] = vendor_cluster.SCHEMA.empty_table()  # a Kineto rank has none
-    tables.update(extras.tables(meta.rank))
+    tables = {
+        **{name: tables[name] for name in CLUSTER_TABLES},
+        vendor_cluster.TABLE: vendor_cluster.SCHEMA.empty_table(),  # a Kineto rank has none
+        **{name: tables[name] for name in EXTRA_TABLES},
+    }
     return RankDigest(
         source=source,
         meta=meta,
@@ -133,7 +161,39 @@ def run_rank_bounded(
         output_dir=output_dir,
         summary=summary,
         span_ns=extras.span,
+        files=files.paths,
     )
+
+
+class DigestFiles:
+    """Where a large rank's per-op digest tables are held once made: each in an Arrow IPC file
+    of the job's digest folder (``RankTask.digest_dir``), memory-mapped, so neither the worker
+    nor the pickle that carries the digest to the parent holds its rows (``RankDigest.files``);
+    in memory where the job has no such folder (a Dask cluster)."""
+
+    def __init__(self, folder: str | None) -> None:
+        self.folder = None if folder is None else Path(folder)
+        self.paths: dict[str, str] = {}
+
+    def scratch(self) -> str | None:
+        """A folder for the extras' parts: the digest folder (made here by the first rank that
+        needs it), else the system's temporary folder (None)."""
+        if self.folder is None:
+            return None
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return str(self.folder)
+
+    def keep(self, name: str, table: pa.Table) -> pa.Table:
+        """``table`` as the digest will hold it: in its compact form (``RankDigest``), from a file
+        when there is a folder."""
+        table = compact_table(name, table)
+        if self.folder is None:
+            return table
+        path = self.folder / f"{uuid.uuid4().hex}-{name}.arrow"
+        self.paths[name] = write_table_file(table, path)
+        del table
+        heap.return_freed_memory()
+        return mapped_table(self.paths[name])
 
 
 def _cached(rank_dir: Path, name: str) -> pa.Table:
@@ -167,13 +227,23 @@ def _analyse_only(
             return dataclasses.replace(spilled.meta), chunked.steps, tables
 
 
-class RankExtras:
-    """The digest's extras of one rank from its chunks, added in order (:class:`TraceChunk`)."""
+EXTRA_TABLES = ("step_ops", "op_context", "module_statistic")
+"""The digest's tables :class:`RankExtras` makes (the whole-trace path: ``rank.run_rank``)."""
 
-    def __init__(self) -> None:
-        self.step_ops = step_ops.StepOpsMerge()
-        self.device_facts: list[pa.Table] = []
-        self.host_facts: list[pa.Table] = []
+
+class RankExtras:
+    """The digest's extras of one rank from its chunks, added in order (:class:`TraceChunk`).
+
+    What grows with the trace -- the step ops' candidates (:class:`~perfsight.analysis.step_ops.StepOpsPart`)
+    and the op candidates' facts -- is written to ``spill`` chunk by chunk when given (a folder
+    the caller removes), and read back only by :meth:`tables`, once the chunks' analysis is over:
+    during the chunks it would add to the bounded analysis' own peak.  The rest (module and
+    context ranges, ``comm`` rows, the span) is a few rows a step and stays in memory."""
+
+    def __init__(self, spill: Path | None = None) -> None:
+        self.parts = _Parts(spill, "step-ops")
+        self.facts = _Parts(spill, "facts")
+        self.has_device = False
         self.ranges: list[pd.DataFrame] = []
         self.context: list[op_context.ContextRanges] = []
         self.comm_parts: list[pa.Table] = []
@@ -184,12 +254,13 @@ class RankExtras:
         """Take what the extras need of one chunk (its rows are the whole trace's ``slice_rows``)."""
         trace, rows = chunk.trace, chunk.slice_rows
         part = step_ops.step_ops_part(trace, rows)
-        self.step_ops.add(part)
-        self.device_facts.append(_facts(trace, rows, part.device))
-        if self.step_ops.has_device:
-            self.host_facts.clear()
-        else:
-            self.host_facts.append(_facts(trace, rows, part.host))
+        self.has_device |= not part.device.empty
+        device = _facts(trace, rows, part.device)
+        host = None if self.has_device else _facts(trace, rows, part.host)  # only without device ops
+        if self.has_device:
+            part.host = part.host.iloc[:0]
+        self.parts.append(part)
+        self.facts.append((device, host))
         self.ranges.append(modules.range_rows(trace, rows))
         self.context.append(op_context.context_ranges(trace, rows))
         comm = comm_rows(trace)
@@ -206,29 +277,68 @@ class RankExtras:
                 span if self.span is None else (min(self.span[0], span[0]), max(self.span[1], span[1]))
             )
 
-    def tables(self, rank: int) -> dict[str, pa.Table]:
-        """``step_ops``, ``op_context`` and ``module_statistic``, as the whole trace gives them."""
-        ops = self.step_ops.table(rank)
-        ranges = modules.nest_ranges(pd.concat(self.ranges, ignore_index=True))
-        facts = _by_slice(self.device_facts if self.step_ops.has_device else self.host_facts)
+    def tables(
+        self, rank: int, keep: Callable[[str, pa.Table], pa.Table] = lambda name, table: table
+    ) -> dict[str, pa.Table]:
+        """``step_ops``, ``op_context`` and ``module_statistic``, as the whole trace gives them;
+        each passed to ``keep`` as soon as it is made (what it returns is kept), and what made
+        it let go before the next is made."""
+        merge = step_ops.StepOpsMerge()
+        for part in self.parts.read():
+            merge.add(part)
+        ops = keep("step_ops", merge.table(rank, encoded=COMPACT_STEP_OPS))
+        del merge
         op_rows = ops.filter(pc.equal(ops.column("level"), "op")).column("slice").to_numpy()
+        ranges = modules.nest_ranges(pd.concat(self.ranges, ignore_index=True))
         if op_rows.size:
+            device, host = zip(*self.facts.read(), strict=True)
+            facts = _by_slice(list(device) if self.has_device else [h for h in host if h is not None])
+            del device, host
             known = facts.column("slice").to_numpy()
             facts = facts.take(pa.array(np.searchsorted(known, op_rows), pa.int64()))
             context = op_context.context_of(
                 rank, facts, ranges, op_context.ContextRanges.merged(self.context)
             )
+            del facts
         else:
             context = op_context.OP_CONTEXT_SCHEMA.empty_table()
         return {
             "step_ops": ops,
-            "op_context": context,
+            "op_context": keep("op_context", context),
             "module_statistic": modules.module_statistic_of(rank, ranges),
         }
 
     def comm(self) -> pa.Table:
         """The rank's ``comm_rows``, in the whole ``comm`` table's order."""
         return in_whole_order(self.comm_parts, self.comm_keys)
+
+
+class _Parts:
+    """One object per chunk, appended in order and read back in that order: written to a file
+    of ``folder`` each (pickled: this process writes and reads its own files, in a folder it
+    made), or held in memory without a folder."""
+
+    def __init__(self, folder: Path | None, name: str) -> None:
+        self.folder = folder
+        self.name = name
+        self.items: list[Any] = []
+
+    def append(self, item: Any) -> None:
+        if self.folder is None:
+            self.items.append(item)
+            return
+        path = self.folder / f"{self.name}-{len(self.items)}.pickle"
+        with open(path, "wb") as file:
+            pickle.dump(item, file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.items.append(path)
+
+    def read(self) -> Iterator[Any]:
+        for item in self.items:
+            if self.folder is None:
+                yield item
+                continue
+            with open(item, "rb") as file:
+                yield pickle.load(file)  # noqa: S301 -- our own file, written above
 
 
 def _facts(trace: Trace, rows: np.ndarray, candidates: pd.DataFrame) -> pa.Table:
