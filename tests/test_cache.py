@@ -29,11 +29,10 @@ def _assert_same(a: Trace, b: Trace) -> None:
     assert a.meta == b.meta
 
 
-@pytest.mark.parametrize("staged", [False, True], ids=["renamed-per-file", "staged-folder"])
-def test_real_trace_round_trips_losslessly(tmp_path: Path, staged: bool) -> None:
+def test_real_trace_round_trips_losslessly(tmp_path: Path) -> None:
     trace = read_trace(require(DF_INDEX))
     assert trace.memory.num_rows and trace.comm.num_rows  # every table is exercised
-    save_trace(trace, tmp_path / "cache", staged=staged)
+    save_trace(trace, tmp_path / "cache")
     _assert_same(trace, load_trace(tmp_path / "cache"))
     assert {p.name for p in (tmp_path / "cache").iterdir()} == {
         *(f"{n}.parquet" for n in TABLE_SCHEMAS),
@@ -76,15 +75,14 @@ def test_an_interrupted_save_is_never_fresh(tmp_path: Path) -> None:
     assert not is_fresh(tmp_path, [])
 
 
-@pytest.mark.parametrize("staged", [False, True], ids=["renamed-per-file", "staged-folder"])
-def test_analysis_tables_round_trip(tmp_path: Path, staged: bool) -> None:
+def test_analysis_tables_round_trip(tmp_path: Path) -> None:
     trace = read_trace(require(NCCL))
     tables = {  # large and small (written uncompressed) tables, and an empty one
         "kernel_details": kernel_details(trace),
         "overlap_breakdown": overlap_breakdown(trace),
         "empty": pa.table({"x": pa.array([], pa.int64())}),
     }
-    save_tables(tmp_path, tables, staged=staged)
+    save_tables(tmp_path, tables)
     assert sorted(p.name for p in (tmp_path / "analysis").iterdir()) == sorted(f"{n}.parquet" for n in tables)
     loaded = load_tables(tmp_path)
     assert loaded.keys() == tables.keys()

@@ -208,9 +208,7 @@ def analyse_and_write(trace: Trace, rank_dir: Path, options: Options, progress: 
         staged(rank_dir, (OUTPUT_DIR, CACHE_DIR)) as stage,
         background_writer("perfsight-writer") as background,
     ):
-        trace_cached = background.submit(
-            functools.partial(cache.save_trace, trace, stage / CACHE_DIR, staged=True)
-        )
+        trace_cached = background.submit(cache.save_trace, trace, stage / CACHE_DIR)
         result = analyse_trace(trace, options)
         if progress is not None:
             progress.update(1)
@@ -254,9 +252,7 @@ def _write_tables(
         waiting.append(
             background.submit(trace_view.write_trace_view, out / "trace_view.json", result.trace, overlap)
         )
-    write_index = functools.partial(
-        timeline_index.write_timeline_index, result.trace, rank_dir / CACHE_DIR, staged=True
-    )
+    write_index = functools.partial(timeline_index.write_timeline_index, result.trace, rank_dir / CACHE_DIR)
     indexed = background.submit(write_index)
     if "text" in options.export_types:
         mindspore_csv.write_all(out, tables)
@@ -266,7 +262,7 @@ def _write_tables(
     if "db" in options.export_types:
         db_tables = {**tables, "slices": result.trace.slices}
         sqlite_db.write_db(out / f"perfsight_{result.trace.rank}.db", db_tables)
-    cache.save_tables(rank_dir / CACHE_DIR, tables, staged=True)  # rank_dir: the staging folder
+    cache.save_tables(rank_dir / CACHE_DIR, tables)
     if indexed.cancel():  # the background thread is still busy: write the index here
         write_index()
     else:

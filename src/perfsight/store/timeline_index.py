@@ -101,26 +101,10 @@ def _codes_and_values(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, l
     return codes, values
 
 
-def _save(folder: Path, name: str, array: np.ndarray, staged: bool = False) -> None:
-    """``array`` as ``{name}.npy``: under a temporary name renamed into place (a server may have
-    the old file mapped), or, ``staged``, directly (a staging folder no one reads yet)."""
-    target = folder / f"{name}.npy"
-    if staged:
-        np.save(target, np.ascontiguousarray(array))
-        return
+def _save(folder: Path, name: str, array: np.ndarray) -> None:
     tmp = folder / f"{name}.tmp.npy"
     np.save(tmp, np.ascontiguousarray(array))
-    tmp.replace(target)
-
-
-def _write_text(path: Path, text: str, staged: bool) -> None:
-    """``text`` at ``path``, through a temporary file renamed into place unless ``staged``."""
-    if staged:
-        path.write_text(text, encoding="utf-8")
-        return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    tmp.replace(folder / f"{name}.npy")
 
 
 def merge_runs(
@@ -189,7 +173,7 @@ def _lane_levels(
 
 
 def write_timeline_index(
-    trace: Trace, cache_folder: str | Path, *, level_min_events: int = LEVEL_MIN_EVENTS, staged: bool = False
+    trace: Trace, cache_folder: str | Path, *, level_min_events: int = LEVEL_MIN_EVENTS
 ) -> Path:
     """Build and save the index of ``trace`` under ``cache_folder/timeline``; return that folder.
 
@@ -197,8 +181,6 @@ def write_timeline_index(
     ``level_min_events``: lanes with fewer events get no level-of-detail pyramid.  Each array is
     saved as soon as it is final and then dropped: the pipeline writes this beside other writers,
     and holding every array to the end would add a dozen row-sized arrays to their peak.
-    ``staged``: ``cache_folder`` is a staging folder renamed into place once complete (the
-    pipeline's), so the files are written directly instead of each renamed into place.
     """
     cache_folder = Path(cache_folder)
     folder = cache_folder / FOLDER
@@ -218,16 +200,16 @@ def write_timeline_index(
     kinds_sorted = _kinds_sorted(slices.column("kind"), order)
     counts = np.bincount(kinds_sorted, minlength=len(KIND_NAMES))
     totals = np.bincount(kinds_sorted, weights=s_dur, minlength=len(KIND_NAMES))
-    _save(folder, "start", s_start, staged)
-    _save(folder, "dur", s_dur, staged)
+    _save(folder, "start", s_start)
+    _save(folder, "dur", s_dur)
     del s_dur
-    _save(folder, "kind", kinds_sorted, staged)
+    _save(folder, "kind", kinds_sorted)
     name_codes, names = _codes_and_values(slices.column("name")) if n else (np.zeros(0, np.int64), [])
     name_sorted = name_codes[order].astype(np.int32)
     del name_codes
-    _save(folder, "name", name_sorted, staged)
+    _save(folder, "name", name_sorted)
     row = order.astype(ids)
-    _save(folder, "row", row, staged)
+    _save(folder, "row", row)
     lane_key = track[order].astype(np.int64) * 65536 + depth[order]
     bounds = np.flatnonzero(np.diff(lane_key)) + 1 if n else np.zeros(0, np.int64)
     del lane_key
@@ -250,21 +232,21 @@ def write_timeline_index(
         lanes.append(lane)
         lod_parts += parts
         lod_total += sum(len(level["start"]) for level in parts)
-    _save(folder, "end_max", end_max, staged)
+    _save(folder, "end_max", end_max)
     del end_max
-    first = _save_levels(folder, lod_parts, staged)
+    first = _save_levels(folder, lod_parts)
     del lod_parts
-    _save(folder, "lod_name", name_sorted[first], staged)
-    _save(folder, "lod_kind", kinds_sorted[first], staged)
-    _save(folder, "lod_row", row[first], staged)
+    _save(folder, "lod_name", name_sorted[first])
+    _save(folder, "lod_kind", kinds_sorted[first])
+    _save(folder, "lod_row", row[first])
     del name_sorted, kinds_sorted, row, first
     pos = np.empty(n, ids)
     pos[order] = np.arange(n, dtype=ids)
     del order
-    _save(folder, "pos", pos, staged)
-    flow_kinds = _save_flows(folder, trace.flows, pos, s_start, staged)
+    _save(folder, "pos", pos)
+    flow_kinds = _save_flows(folder, trace.flows, pos, s_start)
     first_ns, last_ns = (int(s_start.min()), int(s_end.max())) if n else (0, 0)
-    _finish(cache_folder, trace.rank, names, n, first_ns, last_ns, lanes, flow_kinds, counts, totals, staged)
+    _finish(cache_folder, trace.rank, names, n, first_ns, last_ns, lanes, flow_kinds, counts, totals)
     return folder
 
 
@@ -295,11 +277,12 @@ def _finish(
     flow_kinds: list[Any],
     counts: np.ndarray,
     totals: np.ndarray,
-    staged: bool = False,
 ) -> None:
     """names.idx, then meta.idx (written last: a half-written index is never current)."""
     folder = cache_folder / FOLDER
-    _write_text(folder / NAMES, json.dumps(names, ensure_ascii=False), staged)
+    tmp = folder / (NAMES + ".tmp")
+    tmp.write_text(json.dumps(names, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(folder / NAMES)
     meta = {
         "format": FORMAT,
         "rank": rank,
@@ -315,7 +298,9 @@ def _finish(
         ],
         "stamp": stamp_of(cache_folder),
     }
-    _write_text(folder / META, json.dumps(meta), staged)
+    tmp = folder / (META + ".tmp")
+    tmp.write_text(json.dumps(meta), encoding="utf-8")
+    tmp.replace(folder / META)
 
 
 def _kinds_sorted(kind: pa.ChunkedArray, order: np.ndarray) -> np.ndarray:
@@ -334,9 +319,7 @@ def kind_index(kind: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return kind_map[kind_codes]
 
 
-def _save_flows(
-    folder: Path, flows: pa.Table, pos: np.ndarray, s_start: np.ndarray, staged: bool = False
-) -> list[Any]:
+def _save_flows(folder: Path, flows: pa.Table, pos: np.ndarray, s_start: np.ndarray) -> list[Any]:
     """flow_src/flow_dst (positions of each flow's ends, by source start) and flow_kind; returns
     the distinct flow kinds ``flow_kind`` indexes."""
     if flows.num_rows:
@@ -348,23 +331,23 @@ def _save_flows(
     else:
         f_src = f_dst = f_kind = np.zeros(0, np.int64)
         flow_kinds = []
-    _save(folder, "flow_src", f_src.astype(pos.dtype), staged)
-    _save(folder, "flow_dst", f_dst.astype(pos.dtype), staged)
-    _save(folder, "flow_kind", f_kind.astype(np.int8), staged)
+    _save(folder, "flow_src", f_src.astype(pos.dtype))
+    _save(folder, "flow_dst", f_dst.astype(pos.dtype))
+    _save(folder, "flow_kind", f_kind.astype(np.int8))
     return flow_kinds
 
 
-def _save_levels(folder: Path, parts: list[dict[str, np.ndarray]], staged: bool = False) -> np.ndarray:
+def _save_levels(folder: Path, parts: list[dict[str, np.ndarray]]) -> np.ndarray:
     """Save all levels of all lanes as flat ``lod_*`` arrays, one at a time, with each level's
     running maximum of ends; return each entry's first event (lane position) for the rest."""
     if not parts:
         empty = np.zeros(0, np.int64)
         for key in ("start", "end", "end_max", "count"):
-            _save(folder, f"lod_{key}", empty, staged)
+            _save(folder, f"lod_{key}", empty)
         return empty
     for key in ("start", "end", "count"):
-        _save(folder, f"lod_{key}", np.concatenate([p[key] for p in parts]), staged)
-    _save(folder, "lod_end_max", np.concatenate([np.maximum.accumulate(p["end"]) for p in parts]), staged)
+        _save(folder, f"lod_{key}", np.concatenate([p[key] for p in parts]))
+    _save(folder, "lod_end_max", np.concatenate([np.maximum.accumulate(p["end"]) for p in parts]))
     return np.concatenate([p["first"] for p in parts])
 
 
