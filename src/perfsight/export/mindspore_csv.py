@@ -55,7 +55,10 @@ MEMORY_COMPONENT = "PTA"
 
 
 def _col(table: pa.Table, name: str) -> pa.Array:
-    return text.plain(table.column(name))
+    """A column as it is written: its one chunk as it stands (joining a single chunk copies every
+    name of a large table, 1.7 ms on kernel_details), dictionaries decoded."""
+    column = table.column(name)
+    return text.plain(column.chunk(0) if column.num_chunks == 1 else column)
 
 
 def _id_or_null(values: pa.Array) -> pa.Array:
