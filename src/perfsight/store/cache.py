@@ -4,7 +4,7 @@ Parsing a large trace takes seconds; the web UI and the cluster analyses must no
 every request.  After the first read, a rank's :class:`~perfsight.model.Trace` is saved in a
 folder the caller chooses::
 
-    {folder}/slices.parquet, tracks.parquet, ...   one file per Trace table (zstd)
+    {folder}/slices.parquet, tracks.parquet, ...   one file per Trace table (zstd; under 64 KiB: none)
     {folder}/vendor/{name}.parquet                 Trace.vendor: step_trace and its other tables
     {folder}/meta.json                             RunMetadata.to_dict()
     {folder}/source.json                           fingerprint of the inputs (written last)
