@@ -6,11 +6,16 @@ would check: the summary's numbers against the raw trace, and the files written.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import json
+import os
 import sqlite3
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +179,43 @@ def test_text_summary_names_where_the_time_goes(training_run: Path, tmp_path: Pa
     result = _perfsight("analyse", str(training_run), "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "where the time goes:" in result.stdout and "memory peak cpu" in result.stdout
+
+
+def test_one_run_without_a_bar_loads_neither_tqdm_nor_the_job_modules(
+    training_run: Path, tmp_path: Path
+) -> None:
+    """A short analysis is mostly imports: the bar's library and the per-rank job step are loaded
+    only when used (a bar on a terminal, a job of several ranks)."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "perfsight.cli", "analyse", str(training_run),
+         "--out", str(tmp_path), "--no-progress"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    loaded = {
+        line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "import time:" in line
+    }
+    assert "perfsight.pipeline" in loaded  # the analysis itself ran
+    assert not {"tqdm", "perfsight.cluster.rank", "perfsight.cluster.membership"} & loaded
+
+
+def test_the_progress_bar_is_shown_on_a_terminal(training_run: Path, tmp_path: Path) -> None:
+    main, terminal = os.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal's width
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "perfsight.cli", "analyse", str(training_run), "--out", str(tmp_path)],
+            stdout=subprocess.DEVNULL, stderr=terminal,
+        )  # fmt: skip
+        os.close(terminal)
+        shown = b""
+        with contextlib.suppress(OSError):  # the terminal closes when the process ends
+            while chunk := os.read(main, 4096):
+                shown += chunk
+        assert process.wait(timeout=600) == 0
+    finally:
+        os.close(main)
+    assert b"analysing " in shown and b"100%" in shown
 
 
 @pytest.mark.parametrize(

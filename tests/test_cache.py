@@ -77,12 +77,13 @@ def test_an_interrupted_save_is_never_fresh(tmp_path: Path) -> None:
 
 def test_analysis_tables_round_trip(tmp_path: Path) -> None:
     trace = read_trace(require(NCCL))
-    tables = {
+    tables = {  # large and small (written uncompressed) tables, and an empty one
         "kernel_details": kernel_details(trace),
         "overlap_breakdown": overlap_breakdown(trace),
         "empty": pa.table({"x": pa.array([], pa.int64())}),
     }
     save_tables(tmp_path, tables)
+    assert sorted(p.name for p in (tmp_path / "analysis").iterdir()) == sorted(f"{n}.parquet" for n in tables)
     loaded = load_tables(tmp_path)
     assert loaded.keys() == tables.keys()
     for name, table in tables.items():

@@ -325,6 +325,23 @@ def test_plain_files_are_written_without_quotes(tmp_path: Path) -> None:
     assert path.read_text(encoding="utf-8").splitlines()[1] == "PTA,1.500,1,2,,,CUDA:0"
 
 
+def test_cells_are_quoted_exactly_when_one_of_the_written_cells_needs_it(tmp_path: Path) -> None:
+    """The file is quoted for a comma in a cell it writes (after a null one too), not for one in
+    the rest of a sliced column, whose bytes it shares."""
+    names = pa.array(["a,b", "plain", "also plain", 'say "x"'])
+    assert ms.write_table_csv(tmp_path / "whole.csv", pa.table({"Name": names})).read_text(
+        encoding="utf-8"
+    ).splitlines()[1:] == ['"a,b"', '"plain"', '"also plain"', '"say ""x"""']
+    inner = pa.table({"Name": names.slice(1, 2)})
+    assert ms.write_table_csv(tmp_path / "inner.csv", inner).read_text(encoding="utf-8") == (
+        "Name\nplain\nalso plain\n"
+    )
+    quoted_after_null = pa.table({"Name": pa.array([None, "p,q"])})
+    assert ms.write_table_csv(tmp_path / "q.csv", quoted_after_null).read_text(encoding="utf-8") == (
+        'Name\n\n"p,q"\n'
+    )
+
+
 def test_empty_tables_give_header_only_files(tmp_path: Path) -> None:
     trace = hostile_trace()
     empty = {name: table.slice(0, 0) for name, table in _analyses(trace).items()}

@@ -264,6 +264,9 @@ def _write_tables(
         sqlite_db.write_db(out / f"perfsight_{result.trace.rank}.db", db_tables)
     cache.save_tables(rank_dir / CACHE_DIR, tables)
     if indexed.cancel():  # the background thread is still busy: write the index here
+        # once the cached trace is complete: the index's stamp digests its source.json, written
+        # last; an index finished before it has an empty stamp, and `perfsight serve` rebuilds it
+        trace_cached.result()
         write_index()
     else:
         waiting.append(indexed)

@@ -172,13 +172,14 @@ def kernel_details(trace: Trace, stream_reach: dict[int, int] | None = None) -> 
     def shapes(column: str) -> pa.ChunkedArray | pa.Array:
         return pc.if_else(pa.array(has_op), ops.column(column), own.column(column))
 
+    op_name = ops.column("name").cast(pa.string())  # decoded once: the op and the op type's default
     return pa.table(
         {
             "rank": sub.column("rank"),
             "step": sub.column("step"),
             "name": sub.column("name").cast(pa.string()),
             "kind": sub.column("kind").cast(pa.string()),
-            "op": ops.column("name").cast(pa.string()),
+            "op": op_name,
             "stream": sub.column("tid"),
             "start_ns": sub.column("start_ns"),
             "dur_ns": sub.column("dur_ns"),
@@ -188,9 +189,7 @@ def kernel_details(trace: Trace, stream_reach: dict[int, int] | None = None) -> 
             "occupancy_pct": sub.column("occupancy_pct"),
             "input_dims": json_text(shapes("input_dims")),
             "input_types": json_text(shapes("input_types")),
-            "op_type": pc.coalesce(
-                sub.column("op_type").cast(pa.string()), ops.column("name").cast(pa.string())
-            ),
+            "op_type": pc.coalesce(sub.column("op_type").cast(pa.string()), op_name),
             "core_type": pc.coalesce(
                 sub.column("core_type").cast(pa.string()), core_of_kind(sub.column("kind"))
             ),

@@ -17,11 +17,14 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from perfsight.cluster import membership
-from perfsight.cluster.membership import SetAside
-from perfsight.cluster.rank import RankDigest, RankFailure
 from perfsight.ingest import ASCEND_OUTPUT_DIR, TRACE_SUFFIXES, find_traces
+
+if TYPE_CHECKING:  # imported where used: listing a job's inputs (``perfsight analyse`` asks for
+    # every path whether it is a job) must not load the per-rank step
+    from perfsight.cluster.membership import SetAside
+    from perfsight.cluster.rank import RankDigest, RankFailure
 
 CLUSTER_OUTPUT_DIR = "cluster_analysis_output"
 """Where the cross-rank outputs go, beside the per-rank ``rank<N>/`` folders (as msprof-analyze)."""
@@ -154,6 +157,9 @@ class JobAssessment:
 def assess(results: Iterable[RankDigest | RankFailure]) -> JobAssessment:
     """Judge the inputs of a job once read: which belong (``membership``), world size, and the
     missing, duplicate, damaged and inconsistent ranks."""
+    from perfsight.cluster import membership
+    from perfsight.cluster.rank import RankFailure
+
     digests: list[RankDigest] = []
     failures: list[RankFailure] = []
     for result in results:
