@@ -102,6 +102,16 @@ def test_a_sliced_string_column_is_read_from_its_offset() -> None:
     assert bytes(rows.to_bytes()) == b"two;three;;"
 
 
+def test_a_large_string_column_is_written_like_a_string_column() -> None:
+    # 64-bit offsets (what Arrow gives a column past 2 GB, or a reader that asks for it) must not
+    # be read as 32-bit ones by the native layout
+    for strings in (pa.array(["a", None, "ccc"]), pa.array(["a", None, "ccc"], pa.large_string())):
+        rows = text.TextRows(3)
+        rows.add_values(strings)
+        rows.add(";")
+        assert bytes(rows.to_bytes()) == b"a;;ccc;"
+
+
 def test_integers_of_every_length_are_their_decimal_text() -> None:
     edges = [0, 7, 2**63 - 1, -(2**63)] + [
         s * (10**k + d) for k in range(19) for d in (-1, 0) for s in (1, -1)
