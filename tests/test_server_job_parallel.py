@@ -65,7 +65,10 @@ def test_the_overloaded_stage_paces_the_pipeline_and_the_light_stage_idles(
 ) -> None:
     data = _get(client, "job/pipeline", run=PP_JOB)
     assert data["has_blocks"]
-    assert data["pacing_stage"] == OVERLOADED_STAGE
+    # which stage paces one step is timed, and a rank descheduled on CI's two busy cores can turn
+    # one step around (it did once): the overloaded stage paces most of the profiled steps
+    paced = [_get(client, "job/pipeline", run=PP_JOB, step=step)["pacing_stage"] for step in data["steps"]]
+    assert len(paced) >= 3 and paced.count(OVERLOADED_STAGE) > len(paced) / 2, (data["steps"], paced)
     by_stage = {s["stage"]: s for s in data["stages"]}
     assert sorted(by_stage) == [0, 1]
     for stage in by_stage.values():  # every micro-batch's forward and backward, on every stage
@@ -74,10 +77,9 @@ def test_the_overloaded_stage_paces_the_pipeline_and_the_light_stage_idles(
         assert all(0 <= b["start_ns"] < b["end_ns"] <= data["span_ns"] for b in stage["blocks"])
         assert all(0 < b["compute_ns"] <= b["end_ns"] - b["start_ns"] for b in stage["blocks"])
     heavy, light = by_stage[OVERLOADED_STAGE], by_stage[1 - OVERLOADED_STAGE]
-    # the overloaded stage's blocks hold more compute over the step (one phase alone turned
-    # around once on CI's busy cores: forward 0.40 against 0.65 ms)
+    # the step's pacing stage is the one whose blocks hold the most compute
     total = {s["stage"]: sum(b["compute_ns"] for b in s["blocks"]) for s in (heavy, light)}
-    assert total[heavy["stage"]] > total[light["stage"]], total
+    assert data["pacing_stage"] == max(total, key=total.__getitem__), total
     # the bubble beside it is the cluster step trace's own number for that stage and step
     rows = _step_trace(cache)
     for stage in (heavy, light):

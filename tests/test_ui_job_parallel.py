@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from _jobs import DDP_JOB, OVERLOADED_STAGE, PP_JOB, SLOW_RANK, STRAGGLER_JOB
+from _jobs import DDP_JOB, PP_JOB, SLOW_RANK, STRAGGLER_JOB
 from _marey import intervals, name
 from _ui import Server, Watched, own_server_browser, served_demo, watched_page  # noqa: F401 - fixture
 
@@ -42,15 +42,19 @@ def _shot(p: Any, name: str) -> None:
         p.screenshot(path=str(Path(folder) / f"{name}.png"))
 
 
-def test_the_pipeline_chart_names_the_overloaded_stage_and_draws_its_longer_blocks(
+def test_the_pipeline_chart_names_the_pacing_stage_and_draws_every_block_to_one_scale(
     page: Watched, jobs_server: Server
 ) -> None:
     p = page.page
     p.goto(jobs_server.page_url("job-pipeline", PP_JOB))
     p.wait_for_selector('[data-testid="pp-chart"] .pp-block')
     api = jobs_server.get("job/pipeline", run=PP_JOB)
-    assert p.locator('[data-testid="pp-pacing"]').get_attribute("data-stage") == str(OVERLOADED_STAGE)
-    assert p.locator('[data-testid="pp-pacing"]').inner_text().startswith(f"Stage {OVERLOADED_STAGE} paces")
+    # the stage named as pacing the step is the API's: the overloaded one on most steps (the server
+    # tests ask that of every step; one step can turn around when CI deschedules a rank)
+    pacing = api["pacing_stage"]
+    assert pacing in (0, 1)
+    assert p.locator('[data-testid="pp-pacing"]').get_attribute("data-stage") == str(pacing)
+    assert p.locator('[data-testid="pp-pacing"]').inner_text().startswith(f"Stage {pacing} paces")
     # the stage named as idling most is the API's (which one it is follows the machine's scheduling)
     idlest = max(api["stages"], key=lambda s: s["idle_ns"])["stage"]
     assert p.locator('[data-testid="pp-idlest"]').get_attribute("data-stage") == str(idlest)
@@ -65,7 +69,7 @@ def test_the_pipeline_chart_names_the_overloaded_stage_and_draws_its_longer_bloc
         scale.append(drawn / sum(b["end_ns"] - b["start_ns"] for b in stage["blocks"]))
         compute[stage["stage"]] = sum(b["compute_ns"] for b in stage["blocks"])
     assert max(scale) == pytest.approx(min(scale), rel=0.02)
-    assert compute[OVERLOADED_STAGE] > compute[1 - OVERLOADED_STAGE]
+    assert compute[pacing] == max(compute.values())
     assert p.locator('[data-testid="pp-chart"] .pp-arrow').count() == len(api["arrows"])
     assert p.locator('[data-testid="pp-table"] tbody tr').count() == len(api["stages"])
     _shot(p, "pipeline")
