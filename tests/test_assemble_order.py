@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from perfsight import columns
 from perfsight.ingest import assemble
 
 
@@ -89,7 +90,7 @@ def test_sorted_codes_are_numpy_unique_with_its_inverse() -> None:
         rng.integers(-(2**40), 2**40, size=3_000),  # all distinct
         np.zeros(0, np.int64),
     ):
-        distinct, inverse = assemble.sorted_codes(values)
+        distinct, inverse = columns.sorted_codes(values)
         expected, expected_inverse = np.unique(values, return_inverse=True)
         assert np.array_equal(distinct, expected) and np.array_equal(inverse, expected_inverse)
         assert np.array_equal(distinct[inverse], values)

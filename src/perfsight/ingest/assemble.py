@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfsight.columns import first_match
+from perfsight.columns import first_match, sorted_codes
 from perfsight.model import (
     FLOW_SCHEMA,
     KIND_NAMES,
@@ -80,19 +80,6 @@ def lanes(pid: np.ndarray, tid: np.ndarray, is_device: np.ndarray) -> tuple[np.n
     renumber = np.empty(len(order), dtype=np.int32)
     renumber[order] = np.arange(len(order), dtype=np.int32)
     return unique[order], renumber[inverse] if len(inverse) else np.zeros(0, np.int32)
-
-
-def sorted_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(values, return_inverse=True)`` of an integer column: its distinct values in
-    order and each row's index among them (int64).  Why not ``np.unique``: it sorts every row;
-    a lane's pid, tid or (pid, tid) repeats over thousands of rows, so hashing the rows and
-    sorting only the few distinct values does the same in a fifth of the time."""
-    encoded = pc.dictionary_encode(pa.array(values))
-    distinct = encoded.dictionary.to_numpy(zero_copy_only=False)
-    order = np.argsort(distinct, kind="stable")
-    position = np.empty(len(order), np.int64)
-    position[order] = np.arange(len(order))
-    return distinct[order], position[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
 def track_table(rank: int, ordered: np.ndarray, names: dict[tuple[int, int, bool], str]) -> pa.Table:
