@@ -117,7 +117,7 @@ def write(mode: str, work: Path, out: Path, export_types: tuple[str, ...]) -> di
     """One mode's writers, in this (fresh) process; returns its memory figures and time."""
     import pyarrow.parquet as pq
 
-    from perfsight import advisor, heap, pipeline
+    from perfsight import heap, pipeline
     from perfsight.export.chunked_outputs import ROW_TABLES, write_outputs_chunked
     from perfsight.export.staging import background_writer, staged
     from perfsight.store import cache
@@ -136,8 +136,7 @@ def write(mode: str, work: Path, out: Path, export_types: tuple[str, ...]) -> di
         ):
             cached = background.submit(cache.save_trace, trace, stage / pipeline.CACHE_DIR)
             result = pipeline.RankResult(trace=trace, tables=tables)
-            pipeline._write_tables(result, stage, options, background, cached)
-            advisor.write_advisor_json(stage / pipeline.OUTPUT_DIR / advisor.ADVISOR_JSON, findings, "rank")
+            pipeline._write_tables(result, stage, options, background, cached)  # advisor.json too
     else:
         small = {
             name: pq.read_table(work / "tables" / f"{name}.parquet")

@@ -3,8 +3,12 @@ finish in, the outputs agree with each other."""
 
 from __future__ import annotations
 
+import functools
 import threading
+import time
 from pathlib import Path
+
+import pytest
 
 from perfsight import pipeline
 from perfsight.export.staging import background_writer
@@ -37,3 +41,49 @@ def test_an_index_written_while_the_cached_trace_is_still_saving_is_current(tmp_
             saving.set()
     assert cache.is_fresh(tmp_path / pipeline.CACHE_DIR, trace.meta.sources)
     assert timeline_index.is_current(tmp_path / pipeline.CACHE_DIR)
+
+
+def test_shared_writers_each_run_once_and_the_idle_thread_takes_what_the_busy_one_has_not_started() -> None:
+    """``run_shared``: while the writer thread is held by a long write, this thread writes every
+    other piece itself; each piece runs exactly once."""
+    from perfsight.export.staging import run_shared
+
+    release = threading.Event()
+    ran: list[tuple[str, str]] = []
+
+    def piece(name: str) -> None:
+        ran.append((name, threading.current_thread().name))
+
+    with background_writer("test-writer") as background:
+        held = background.submit(release.wait, 10)  # the writer thread is busy until released
+        run_shared(background, [functools.partial(piece, f"file{i}") for i in range(6)])
+        release.set()
+        held.result()
+    assert sorted(name for name, _ in ran) == [f"file{i}" for i in range(6)]
+    assert {thread for _, thread in ran} == {threading.main_thread().name}
+
+    ran.clear()
+    writer_took_one = threading.Event()
+
+    def piece_waiting_for_the_writer(name: str) -> None:
+        piece(name)
+        if threading.current_thread().name == "test-writer":
+            writer_took_one.set()
+        else:  # this thread holds on until the writer thread has taken a piece from the front
+            writer_took_one.wait(10)
+
+    with background_writer("test-writer") as background:
+        run_shared(background, [functools.partial(piece_waiting_for_the_writer, f"f{i}") for i in range(6)])
+    assert sorted(name for name, _ in ran) == [f"f{i}" for i in range(6)]
+    assert ("f0", "test-writer") in ran and ("f5", threading.main_thread().name) in ran
+
+
+def test_a_shared_writer_that_fails_on_either_thread_fails_the_whole_write() -> None:
+    from perfsight.export.staging import run_shared
+
+    def fail() -> None:
+        raise OSError("disk full")
+
+    for pieces in ([fail, functools.partial(time.sleep, 0.2)], [functools.partial(time.sleep, 0.2), fail]):
+        with pytest.raises(OSError, match="disk full"), background_writer("test-writer") as background:
+            run_shared(background, pieces)

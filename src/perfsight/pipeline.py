@@ -165,12 +165,17 @@ bounded path never holds them whole (spilled by ``chunked_analysis``, streamed b
 writers)."""
 
 
-def analyse_trace(trace: Trace, options: Options) -> RankResult:
-    """All analysis tables of one rank (pure: nothing is written)."""
+def analyse_trace(
+    trace: Trace, options: Options, on_table: Callable[[str, pa.Table], None] | None = None
+) -> RankResult:
+    """All analysis tables of one rank (pure: nothing is written).  ``on_table(name, table)`` is
+    called as each analysis ends (the pipeline starts a writer that needs only that table then)."""
     tables: dict[str, pa.Table] = {}
     try:
         for name, run in ANALYSES.items():
             tables[name] = run(trace, options, tables)
+            if on_table is not None:
+                on_table(name, tables[name])
         for name, table in trace.vendor.named_tables().items():
             tables.setdefault(name, table)  # the source's own results, beside ours (never for them)
     finally:
@@ -193,10 +198,10 @@ def analysis_warnings(tables: dict[str, pa.Table], options: Options, trace: Trac
 def analyse_and_write(trace: Trace, rank_dir: Path, options: Options, progress: Any = None) -> RankResult:
     """Analyse ``trace`` and write every output of the rank into ``rank_dir``.
 
-    Why both in one call: the cached trace depends on the trace alone,
-    so it is written on a second thread while the analyses run on this one (Parquet encoding
-    releases the GIL), instead of after them.  (The timeline index could go there too, but its
-    level building beside the analyses' transients would raise the peak memory.)
+    Why both in one call: the writers share this thread and a second one (Parquet encoding, the
+    native trace-view formatter and NumPy release the GIL, so two cores work), and those that need
+    the trace or one early table start on the second thread while the analyses still run here: the
+    cached trace at once, ``trace_view.json`` as soon as ``overlap_intervals`` exists.
     ``progress`` (tqdm-like, optional) gets ``update(1)`` once analysed and once written.
     ``PROFILER_OUTPUT/`` and ``cache/`` are each complete or absent (see export/staging.py):
     they are written aside and renamed into ``rank_dir`` once every writer has finished.
@@ -209,19 +214,39 @@ def analyse_and_write(trace: Trace, rank_dir: Path, options: Options, progress: 
         background_writer("perfsight-writer") as background,
     ):
         trace_cached = background.submit(cache.save_trace, trace, stage / CACHE_DIR)
-        result = analyse_trace(trace, options)
+        early = _EarlyTraceView(trace, stage / OUTPUT_DIR, background)
+        text = "text" in options.export_types
+        result = analyse_trace(trace, options, early.table_done if text else None)
         if progress is not None:
             progress.update(1)
-        _write_tables(result, stage, options, background, trace_cached)
-        advisor.write_advisor_json(
-            stage / OUTPUT_DIR / advisor.ADVISOR_JSON,
-            advisor.rank_findings(result.tables, result.trace),
-            "rank",
-        )
+        _write_tables(result, stage, options, background, trace_cached, early.written)
     result.output_dir = rank_dir / OUTPUT_DIR
     if progress is not None:
         progress.update(1)
     return result
+
+
+@dataclasses.dataclass
+class _EarlyTraceView:
+    """Queues ``trace_view.json`` (the longest writer) on the writer thread as soon as the table it
+    needs beside the trace, ``overlap_intervals`` (the fourth analysis of thirty), exists: it then
+    runs beside the analyses rather than after them.
+
+    Why only it: the timeline index queued there too gained no time (the writer thread is then
+    busy until the analyses end) and raised the peak memory by 1-2 MB more."""
+
+    trace: Trace
+    out: Path
+    background: BackgroundWriter
+    written: Future | None = None
+
+    def table_done(self, name: str, table: pa.Table) -> None:
+        if name == "overlap_intervals":
+            from perfsight.export import trace_view
+
+            self.out.mkdir(parents=True, exist_ok=True)
+            path = self.out / "trace_view.json"
+            self.written = self.background.submit(trace_view.write_trace_view, path, self.trace, table)
 
 
 OUTPUT_DIR, CACHE_DIR = "PROFILER_OUTPUT", "cache"
@@ -229,47 +254,60 @@ OUTPUT_DIR, CACHE_DIR = "PROFILER_OUTPUT", "cache"
 
 
 def _write_tables(
-    result: RankResult, rank_dir: Path, options: Options, background: BackgroundWriter, trace_cached: Future
+    result: RankResult,
+    rank_dir: Path,
+    options: Options,
+    background: BackgroundWriter,
+    trace_cached: Future,
+    trace_view_written: Future | None = None,
 ) -> Path:
-    """Every other output, once ``trace_cached`` (the cached trace) is under way on ``background``.
+    """Every other output, once ``trace_cached`` (the cached trace) and, when given,
+    ``trace_view_written`` are under way on ``background``.
 
-    ``trace_view.json`` (mostly Arrow takes, which release the GIL) goes to the background
-    thread, after the cached trace; the Python-heavier CSVs, communication.json and the cached
-    analysis tables are written on this one.  The timeline index `perfsight serve` reads is
-    queued behind the trace view and taken back by this thread if it is done first, so the two
-    threads finish at about the same time whichever writer is slower on this trace.
+    The writers are shared between this thread and ``background`` (``staging.run_shared``): the
+    timeline index `perfsight serve` reads (it waits for the cached trace: its stamp digests that
+    cache's ``source.json``), each CSV and JSON file, the cached analysis tables.
     """
     from perfsight.export import data_pipeline_files, mindspore_csv, sqlite_db, trace_view
     from perfsight.export.communication_json import write_communication_json
+    from perfsight.export.staging import run_shared
     from perfsight.store import cache, timeline_index
 
     out = rank_dir / OUTPUT_DIR
     out.mkdir(parents=True, exist_ok=True)
     tables = result.tables
     waiting = [trace_cached]
-    if "text" in options.export_types:
+    if trace_view_written is not None:
+        waiting.append(trace_view_written)
+    elif "text" in options.export_types:
         overlap = tables["overlap_intervals"]
         waiting.append(
             background.submit(trace_view.write_trace_view, out / "trace_view.json", result.trace, overlap)
         )
-    write_index = functools.partial(timeline_index.write_timeline_index, result.trace, rank_dir / CACHE_DIR)
-    indexed = background.submit(write_index)
+
+    def write_index() -> None:
+        trace_cached.result()  # on this thread, the cached trace may still be saving
+        timeline_index.write_timeline_index(result.trace, rank_dir / CACHE_DIR)
+
+    def write_findings() -> None:
+        findings = advisor.rank_findings(tables, result.trace)
+        advisor.write_advisor_json(out / advisor.ADVISOR_JSON, findings, "rank")
+
+    writers: list[Callable[[], Any]] = [write_index]
     if "text" in options.export_types:
-        mindspore_csv.write_all(out, tables)
-        data_pipeline_files.write_all(out, tables)
+        writers += mindspore_csv.csv_writers(out, tables)
+        writers.append(functools.partial(data_pipeline_files.write_all, out, tables))
         if result.trace.comm.num_rows:
-            write_communication_json(out / "communication.json", tables)
+            writers.append(functools.partial(write_communication_json, out / "communication.json", tables))
     if "db" in options.export_types:
-        db_tables = {**tables, "slices": result.trace.slices}
-        sqlite_db.write_db(out / f"perfsight_{result.trace.rank}.db", db_tables)
-    cache.save_tables(rank_dir / CACHE_DIR, tables)
-    if indexed.cancel():  # the background thread is still busy: write the index here
-        # once the cached trace is complete: the index's stamp digests its source.json, written
-        # last; an index finished before it has an empty stamp, and `perfsight serve` rebuilds it
-        trace_cached.result()
-        write_index()
-    else:
-        waiting.append(indexed)
+        db_file = out / f"perfsight_{result.trace.rank}.db"
+        writers.append(
+            functools.partial(sqlite_db.write_db, db_file, {**tables, "slices": result.trace.slices})
+        )
+    writers.append(write_findings)
+    # last in the queue, so this thread (taking from the end) starts the largest writer at once
+    writers.append(functools.partial(cache.save_tables, rank_dir / CACHE_DIR, tables))
+    run_shared(background, writers)
     for future in waiting:
         future.result()  # raises what the background writer raised
     return out

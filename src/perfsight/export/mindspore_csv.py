@@ -21,6 +21,7 @@ This module must not compute analyses (``op_statistic``'s rows and ratios are
 from __future__ import annotations
 
 import csv
+import functools
 import io
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -364,23 +365,32 @@ def write_operator_memory(folder: str | Path, op_memory: pa.Table) -> Path:
 
 
 def write_all(folder: str | Path, tables: Mapping[str, pa.Table]) -> list[Path]:
-    """Every CSV whose source table is in ``tables`` (keys are the analysis function names:
-    ``kernel_details``, ``op_statistic``, ``overlap_breakdown``, ``memory_curve``,
-    ``operator_memory``).  Without an ``op_statistic`` table, ``op_statistic.csv`` is made from
-    ``kernel_details`` / ``operator_stats`` by the same analysis."""
-    written = []
-    if "kernel_details" in tables:
-        written.append(write_kernel_details(folder, tables["kernel_details"]))
-    if "op_statistic" in tables:
-        written.append(write_op_statistic(folder, tables["op_statistic"]))
-    elif "kernel_details" in tables or "operator_stats" in tables:
-        op_stats = op_statistic(tables.get("kernel_details"), tables.get("operator_stats"))
-        written.append(write_op_statistic(folder, op_stats))
-    if "overlap_breakdown" in tables:
-        written.append(write_step_trace_time(folder, tables["overlap_breakdown"]))
-    if "memory_curve" in tables:
-        written.append(write_memory_record(folder, tables["memory_curve"]))
-    if "operator_memory" in tables:
-        written.append(write_operator_memory(folder, tables["operator_memory"]))
+    """Every CSV whose source table is in ``tables`` (see :func:`csv_writers`), one after the other."""
+    written = [write() for write in csv_writers(folder, tables)]
     return_freed_memory()  # the CSV texts: gone before the next writer grows the heap
     return written
+
+
+def csv_writers(folder: str | Path, tables: Mapping[str, pa.Table]) -> list[Callable[[], Path]]:
+    """A writer for each CSV whose source table is in ``tables`` (keys are the analysis function
+    names: ``kernel_details``, ``op_statistic``, ``overlap_breakdown``, ``memory_curve``,
+    ``operator_memory``), each writing one file; without an ``op_statistic`` table,
+    ``op_statistic.csv`` is made from ``kernel_details`` / ``operator_stats`` by the same analysis.
+
+    Why writers and not the files: the pipeline shares them between two threads
+    (``staging.run_shared``), so each file is one piece of work."""
+    writers: list[Callable[[], Path]] = []
+    if "kernel_details" in tables:
+        writers.append(functools.partial(write_kernel_details, folder, tables["kernel_details"]))
+    if "op_statistic" in tables:
+        writers.append(functools.partial(write_op_statistic, folder, tables["op_statistic"]))
+    elif "kernel_details" in tables or "operator_stats" in tables:
+        kernels, operators = tables.get("kernel_details"), tables.get("operator_stats")
+        writers.append(lambda: write_op_statistic(folder, op_statistic(kernels, operators)))
+    if "overlap_breakdown" in tables:
+        writers.append(functools.partial(write_step_trace_time, folder, tables["overlap_breakdown"]))
+    if "memory_curve" in tables:
+        writers.append(functools.partial(write_memory_record, folder, tables["memory_curve"]))
+    if "operator_memory" in tables:
+        writers.append(functools.partial(write_operator_memory, folder, tables["operator_memory"]))
+    return writers
