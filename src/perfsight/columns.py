@@ -88,6 +88,40 @@ def is_text(arrow_type: pa.DataType) -> bool:
     return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
 
 
+def decoded(values: ArrayOrChunked) -> ArrayOrChunked:
+    """A dictionary-encoded column decoded to its value type, chunk by chunk (what
+    ``dictionary_decode`` gives); any other column unchanged.
+
+    Why not Arrow's decode: it copies a string cell by cell (about 250 ns a row for CUDA kernel
+    names, 5 ms on a 22,000-kernel trace).  Instead the dictionary's strings become 16-byte
+    ``string_view`` cells, NumPy gathers one per row, and Arrow casts the views back to ``string``
+    in one tight copy: a third of the time, the same array.
+    """
+    if isinstance(values, pa.ChunkedArray):
+        if not pa.types.is_dictionary(values.type):
+            return values
+        return pa.chunked_array([_decoded_one(chunk) for chunk in values.chunks], values.type.value_type)
+    return _decoded_one(values)
+
+
+def _decoded_one(array: pa.Array) -> pa.Array:
+    if not pa.types.is_dictionary(array.type):
+        return array
+    dictionary = array.dictionary
+    if not pa.types.is_string(dictionary.type) or dictionary.null_count or not len(dictionary):
+        return array.dictionary_decode()
+    views = dictionary.cast(pa.string_view())
+    _, view_cells, *data = views.buffers()
+    cells = np.frombuffer(view_cells, np.dtype((np.void, 16)), len(views), views.offset * 16)
+    indices = array.indices
+    validity = pc.is_valid(indices).buffers()[1] if indices.null_count else None  # fresh, offset 0
+    gathered = cells[numpy(indices, 0)]
+    rows = pa.Array.from_buffers(
+        pa.string_view(), len(array), [validity, pa.py_buffer(gathered), *data], null_count=indices.null_count
+    )
+    return rows.cast(pa.string())
+
+
 def is_list(arrow_type: pa.DataType) -> bool:
     """A list type of any offset width (``list``, ``large_list``, ``fixed_size_list``)."""
     return (

@@ -172,12 +172,12 @@ def kernel_details(trace: Trace, stream_reach: dict[int, int] | None = None) -> 
     def shapes(column: str) -> pa.ChunkedArray | pa.Array:
         return pc.if_else(pa.array(has_op), ops.column(column), own.column(column))
 
-    op_name = ops.column("name").cast(pa.string())  # decoded once: the op and the op type's default
+    op_name = columns.decoded(ops.column("name"))  # decoded once: the op and the op type's default
     return pa.table(
         {
             "rank": sub.column("rank"),
             "step": sub.column("step"),
-            "name": sub.column("name").cast(pa.string()),
+            "name": columns.decoded(sub.column("name")),
             "kind": sub.column("kind").cast(pa.string()),
             "op": op_name,
             "stream": sub.column("tid"),

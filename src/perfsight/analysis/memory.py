@@ -199,7 +199,7 @@ def allocating_ops(trace: Trace, memory: pa.Table, alloc: np.ndarray) -> pa.Arra
     has_op = op >= 0
     if not trace.slices.num_rows:
         return pa.nulls(len(alloc), pa.string())
-    return trace.slices.column("name").take(pa.array(np.where(has_op, op, 0), mask=~has_op)).cast(pa.string())
+    return columns.decoded(trace.slices.column("name").take(pa.array(np.where(has_op, op, 0), mask=~has_op)))
 
 
 def allocation_rows(
