@@ -185,12 +185,22 @@ def sorted_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def joint_codes(*values: ArrayOrChunked) -> NDArray[np.int64]:
     """A code per row, equal exactly where every one of the columns is equal (nulls count as a
-    value here); ``0..k-1`` in order of first appearance."""
-    joint = np.zeros(len(values[0]), np.int64)
+    value here); ``0..k-1`` in order of first appearance.
+
+    Each column's codes are folded into the codes so far and renumbered; a column with one code
+    on every row (the rank of a one-rank table) cannot split a group and is not folded in, nor is
+    the first column when its own codes already are the result (no nulls): each fold hashes
+    every row again."""
+    joint: NDArray[np.int64] | None = None
     for column in values:
         codes = distinct_codes(column) + 1  # 0: null
-        joint = distinct_codes(pa.array(joint * (int(codes.max(initial=0)) + 1) + codes))
-    return joint
+        low, high = int(codes.min(initial=0)), int(codes.max(initial=0))
+        if joint is None and low > 0:
+            joint = codes - 1  # codes of first appearance already
+        elif joint is None or low != high:
+            folded = codes if joint is None else joint * (high + 1) + codes
+            joint = distinct_codes(pa.array(folded))
+    return np.zeros(len(values[0]), np.int64) if joint is None else joint
 
 
 def first_rows(codes: NDArray[np.int64]) -> NDArray[np.int64]:
