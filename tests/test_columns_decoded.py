@@ -47,3 +47,21 @@ def test_columns_that_are_not_dictionaries_come_back_as_they_are() -> None:
     assert columns.decoded(plain) is plain
     numbers = pa.DictionaryArray.from_arrays(pa.array([1, 0, 1]), pa.array([10, 20]))
     assert columns.decoded(numbers).to_pylist() == [20, 10, 20]
+
+
+def test_spread_gives_each_row_its_keys_value_and_null_for_no_key() -> None:
+    distinct = pa.array(["[64, 128]", "", "[[1, 2], [3]]"])
+    codes = np.array([2, 0, -1, 1, 2, 2, -1, 0])
+    spread = columns.spread(distinct, codes)
+    assert spread.to_pylist() == [
+        "[[1, 2], [3]]",
+        "[64, 128]",
+        None,
+        "",
+        "[[1, 2], [3]]",
+        "[[1, 2], [3]]",
+        None,
+        "[64, 128]",
+    ]
+    numbers = columns.spread(pa.array([7, None]), np.array([1, 0, -1]))
+    assert numbers.to_pylist() == [None, 7, None]

@@ -225,7 +225,17 @@ def per_distinct(values: ArrayOrChunked, fn: Callable[[pa.Array], pa.Array]) -> 
     and spread back to its rows; a null row stays null."""
     arr = one_array(values)
     codes = distinct_codes(arr)
-    return fn(arr.take(pa.array(first_rows(codes)))).take(pa.array(codes, mask=codes < 0))
+    return spread(fn(arr.take(pa.array(first_rows(codes)))), codes)
+
+
+def spread(distinct: pa.Array, codes: NDArray[np.int64]) -> pa.Array:
+    """``distinct.take(codes)``, a code of ``-1`` giving null: one value per distinct key spread
+    back to the rows.  Strings (no null among them) are spread by :func:`decoded`'s gather, a
+    third of the time of Arrow's take."""
+    indices = pa.array(codes, mask=codes < 0)
+    if pa.types.is_string(distinct.type) and not distinct.null_count and len(distinct):
+        return decoded(pa.DictionaryArray.from_arrays(indices, distinct))
+    return distinct.take(indices)
 
 
 def first_match(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
