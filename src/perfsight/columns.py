@@ -276,14 +276,20 @@ def lexsort(keys: Sequence[np.ndarray]) -> NDArray[np.intp]:
         spans.append((low, (high - low).bit_length()))
     if sum(bits for _, bits in spans) > PACKED_BITS:
         return np.lexsort(keys)
-    packed = np.zeros(n, np.uint64)
+    packed: NDArray[np.uint64] | None = None
     shift = 0
     for key, (low, bits) in zip(keys, spans, strict=True):
-        if bits:
-            if key.dtype.kind == "u":  # unsigned: no negative values, maybe above int64's range
-                offset = key.astype(np.uint64) - np.uint64(low)
-            else:  # wraps past int64 only for a 64-bit span, where the bits still read right as uint64
-                offset = (key.astype(np.int64) - np.int64(low)).astype(np.uint64)
-            packed |= offset << np.uint64(shift)
-            shift += bits
-    return np.argsort(packed, kind="stable")
+        if not bits:
+            continue
+        if key.dtype.kind == "u":  # unsigned: no negative values, maybe above int64's range
+            offset = np.subtract(key, np.uint64(low), dtype=np.uint64)
+        else:  # wraps past int64 only for a 64-bit span, where the bits still read right as uint64
+            offset = np.subtract(key, np.int64(low), dtype=np.int64).view(np.uint64)
+        if shift:
+            offset <<= np.uint64(shift)
+        if packed is None:
+            packed = offset
+        else:
+            packed |= offset
+        shift += bits
+    return np.arange(n) if packed is None else np.argsort(packed, kind="stable")

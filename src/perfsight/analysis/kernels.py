@@ -165,14 +165,12 @@ def kernel_details(trace: Trace, stream_reach: dict[int, int] | None = None) -> 
             sub = sub.append_column(column, pa.nulls(sub.num_rows, pa.string()))
 
     has_op = launcher >= 0
-    op_take = pa.array(np.where(has_op, launcher, 0), mask=~has_op)
-    ops = slices.select(["name", "input_dims", "input_types"]).take(op_take)
-    own = slices.select(["input_dims", "input_types"]).take(pa.array(rows))  # a graph-mode op's own shapes
+    op_name = columns.decoded(
+        slices.column("name").take(pa.array(np.where(has_op, launcher, 0), mask=~has_op))
+    )
+    # the launching op's shapes, else (a graph-mode op) the row's own: one take from either row
+    shaped = slices.select(["input_dims", "input_types"]).take(pa.array(np.where(has_op, launcher, rows)))
 
-    def shapes(column: str) -> pa.ChunkedArray | pa.Array:
-        return pc.if_else(pa.array(has_op), ops.column(column), own.column(column))
-
-    op_name = columns.decoded(ops.column("name"))  # decoded once: the op and the op type's default
     return pa.table(
         {
             "rank": sub.column("rank"),
@@ -187,8 +185,8 @@ def kernel_details(trace: Trace, stream_reach: dict[int, int] | None = None) -> 
             "grid": json_text(sub.column("grid")),
             "block": json_text(sub.column("block")),
             "occupancy_pct": sub.column("occupancy_pct"),
-            "input_dims": json_text(shapes("input_dims")),
-            "input_types": json_text(shapes("input_types")),
+            "input_dims": json_text(shaped.column("input_dims")),
+            "input_types": json_text(shaped.column("input_types")),
             "op_type": pc.coalesce(sub.column("op_type").cast(pa.string()), op_name),
             "core_type": pc.coalesce(
                 sub.column("core_type").cast(pa.string()), core_of_kind(sub.column("kind"))
