@@ -58,3 +58,30 @@ def test_an_empty_table_and_an_unsupported_function() -> None:
     assert aggregate(empty, ["rank"], [("dur_ns", "sum")]).num_rows == 0
     with pytest.raises(ValueError, match="unsupported"):
         aggregate(_table(), ["rank"], [("dur_ns", "median")])
+
+
+@pytest.mark.parametrize("groups", [3, 70_000])  # 16-bit group codes and wider ones
+def test_columns_with_and_without_nulls_share_one_grouping_and_match_arrow(groups: int) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(groups)
+    n = 200_000
+    key = rng.integers(0, groups, n)
+    table = pa.table(
+        {
+            "rank": pa.array(np.zeros(n, np.int32)),  # one value: cannot split a group
+            "key": pa.array(key.astype(str)),
+            "dur_ns": pa.array(rng.integers(0, 1000, n)),
+            "flops": pa.array(rng.random(n), mask=rng.random(n) < 0.3),
+            "small": pa.array(rng.integers(-5, 5, n).astype(np.int32), mask=rng.random(n) < 0.1),
+        }
+    )
+    mine = aggregate(table, ["rank", "key"], AGGREGATIONS)
+    arrow = table.group_by(["rank", "key"], use_threads=False).aggregate(AGGREGATIONS)
+    order = [("key", "ascending")]
+    assert mine.sort_by(order).drop(["flops_sum"]).equals(arrow.sort_by(order).drop(["flops_sum"]))
+    flops = mine.sort_by(order).column("flops_sum").to_numpy(zero_copy_only=False)
+    arrow_flops = arrow.sort_by(order).column("flops_sum").to_numpy(zero_copy_only=False)
+    assert np.allclose(flops, arrow_flops, equal_nan=True)  # float sums: same values, other order
+    first_seen = pa.array(key.astype(str)).unique()
+    assert mine.column("key").equals(pa.chunked_array([first_seen]))  # groups in order of first appearance

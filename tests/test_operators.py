@@ -280,3 +280,21 @@ def test_self_time_never_exceeds_wall_time_and_sums_to_thread_coverage(
     np.add.at(child, parents[parents >= 0], dur[parents >= 0])
     top = slices["depth"].to_numpy() == 0
     assert int(np.maximum(dur - child, 0).sum()) == int(dur[top].sum())
+
+
+def test_every_parent_is_the_last_slice_one_level_up_on_its_track_of_a_real_trace(
+    nccl: tuple[Trace, list[dict]],
+) -> None:
+    """The vectorised parents against a walk over the rows in (track, start, depth) order that
+    remembers the last slice seen at each depth of each track (nccl: 7 levels deep)."""
+    slices = nccl[0].slices
+    track = slices.column("track").to_pylist()
+    start = slices.column("start_ns").to_pylist()
+    depth = slices.column("depth").to_pylist()
+    expected = [-1] * len(track)
+    last: dict[tuple[int, int], int] = {}
+    for row in sorted(range(len(track)), key=lambda r: (track[r], start[r], depth[r], r)):
+        expected[row] = last.get((track[row], depth[row] - 1), -1) if depth[row] > 0 else -1
+        last[(track[row], depth[row])] = row
+    assert max(depth) >= 3
+    assert parent_rows(slices).tolist() == expected

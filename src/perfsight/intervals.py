@@ -61,8 +61,9 @@ def union(starts: ArrayLike, ends: ArrayLike) -> Intervals:
         s, e = s[keep], e[keep]
     if s.size == 0:
         return empty()
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
+    if not (s[1:] >= s[:-1]).all():  # merged sets and sweeps' output come sorted: no sort then
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
     reach = np.maximum.accumulate(e)  # furthest end seen so far
     breaks = s[1:] > reach[:-1]  # a gap before interval i+1
     first = np.concatenate(([True], breaks))
@@ -89,8 +90,9 @@ def _combine(a: Intervals, b: Intervals, keep_a: bool, keep_b: bool) -> Interval
     if pos.size == 0:
         return empty()
     na, nb = a_s.size, b_s.size
-    da = np.concatenate((np.ones(na), -np.ones(na), np.zeros(2 * nb))).astype(np.int64)
-    db = np.concatenate((np.zeros(2 * na), np.ones(nb), -np.ones(nb))).astype(np.int64)
+    da, db = np.zeros(pos.size, np.int64), np.zeros(pos.size, np.int64)
+    da[:na], da[na : 2 * na] = 1, -1
+    db[2 * na : 2 * na + nb], db[2 * na + nb :] = 1, -1
     order = np.argsort(pos, kind="stable")
     pos, ca, cb = pos[order], np.cumsum(da[order]), np.cumsum(db[order])
     # After the last boundary at a position, coverage is the cumulative sum there.

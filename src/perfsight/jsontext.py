@@ -20,7 +20,15 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfsight.columns import ArrayOrChunked, combined, is_list, is_text, per_distinct, rebased_list
+from perfsight.columns import (
+    ArrayOrChunked,
+    combined,
+    is_list,
+    is_text,
+    one_array,
+    per_distinct,
+    rebased_list,
+)
 
 
 def json_strings(values: ArrayOrChunked) -> pa.Array:
@@ -65,7 +73,7 @@ def json_text(column: ArrayOrChunked, sep: str = ", ") -> pa.Array:
 
     A column that is already text is returned as it is (older stored tables hold JSON text).
     """
-    arr = combined(column)
+    arr = one_array(column)
     if is_text(arr.type):
         return arr.cast(pa.string())
     if pa.types.is_null(arr.type):

@@ -328,7 +328,7 @@ def _row_flops(trace: Trace) -> np.ndarray:
         return out
     sub = slices.select(["name", "input_dims"]).take(pa.array(rows))
     dims = json_text(sub.column("input_dims"))
-    name_text = sub.column("name").combine_chunks().cast(pa.string())
+    name_text = columns.decoded(columns.combined(sub.column("name")))
     keys = pc.binary_join_element_wise(name_text, dims, _SEP)
     values, at = _per_unique(keys, _pair_flops)
     out[rows] = np.append(np.asarray(values, dtype=np.float64), np.nan)[at]

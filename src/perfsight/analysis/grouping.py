@@ -35,20 +35,44 @@ def group_codes(table: pa.Table, keys: Sequence[str]) -> tuple[NDArray[np.int64]
     return codes, columns.first_rows(codes)
 
 
+class _Groups:
+    """The rows of each group, in row order, worked out once per :func:`aggregate` for every
+    column without nulls (most of them) instead of once per aggregate: a stable sort of the
+    codes, the most expensive step of a group-by (radix on 16-bit codes where they fit)."""
+
+    def __init__(self, codes: NDArray[np.int64], k: int) -> None:
+        self.codes, self.k = codes, k
+        self._all: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None
+
+    def rows(self, valid: NDArray[np.bool_]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """(size of each group, its rows: group 0's, then 1's, ... each in row order) among ``valid``."""
+        if valid.all():
+            if self._all is None:
+                self._all = self._sorted(np.arange(len(self.codes)))
+            return self._all
+        return self._sorted(np.flatnonzero(valid))
+
+    def _sorted(self, rows: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        codes = self.codes[rows]
+        counts = np.bincount(codes, minlength=self.k).astype(np.int64)
+        narrow = codes.astype(np.uint16) if self.k <= 1 << 16 else codes
+        return counts, rows[np.argsort(narrow, kind="stable")]
+
+
 def _reduced(
-    values: NDArray, valid: NDArray[np.bool_], codes: NDArray[np.int64], k: int, function: str
+    values: NDArray, valid: NDArray[np.bool_], groups: _Groups, function: str
 ) -> tuple[NDArray, NDArray[np.bool_]]:
     """(result per group, which groups have a result) for one function."""
-    rows = np.flatnonzero(valid)
-    counts = np.bincount(codes[rows], minlength=k).astype(np.int64)
+    k = groups.k
+    counts, order = groups.rows(valid)
     if function == "count":
         return counts, np.ones(k, bool)
     has = counts > 0
-    order = rows[np.argsort(codes[rows], kind="stable")]  # rows of group 0, then 1, ... in row order
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[has]
     out = np.zeros(k, values.dtype if function != "mean" else np.float64)
     if function == "sum" and values.dtype.kind == "f":
-        add_in_row_order(out, codes[rows], values[rows])
+        rows = np.flatnonzero(valid)
+        add_in_row_order(out, groups.codes[rows], values[rows])
         return out, has
     if order.size:
         ufunc = {"sum": np.add, "mean": np.add, "min": np.minimum, "max": np.maximum}[function]
@@ -78,6 +102,7 @@ def aggregate(
     the result is group code ``i``)."""
     codes, first = group_codes(table, keys) if codes is None else codes
     k = first.size
+    groups = _Groups(codes, k)
     take = pa.array(first, pa.int64())
     arrays: dict[str, pa.Array | pa.ChunkedArray] = {key: table.column(key).take(take) for key in keys}
     for column, function in aggregations:
@@ -98,7 +123,7 @@ def aggregate(
             unsigned = pa.types.is_unsigned_integer(source.type)
             out_type = pa.uint64() if unsigned else pa.int64()
             values = values.astype(np.uint64 if unsigned else np.int64)
-        result, has = _reduced(values, valid, codes, k, function)
+        result, has = _reduced(values, valid, groups, function)
         arrays[f"{column}_{function}"] = pa.array(result, out_type, mask=None if has.all() else ~has)
     return pa.table(arrays)
 

@@ -38,8 +38,10 @@ def parents(ix: TraceIndex) -> Rows:
 
     A child at depth ``d`` has as parent the last depth ``d - 1`` slice of the same
     track that starts at or before it.  One sort by (track, start, depth) puts a
-    parent before a child that starts at the same instant; each depth level is then
-    a running maximum over the positions of its candidate parents.
+    parent before a child that starts at the same instant; the sorted positions are then
+    grouped by depth (a stable radix sort of the depths), and each level's children look
+    their candidate parent up among the level above's positions (a binary search), so each
+    level costs its own rows, not the whole trace's.
     """
     return ix.derived("parents", lambda: _parents(ix))
 
@@ -49,15 +51,19 @@ def _parents(ix: TraceIndex) -> Rows:
     if ix.n == 0:
         return parent
     track, depth = ix.track, ix.depth
-    order = np.lexsort((depth, ix.start, track))
+    order = columns.lexsort((depth, ix.start, track))
     s_track, s_depth = track[order], depth[order]
-    positions = np.arange(ix.n)
-    for d in range(1, int(depth.max()) + 1):
-        last = np.maximum.accumulate(np.where(s_depth == d - 1, positions, -1))
-        child = np.flatnonzero(s_depth == d)
-        cand = last[child]
-        ok = cand >= 0
-        ok[ok] = s_track[cand[ok]] == s_track[child[ok]]
+    deepest = int(depth.max())
+    by_depth = np.argsort(s_depth, kind="stable")  # sorted positions of depth 0, then 1, ... ascending
+    level = np.searchsorted(s_depth[by_depth], np.arange(deepest + 2))  # where each depth's positions begin
+    for d in range(1, deepest + 1):
+        above, child = by_depth[level[d - 1] : level[d]], by_depth[level[d] : level[d + 1]]
+        if not len(above):
+            continue
+        at = np.searchsorted(above, child) - 1  # the last depth d - 1 position before each child
+        ok = at >= 0
+        cand = above[np.maximum(at, 0)]
+        ok &= s_track[cand] == s_track[child]
         parent[order[child[ok]]] = order[cand[ok]]
     return parent
 
@@ -187,7 +193,7 @@ def _host_threads(ix: TraceIndex) -> tuple[dict[tuple[int, int], tuple[int, int]
     def compute() -> tuple[dict[tuple[int, int], tuple[int, int]], Rows, NDArray[np.int64]]:
         rows = np.flatnonzero(~ix.is_device)
         rank, tid, start = ix.rank[rows], ix.tid[rows], ix.start[rows]
-        order = np.lexsort((start, tid, rank))
+        order = columns.lexsort((start, tid, rank))
         rows, rank, tid = rows[order], rank[order], tid[order]
         bounds = np.flatnonzero((np.diff(rank) != 0) | (np.diff(tid) != 0)) + 1
         lo, hi = np.r_[0, bounds], np.r_[bounds, len(rows)]

@@ -94,7 +94,7 @@ def stream_wait_ns(
     wait = np.zeros(n, np.int64)
     if n == 0:
         return wait
-    order = np.lexsort((np.arange(n), start, track))
+    order = columns.lexsort((start, track))  # stable: ties keep row order
     t, s, e = track[order], start[order], end[order]
     bounds = np.flatnonzero(np.diff(t)) + 1
     gap = np.zeros(n, np.int64)
@@ -154,7 +154,7 @@ def kernel_details(trace: Trace, stream_reach: dict[int, int] | None = None) -> 
     if not len(rows):
         return KERNEL_DETAILS_SCHEMA.empty_table()
     wait = stream_wait_ns(ix.track[rows], ix.start[rows], ix.end[rows], stream_reach)
-    order = np.lexsort((ix.tid[rows], ix.start[rows], ix.rank[rows]))  # by rank, start, stream (stable)
+    order = columns.lexsort((ix.tid[rows], ix.start[rows], ix.rank[rows]))  # by rank, start, stream (stable)
     rows, wait = rows[order], wait[order]
     launcher = launching_op(ix)[rows]
     wanted = ["rank", "step", "name", "kind", "tid", "start_ns", "dur_ns", "grid", "block", "occupancy_pct",
@@ -165,19 +165,17 @@ def kernel_details(trace: Trace, stream_reach: dict[int, int] | None = None) -> 
             sub = sub.append_column(column, pa.nulls(sub.num_rows, pa.string()))
 
     has_op = launcher >= 0
-    op_take = pa.array(np.where(has_op, launcher, 0), mask=~has_op)
-    ops = slices.select(["name", "input_dims", "input_types"]).take(op_take)
-    own = slices.select(["input_dims", "input_types"]).take(pa.array(rows))  # a graph-mode op's own shapes
+    op_name = columns.decoded(
+        slices.column("name").take(pa.array(np.where(has_op, launcher, 0), mask=~has_op))
+    )
+    # the launching op's shapes, else (a graph-mode op) the row's own: one take from either row
+    shaped = slices.select(["input_dims", "input_types"]).take(pa.array(np.where(has_op, launcher, rows)))
 
-    def shapes(column: str) -> pa.ChunkedArray | pa.Array:
-        return pc.if_else(pa.array(has_op), ops.column(column), own.column(column))
-
-    op_name = ops.column("name").cast(pa.string())  # decoded once: the op and the op type's default
     return pa.table(
         {
             "rank": sub.column("rank"),
             "step": sub.column("step"),
-            "name": sub.column("name").cast(pa.string()),
+            "name": columns.decoded(sub.column("name")),
             "kind": sub.column("kind").cast(pa.string()),
             "op": op_name,
             "stream": sub.column("tid"),
@@ -187,8 +185,8 @@ def kernel_details(trace: Trace, stream_reach: dict[int, int] | None = None) -> 
             "grid": json_text(sub.column("grid")),
             "block": json_text(sub.column("block")),
             "occupancy_pct": sub.column("occupancy_pct"),
-            "input_dims": json_text(shapes("input_dims")),
-            "input_types": json_text(shapes("input_types")),
+            "input_dims": json_text(shaped.column("input_dims")),
+            "input_types": json_text(shaped.column("input_types")),
             "op_type": pc.coalesce(sub.column("op_type").cast(pa.string()), op_name),
             "core_type": pc.coalesce(
                 sub.column("core_type").cast(pa.string()), core_of_kind(sub.column("kind"))

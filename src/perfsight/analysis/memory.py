@@ -100,7 +100,7 @@ def memory_curve(trace: Trace) -> pa.Table:
     if memory.num_rows == 0:
         return MEMORY_CURVE_SCHEMA.empty_table()
     group = _device_groups(memory)
-    order = np.lexsort((np.arange(memory.num_rows), columns.int64(memory.column("ts_ns")), group))
+    order = columns.lexsort((columns.int64(memory.column("ts_ns")), group))  # stable: ties keep row order
     sub = memory.take(pa.array(order))
     return pa.table(
         {
@@ -199,7 +199,7 @@ def allocating_ops(trace: Trace, memory: pa.Table, alloc: np.ndarray) -> pa.Arra
     has_op = op >= 0
     if not trace.slices.num_rows:
         return pa.nulls(len(alloc), pa.string())
-    return trace.slices.column("name").take(pa.array(np.where(has_op, op, 0), mask=~has_op)).cast(pa.string())
+    return columns.decoded(trace.slices.column("name").take(pa.array(np.where(has_op, op, 0), mask=~has_op)))
 
 
 def allocation_rows(

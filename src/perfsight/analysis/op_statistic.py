@@ -27,6 +27,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from perfsight import columns
 from perfsight.analysis import grouping
 from perfsight.analysis.kernels import core_of_kind
 from perfsight.model import SliceKind
@@ -53,7 +54,9 @@ OP_STATISTIC_SCHEMA = pa.schema(
 
 def _text(table: pa.Table, name: str) -> pa.Array | None:
     """Column ``name`` as plain strings, or None when the table lacks it."""
-    return table.column(name).combine_chunks().cast(pa.string()) if name in table.column_names else None
+    if name not in table.column_names:
+        return None
+    return columns.decoded(columns.one_array(table.column(name))).cast(pa.string())
 
 
 def _device_keys(details: pa.Table) -> tuple[pa.Array, pa.Array]:

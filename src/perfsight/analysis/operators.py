@@ -106,7 +106,7 @@ def operator_instances(trace: Trace) -> pa.Table:
             "rank": sub.column("rank"),
             "slice": pa.array(rows, pa.int64()),
             "step": sub.column("step"),
-            "name": sub.column("name").cast(pa.string()),
+            "name": columns.decoded(sub.column("name")),
             "thread": sub.column("tid"),
             "start_ns": sub.column("start_ns"),
             "dur_ns": sub.column("dur_ns"),

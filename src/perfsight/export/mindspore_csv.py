@@ -91,7 +91,7 @@ def device_type_text(device_type: pa.Array, device_index: pa.Array) -> pa.Array:
     kind, index = pc.utf8_upper(types.take(first)), indices.take(first)
     with_index = text.concat(kind, ":", index.cast(pa.string()))
     texts = pc.if_else(pc.and_(pc.is_valid(index), pc.greater_equal(index, 0)), with_index, kind)
-    return texts.take(pa.array(codes))
+    return columns.spread(texts, codes)
 
 
 def _device_type(t: pa.Table) -> pa.Array:

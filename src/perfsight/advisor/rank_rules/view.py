@@ -22,6 +22,7 @@ from perfsight import columns
 from perfsight.advisor.finding import Finding
 from perfsight.advisor.rules import RULES
 from perfsight.analysis import grouping
+from perfsight.analysis.index import dictionary_mask
 from perfsight.analysis.step_trace import MIN_STEPS_TO_DROP_WARMUP
 from perfsight.model import SliceKind, Trace
 
@@ -106,9 +107,10 @@ def finding_for(rule: str, view: RankView, **fields) -> Finding:
 
 
 def slices_of_kind(trace: Trace, kind: SliceKind) -> pa.Table:
-    """The slices of one kind (DataLoader ranges, runtime synchronisations)."""
-    kinds = pc.cast(trace.slices.column("kind"), pa.string())
-    return trace.slices.filter(pc.equal(kinds, kind.value))
+    """The slices of one kind (DataLoader ranges, runtime synchronisations); the kind is tested
+    once per distinct kind, not decoded for every row."""
+    wanted = pa.array([kind.value], pa.string())
+    return trace.slices.filter(dictionary_mask(trace.slices.column("kind"), lambda k: pc.is_in(k, wanted)))
 
 
 OP_STEPS = "advisor_op_steps"
