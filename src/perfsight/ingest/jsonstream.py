@@ -28,17 +28,20 @@ This module knows nothing about Kineto fields; it only splits JSON.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import dataclasses
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 import orjson
 
 from perfsight.ingest import inflate
+
+T = TypeVar("T")
 
 READ_BLOCK = 512 << 10
 """Bytes read per I/O call (compressed bytes of a gzip file, else the blocks themselves).  Below
@@ -156,6 +159,8 @@ PREFETCH_BLOCKS = 1
 """Decompressed blocks the reading thread may hold ready: bounds its memory."""
 
 _DONE = object()
+_STOP_POLL_S = 0.05
+"""How often a producer blocked on a full queue looks whether its consumer has stopped."""
 
 
 @dataclasses.dataclass
@@ -163,16 +168,24 @@ class _Failed:
     error: BaseException
 
 
-def _prefetched(blocks: Iterator[bytes]) -> Iterator[bytes]:
-    """Iterate ``blocks`` in a background thread, a few blocks ahead of the consumer.
-    Errors are re-raised in the consumer; closing the iterator stops the thread."""
-    ready: queue.Queue[Any] = queue.Queue(maxsize=PREFETCH_BLOCKS)
+def prefetched(items: Iterator[T], depth: int, name: str) -> Generator[T, None, None]:
+    """Iterate ``items`` on a background thread named ``name``, at most ``depth`` items ahead of
+    the consumer, so that producing the next item overlaps with using this one.
+
+    What makes it safe to put anywhere in a reader: an error raised by ``items`` is re-raised in
+    the consumer, in order, after the items before it; a consumer that stops early (``close()``,
+    a ``break`` followed by ``close()``, an exception) stops the producer, which closes ``items``
+    on its own thread, and is joined before ``close()`` returns -- no thread outlives the
+    iterator, and nothing waits forever (a producer blocked on the full queue is freed by the
+    consumer emptying it).  Memory: ``depth`` items queued, one being made, one in use.
+    """
+    ready: queue.Queue[Any] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
     def put(item: Any) -> bool:
         while not stop.is_set():
             try:
-                ready.put(item, timeout=0.05)
+                ready.put(item, timeout=_STOP_POLL_S)
                 return True
             except queue.Full:
                 continue
@@ -180,19 +193,19 @@ def _prefetched(blocks: Iterator[bytes]) -> Iterator[bytes]:
 
     def work() -> None:
         try:
-            for block in blocks:
-                if not put(block):
+            for item in items:
+                if not put(item):
                     break
             else:
                 put(_DONE)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which re-raises it
             put(_Failed(exc))
         finally:
-            close = getattr(blocks, "close", None)
+            close = getattr(items, "close", None)
             if close is not None:
                 close()
 
-    worker = threading.Thread(target=work, name="perfsight-decompress", daemon=True)
+    worker = threading.Thread(target=work, name=name, daemon=True)
     worker.start()
     try:
         while True:
@@ -204,7 +217,10 @@ def _prefetched(blocks: Iterator[bytes]) -> Iterator[bytes]:
             yield item
     finally:
         stop.set()
-        worker.join()
+        while worker.is_alive():  # free a producer blocked on the full queue, then wait for it
+            with contextlib.suppress(queue.Empty):
+                ready.get_nowait()
+            worker.join(_STOP_POLL_S)
 
 
 class _Scanner:
@@ -449,7 +465,7 @@ def open_events(path: Path) -> EventStream:
     return EventStream(
         first=prefix[body_start:],
         offset=body_start,
-        blocks=_prefetched(blocks),
+        blocks=prefetched(blocks, PREFETCH_BLOCKS, "perfsight-decompress"),
         bare=bare,
         header_text=prefix[:body_start],
         report=report,

@@ -138,6 +138,8 @@ def read_into(path: Path, parts: Parts, rank: int | None) -> tuple[RunMetadata, 
                 break
     except OSError as exc:
         damage.append(f"read error after {parts.events} events: {exc}")
+    finally:
+        results.close()  # the scanning thread is joined before the report is read
     damaged = bool(damage)
     if report.truncated and not damaged:  # a cut gzip says "truncated" itself, below
         damage.append(report.problem if report.compression is not None else f"truncated: {report.problem}")
