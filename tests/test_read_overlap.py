@@ -18,7 +18,7 @@ from perfsight.ingest.chrome_events import RAW_SCHEMA, read_events
 from perfsight.ingest.jsonstream import prefetched
 from perfsight.model import TABLE_SCHEMAS
 
-READER_THREADS = ("perfsight-scan", "perfsight-parse", "perfsight-decompress")
+READER_THREADS = ("perfsight-scan", "perfsight-decompress")
 
 PATHS = [pytest.param(True, id="native"), pytest.param(False, id="portable")]
 
@@ -45,7 +45,7 @@ def test_no_reader_thread_outlives_a_read_stopped_after_its_first_batch(
     results, _ = read_events(df_trace_path, native=native)
     first = next(results)
     assert first.table.num_rows > 0 and first.problem is None
-    assert _reader_threads(), "the scan runs on its own thread"
+    assert _reader_threads(), "decompression (and the native scan) run on threads of their own"
     results.close()
     assert _reader_threads() == []
 
@@ -60,39 +60,42 @@ def test_no_reader_thread_outlives_a_caller_that_fails_midway(df_trace_path: Pat
     assert _reader_threads() == []
 
 
-@pytest.mark.parametrize("native", PATHS)
 def test_damage_mid_way_keeps_every_event_before_it_as_a_one_thread_read_does(
-    tmp_path: Path, df_trace_path: Path, monkeypatch: pytest.MonkeyPatch, native: bool
+    tmp_path: Path, df_trace_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Damage after several batches: the threaded read keeps exactly the rows (and says the same
-    warning) a read on the caller's thread keeps, and leaves no thread behind."""
-    _native_or_skip(native)
+    warning) a read on the caller's thread keeps, leaves no thread behind, and the portable path
+    (never threaded) keeps the same slices."""
+    _native_or_skip(True)
     raw = gzip.decompress(df_trace_path.read_bytes())
     middle = raw.index(b'"ph": "X"', int(len(raw) * 0.7))
     path = tmp_path / "damaged.json"
     path.write_bytes(raw[:middle] + b"@@@ not json @@@" + raw[middle:])
-    monkeypatch.setattr(eventscan, "_LIB", eventscan._LIB if native else None)
 
     threaded = read_trace(path)
     assert _reader_threads() == []
-    monkeypatch.setattr(chrome_events, "prefetched", _one_thread)
-    alone = read_trace(path)
+    with monkeypatch.context() as patch:
+        patch.setattr(chrome_events, "prefetched", _one_thread)
+        alone = read_trace(path)
+    with monkeypatch.context() as patch:
+        patch.setattr(eventscan, "_LIB", None)
+        portable = read_trace(path)
 
     assert 0 < threaded.slices.num_rows == alone.slices.num_rows
     for name in TABLE_SCHEMAS:
         assert getattr(threaded, name).equals(getattr(alone, name)), name
     assert threaded.meta.warnings == alone.meta.warnings
     assert any("damaged at byte" in w for w in threaded.meta.warnings)
+    assert threaded.slices.equals(portable.slices)
 
 
-@pytest.mark.parametrize("native", PATHS)
 def test_a_threaded_read_gives_the_rows_of_a_one_thread_read(
-    df_trace_path: Path, monkeypatch: pytest.MonkeyPatch, native: bool
+    df_trace_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _native_or_skip(native)
+    _native_or_skip(True)
 
     def rows() -> tuple[pa.Table, int]:
-        results, report = read_events(df_trace_path, native=native)
+        results, report = read_events(df_trace_path, native=True)
         tables = [r.table for r in results]
         return pa.concat_tables([RAW_SCHEMA.empty_table(), *tables]), report.events
 

@@ -124,8 +124,8 @@ class ParseResult:
 
 SCAN_AHEAD = 1
 """Scanned batches the scanning thread may hold ready beyond the one it is scanning and the one
-being converted: bounds memory (a native batch is at most ``eventscan.Scanner.ROWS`` rows, a few
-MB; a portable one ``jsonstream.BATCH_BYTES`` of text)."""
+being converted: bounds memory (a batch is at most ``eventscan.Scanner.ROWS`` rows, a few MB, in
+a scanner's work buffers)."""
 
 
 def read_events(
@@ -138,20 +138,21 @@ def read_events(
     the native scanner when it is built).  Close the results when stopping before their end: that
     stops the scanning thread.
 
-    The events are scanned on a thread of their own, a batch ahead of the caller (see
-    :func:`~perfsight.ingest.jsonstream.prefetched`): the native scan runs without the GIL, so it
+    Native: the events are scanned on a thread of their own, a batch ahead of the caller (see
+    :func:`~perfsight.ingest.jsonstream.prefetched`); the scan runs without the GIL, so it
     overlaps with the conversion of the batch before and with what the caller does with it (the
     Kineto reader's cut); docs/BENCHMARKS.md says what that saves.
     """
     stream = open_events(path)
     if native is None:
         native = eventscan.available()
-    if native:
-        return _native(stream), stream.report
-    return prefetched(_portable(stream, stream.batches()), SCAN_AHEAD, "perfsight-parse"), stream.report
+    # the portable path stays on the caller's thread: pyarrow.json already parses on both cores,
+    # and a thread of its own cost 5 % more wall time (docs/BENCHMARKS.md)
+    results = _native(stream) if native else _portable(stream, stream.batches())
+    return results, stream.report
 
 
-def _portable(stream: EventStream, batches: Iterator[EventBatch]) -> Iterator[ParseResult]:
+def _portable(stream: EventStream, batches: Iterator[EventBatch]) -> Generator[ParseResult, None, None]:
     try:
         for batch in batches:
             result = parse_batch(batch)
