@@ -327,22 +327,24 @@ def concat_parts(tables: list[pa.Table]) -> pa.Table | None:
     """
     if not tables:
         return None
-    names = tables[0].column_names
+    schema = tables[0].schema
+    # each column's parts, held only here once the tables are let go: dropping a column's list
+    # frees its parts (a drop_columns of every part per column cost 170 tables on 10 batches)
+    parts = {name: [t.column(name) for t in tables] for name in schema.names}
+    tables.clear()
     columns = []
-    for name in names:
-        chunks = [chunk for t in tables for chunk in t.column(name).chunks]
-        merged = pa.Table.from_arrays(
-            [pa.chunked_array(chunks, type=tables[0].schema.field(name).type)], [name]
-        )
-        columns.append(merged.unify_dictionaries().column(0).combine_chunks())
-        del merged
+    for field in schema:
+        chunks = [chunk for column in parts.pop(field.name) for chunk in column.chunks]
+        if pa.types.is_dictionary(field.type):
+            merged = pa.Table.from_arrays([pa.chunked_array(chunks, type=field.type)], [field.name])
+            columns.append(merged.unify_dictionaries().column(0).combine_chunks())
+            del merged
+        else:
+            columns.append(pa.concat_arrays(chunks) if chunks else pa.array([], field.type))
         del chunks
-        for i, table in enumerate(tables):
-            tables[i] = table.drop_columns([name])
         if columns[-1].nbytes >= _TRIM_FROM_BYTES:
             return_freed_memory()  # the parts' small buffers sit in the heap: give this column's back
-    tables.clear()
-    return pa.table(dict(zip(names, columns, strict=True)))
+    return pa.table(dict(zip(schema.names, columns, strict=True)))
 
 
 def _bools(array: pa.ChunkedArray | pa.Array) -> np.ndarray:
