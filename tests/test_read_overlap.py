@@ -152,3 +152,28 @@ def test_reading_a_trace_cut_short_leaves_no_thread(tmp_path: Path, df_trace_pat
     assert trace.slices.num_rows > 10_000
     assert any("truncated" in w for w in trace.meta.warnings)
     assert _reader_threads() == []
+
+
+def test_tracks_and_depths_built_beside_the_steps_equal_those_built_in_line(
+    df_trace_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perfsight.ingest import kineto
+
+    assert read_trace(df_trace_path).slices.num_rows >= kineto.BESIDE_FROM, "the thread is used here"
+    beside_steps = read_trace(df_trace_path)
+    assert not [t for t in threading.enumerate() if t.name == "perfsight-depth"]
+    monkeypatch.setattr(kineto, "BESIDE_FROM", 1 << 62)
+    in_line = read_trace(df_trace_path)
+    for name in TABLE_SCHEMAS:
+        assert getattr(beside_steps, name).equals(getattr(in_line, name)), name
+
+
+def test_an_error_beside_reaches_the_caller_and_leaves_no_thread() -> None:
+    from perfsight.ingest.beside import beside
+
+    def fails() -> int:
+        raise ValueError("rank 70000 is outside 0..65535")
+
+    with pytest.raises(ValueError, match="outside"), beside(fails, name="perfsight-depth") as result:
+        result()
+    assert not [t for t in threading.enumerate() if t.name == "perfsight-depth"]

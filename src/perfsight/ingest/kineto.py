@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from perfsight import columns
 from perfsight.heap import prefer_returning_pool, return_freed_memory
 from perfsight.ingest import assemble, kineto_devices
+from perfsight.ingest.beside import beside
 from perfsight.ingest.chrome_events import ARG_FIELDS, read_events
 from perfsight.ingest.jsonstream import NotATraceError
 from perfsight.intervals import outermost
@@ -463,22 +464,24 @@ def build_trace(parts: Parts, meta: RunMetadata, truncated: bool) -> Trace:
         complete.column("device"),
         complete.column("stream"),
     )
-    track, tracks = assemble.assign_tracks(rank, pid, tid, is_device, track_names)
-    depth = assemble.nesting_depth(track.astype(np.int64), start, dur)
+    # tracks and nesting depth (mostly NumPy sorts, without the GIL) beside the steps and links
+    placing = (rank, pid, tid, is_device, track_names, start, dur)
+    big = len(start) >= BESIDE_FROM
+    with beside(tracks_and_depth, *placing, name="perfsight-depth", thread=big) as placed:
+        external = external_ids(complete)
+        correlation = int_column(complete.column("correlation"))
+        names = complete.column("name")
 
-    external = external_ids(complete)
-    correlation = int_column(complete.column("correlation"))
-    names = complete.column("name")
-
-    steps, inferred = assemble.steps_from_markers(rank, names, kind, is_device, start, dur)
-    if inferred:
-        meta.warnings.append(no_markers_warning(meta))
-    step = assemble.step_of(start, steps)
-    src, dst = assemble.launch_links(correlation, is_device, kind)
-    step = assemble.device_step(step, is_device, src, dst, start, steps)
-    steps = assemble.device_windows(steps, step, device_work(is_device, kind), start, start + dur)
-    if truncated:
-        steps = last_step_incomplete(steps)
+        steps, inferred = assemble.steps_from_markers(rank, names, kind, is_device, start, dur)
+        if inferred:
+            meta.warnings.append(no_markers_warning(meta))
+        step = assemble.step_of(start, steps)
+        src, dst = assemble.launch_links(correlation, is_device, kind)
+        step = assemble.device_step(step, is_device, src, dst, start, steps)
+        steps = assemble.device_windows(steps, step, device_work(is_device, kind), start, start + dur)
+        if truncated:
+            steps = last_step_incomplete(steps)
+        track, tracks, depth = placed()
 
     slices = assemble.slice_table(
         rank, kind, complete.column("cat"), names, is_device, pid, tid, track, start, dur, step, correlation,
@@ -489,6 +492,26 @@ def build_trace(parts: Parts, meta: RunMetadata, truncated: bool) -> Trace:
     flows = assemble.flows_table(rank, src, dst, "launch")
     comm = _comm(slices, concat_parts(parts.comm_args), kind, is_device, start, dur, step, rank)
     return Trace(slices=slices, tracks=tracks, memory=memory, flows=flows, steps=steps, comm=comm, meta=meta)
+
+
+BESIDE_FROM = 50_000
+"""Slices from which a trace's tracks and depths are computed on a thread beside the steps: on
+df_index_resolver (123k slices) that took the model's build from 27 to 22 ms of wall time, on
+nccl_data (27k) a thread cost more than it saved (docs/BENCHMARKS.md)."""
+
+
+def tracks_and_depth(
+    rank: int,
+    pid: np.ndarray,
+    tid: np.ndarray,
+    is_device: np.ndarray,
+    track_names: dict[tuple[int, int, bool], str],
+    start: np.ndarray,
+    dur: np.ndarray,
+) -> tuple[np.ndarray, pa.Table, np.ndarray]:
+    """Each slice's track, the tracks table, and each slice's nesting depth on its track."""
+    track, tracks = assemble.assign_tracks(rank, pid, tid, is_device, track_names)
+    return track, tracks, assemble.nesting_depth(track.astype(np.int64), start, dur)
 
 
 def source_name(meta: RunMetadata) -> str:
