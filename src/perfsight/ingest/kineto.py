@@ -436,7 +436,6 @@ def build_trace(parts: Parts, meta: RunMetadata, truncated: bool) -> Trace:
                 **{key: pa.nulls(0, ARG_FIELDS[key]) for key in _SLICE_ARGS},
             }
         )
-    memory = memory_table(concat_parts(parts.memory), rank)
     track_names = thread_track_names(concat_parts(parts.thread_names))
 
     cat_values = pc.utf8_lower(dictionary_values(complete.column("cat")))
@@ -481,6 +480,9 @@ def build_trace(parts: Parts, meta: RunMetadata, truncated: bool) -> Trace:
         steps = assemble.device_windows(steps, step, device_work(is_device, kind), start, start + dur)
         if truncated:
             steps = last_step_incomplete(steps)
+        flows = assemble.flows_table(rank, src, dst, "launch")
+        memory = memory_table(concat_parts(parts.memory), rank)
+        comm_args = concat_parts(parts.comm_args)
         track, tracks, depth = placed()
 
     slices = assemble.slice_table(
@@ -489,8 +491,7 @@ def build_trace(parts: Parts, meta: RunMetadata, truncated: bool) -> Trace:
         depth=depth,
         args=slice_args(complete),
     )  # fmt: skip
-    flows = assemble.flows_table(rank, src, dst, "launch")
-    comm = _comm(slices, concat_parts(parts.comm_args), kind, is_device, start, dur, step, rank)
+    comm = _comm(slices, comm_args, kind, is_device, start, dur, step, rank)
     return Trace(slices=slices, tracks=tracks, memory=memory, flows=flows, steps=steps, comm=comm, meta=meta)
 
 
