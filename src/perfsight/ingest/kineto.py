@@ -452,7 +452,6 @@ def build_trace(parts: Parts, meta: RunMetadata, truncated: bool) -> Trace:
         device_names_of(meta),
     )
     is_device |= unknown_device
-    kind = slice_kinds(complete.column("cat"), cat_values, complete.column("name"), is_device, unknown_device)
     start = complete.column("start_ns").to_numpy()
     dur = complete.column("dur_ns").to_numpy()
     meta.warnings.extend(notes)
@@ -467,9 +466,10 @@ def build_trace(parts: Parts, meta: RunMetadata, truncated: bool) -> Trace:
     placing = (rank, pid, tid, is_device, track_names, start, dur)
     big = len(start) >= BESIDE_FROM
     with beside(tracks_and_depth, *placing, name="perfsight-depth", thread=big) as placed:
+        names = complete.column("name")
+        kind = slice_kinds(complete.column("cat"), cat_values, names, is_device, unknown_device)
         external = external_ids(complete)
         correlation = int_column(complete.column("correlation"))
-        names = complete.column("name")
 
         steps, inferred = assemble.steps_from_markers(rank, names, kind, is_device, start, dur)
         if inferred:
