@@ -17,12 +17,10 @@ reader uses its pure-Python path (the writers their Arrow layout, the same bytes
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import dataclasses
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -424,16 +422,6 @@ def keep_idle(scanner: Scanner) -> None:
     idle = _IDLE.setdefault((tuple(scanner.columns), scanner.keep_phases), [])
     if scanner.work_bytes() <= KEEP_IDLE_BYTES and len(idle) < KEEP_IDLE:
         idle.append(scanner)
-
-
-@contextlib.contextmanager
-def reused_scanner(columns: list[ColumnSpec], keep_phases: str) -> Iterator[Scanner]:
-    """One scanner for the ``with`` block (:func:`idle_scanner`), kept idle after it."""
-    scanner = idle_scanner(columns, keep_phases)
-    try:
-        yield scanner
-    finally:
-        keep_idle(scanner)
 
 
 def _copy(array: np.ndarray, count: int) -> pa.Buffer:
