@@ -31,6 +31,7 @@ import codecs
 import contextlib
 import dataclasses
 import queue
+import re
 import threading
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -350,15 +351,18 @@ def _line_aligned(blocks: Iterator[bytes]) -> Iterator[bytes]:
         yield carry
 
 
+_SPACE = re.compile(rb"[ \t\r\n\x0b\x0c]*")
+"""What ``bytes.lstrip()`` strips; matched in place, since stripping copies the whole buffer."""
+
+
 def _find_array_start(buffer: bytes) -> tuple[int, bool] | None:
     """Offset just after the event array's ``[``, and whether the document is a bare array."""
-    stripped = buffer.lstrip()
-    if not stripped:
+    lead = _SPACE.match(buffer).end()  # type: ignore[union-attr]
+    if lead == len(buffer):
         return None
-    lead = len(buffer) - len(stripped)
-    if stripped[:1] == b"[":
+    if buffer[lead : lead + 1] == b"[":
         return lead + 1, True
-    if stripped[:1] != b"{":
+    if buffer[lead : lead + 1] != b"{":
         raise NotATraceError("does not start with a JSON object or array")
     key = buffer.find(b'"traceEvents"')
     if key < 0:
@@ -366,13 +370,12 @@ def _find_array_start(buffer: bytes) -> tuple[int, bool] | None:
     colon = buffer.find(b":", key + len(b'"traceEvents"'))
     if colon < 0:
         return None
-    rest = buffer[colon + 1 :]
-    body = rest.lstrip()
-    if not body:
+    body = _SPACE.match(buffer, colon + 1).end()  # type: ignore[union-attr]
+    if body == len(buffer):
         return None
-    if body[:1] != b"[":
+    if buffer[body : body + 1] != b"[":
         raise NotATraceError('"traceEvents" is not an array')
-    return colon + 1 + (len(rest) - len(body)) + 1, False
+    return body + 1, False
 
 
 _HEADER_LIMIT = 64 << 20
