@@ -28,7 +28,8 @@ def test_reads_with_a_reused_scanner_equal_reads_with_a_fresh_one(monkeypatch: p
         fresh[path] = _tables(read_trace(path))
     monkeypatch.setattr(eventscan, "_IDLE", {})
     kept = [(path, _tables(read_trace(path))) for path in paths + paths[::-1]]
-    assert sum(len(idle) for idle in eventscan._IDLE.values()) == 1, "one scanner served every read"
+    kept_idle = sum(len(idle) for idle in eventscan._IDLE.values())
+    assert 1 <= kept_idle <= eventscan.KEEP_IDLE, "a few scanners (scanning, converting) served every read"
     for path, tables in kept:  # compared after all reads: a result sharing the buffers would show it
         for name, table in tables.items():
             assert table.equals(fresh[path][name]), f"{path.name}: {name} differs after a reused scanner"

@@ -34,7 +34,7 @@ import decimal
 import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ import pyarrow.json as pj
 
 from perfsight.ingest import eventscan
 from perfsight.ingest.eventscan import ColumnSpec
-from perfsight.ingest.jsonstream import EventBatch, EventStream, StreamReport, open_events
+from perfsight.ingest.jsonstream import EventBatch, EventStream, StreamReport, open_events, prefetched
 
 _DIMS = pa.list_(pa.list_(pa.int64()))
 _TIME = pa.decimal128(24, 3)
@@ -122,21 +122,37 @@ class ParseResult:
     replaced: int = 0  # lone surrogates replaced by U+FFFD in this table's events
 
 
-def read_events(path: Path, native: bool | None = None) -> tuple[Iterator[ParseResult], StreamReport]:
+SCAN_AHEAD = 1
+"""Scanned batches the scanning thread may hold ready beyond the one it is scanning and the one
+being converted: bounds memory (a batch is at most ``eventscan.Scanner.ROWS`` rows, a few MB, in
+a scanner's work buffers)."""
+
+
+def read_events(
+    path: Path, native: bool | None = None
+) -> tuple[Generator[ParseResult, None, None], StreamReport]:
     """Open ``path`` (raising :class:`~perfsight.ingest.jsonstream.NotATraceError` if it is not a
     trace) and return (parsed tables, in order; the stream report, complete once they are read).
 
     After a result with a ``problem`` nothing more comes.  ``native`` picks the path (default:
-    the native scanner when it is built).
+    the native scanner when it is built).  Close the results when stopping before their end: that
+    stops the scanning thread.
+
+    Native: the events are scanned on a thread of their own, a batch ahead of the caller (see
+    :func:`~perfsight.ingest.jsonstream.prefetched`); the scan runs without the GIL, so it
+    overlaps with the conversion of the batch before and with what the caller does with it (the
+    Kineto reader's cut); docs/BENCHMARKS.md says what that saves.
     """
     stream = open_events(path)
     if native is None:
         native = eventscan.available()
+    # the portable path stays on the caller's thread: pyarrow.json already parses on both cores,
+    # and a thread of its own cost 5 % more wall time (docs/BENCHMARKS.md)
     results = _native(stream) if native else _portable(stream, stream.batches())
     return results, stream.report
 
 
-def _portable(stream: EventStream, batches: Iterator[EventBatch]) -> Iterator[ParseResult]:
+def _portable(stream: EventStream, batches: Iterator[EventBatch]) -> Generator[ParseResult, None, None]:
     try:
         for batch in batches:
             result = parse_batch(batch)
@@ -150,41 +166,97 @@ def _portable(stream: EventStream, batches: Iterator[EventBatch]) -> Iterator[Pa
         stream.close()
 
 
-def _native(stream: EventStream) -> Iterator[ParseResult]:
-    """Scan the decompressed blocks with the C scanner; hand anything it cannot place to the
-    portable splitter from that event on, so damage is judged the same way on both paths."""
-    with eventscan.reused_scanner(FIELDS, KEPT_PHASES) as scanner:  # see reused_scanner: why
-        yield from _scanned(stream, scanner)
+@dataclasses.dataclass
+class _Scanned:
+    """A batch the scanning thread finished: its rows are still in ``scanner``'s work buffers,
+    converted on the caller's thread (:meth:`eventscan.Scanner.table`) while the next is scanned."""
+
+    scanner: eventscan.Scanner
+    scan: eventscan.Scan
+    slow_texts: list[bytes]  # the text of each slow row's event (the window moves on)
+    slow_offsets: list[int]  # where each starts in the decompressed file
 
 
-def _scanned(stream: EventStream, scanner: eventscan.Scanner) -> Iterator[ParseResult]:
+class _Scanners:
+    """The scanners of one read.  A scanner whose rows were converted is free for the next batch;
+    the scanning thread takes one (:meth:`take`), the converting thread gives it back
+    (:meth:`give`): list operations, atomic under the GIL.  At most ``SCAN_AHEAD + 2`` exist."""
+
+    def __init__(self) -> None:
+        self.free: list[eventscan.Scanner] = []
+
+    def take(self) -> eventscan.Scanner:
+        try:
+            return self.free.pop()
+        except IndexError:
+            return eventscan.idle_scanner(FIELDS, KEPT_PHASES)  # see there: why reused
+
+    def give(self, scanner: eventscan.Scanner) -> None:
+        self.free.append(scanner)
+
+    def close(self) -> None:
+        """Keep the free scanners for the next read (one not given back is simply dropped)."""
+        while self.free:
+            eventscan.keep_idle(self.free.pop())
+
+
+def _native(stream: EventStream) -> Generator[ParseResult, None, None]:
+    """Scan the decompressed blocks with the C scanner on a thread (:func:`_scanned`) and convert
+    each batch here; text the scanner cannot place goes to the portable splitter from that event
+    on (on the scanning thread), so damage is judged the same way on both paths."""
+    scanners = _Scanners()
+    produced = prefetched(_scanned(stream, scanners), SCAN_AHEAD, "perfsight-scan")
+    try:
+        for item in produced:
+            if isinstance(item, ParseResult):  # the portable path's, after the scanner stopped
+                yield item
+                continue
+            table = item.scanner.table()
+            scanners.give(item.scanner)
+            result = _with_slow_rows(item, table)
+            if result.problem:
+                produced.close()  # the scanning thread stops before the stream is abandoned
+                stream.abandon()
+                yield result
+                return
+            yield result
+    finally:
+        produced.close()
+        scanners.close()
+
+
+def _scanned(stream: EventStream, scanners: _Scanners) -> Iterator[_Scanned | ParseResult]:
     report = stream.report
     window, base, pos = eventscan.Window(stream.first), stream.offset, 0  # window[0] is at offset base
     blocks = iter(stream.blocks)
+    scanner: eventscan.Scanner | None = scanners.take()
     resume = False
     try:
         while True:
+            assert scanner is not None
             scan = scanner.run(window, pos, resume)
             report.events += scan.events
             report.replaced += scan.lone_surrogates
             pos = scan.pos
-            block = None
+            more: list[bytes] = []
             if scan.status == eventscan.NEED_MORE:  # an event goes on in the next block
-                block = next(blocks, None)
-                if block is not None and not len(scan.slow_rows):
+                more = _take(blocks, WINDOW_BLOCKS)
+                if more and not len(scan.slow_rows):
                     # the batch goes on in the next block (see Scanner.run: why)
-                    window.advance(pos, block)
-                    base, pos, block, resume = base + pos, 0, None, True
+                    window.advance(pos, more)
+                    base, pos, more, resume = base + pos, 0, [], True
                     continue
             resume = False
-            table = scanner.table()
-            if table.num_rows:
-                result = _with_slow_rows(scan, table, window, base)
-                if result.problem:
-                    stream.abandon()
-                    yield result
-                    return
-                yield result
+            if scanner.rows:
+                spans = scan.slow_spans.tolist()
+                batch = _Scanned(
+                    scanner, scan, [window.bytes(a, b) for a, b in spans], [base + a for a, _ in spans]
+                )
+                scanner = None  # the caller converts it, then gives it back
+                yield batch
+                scanner = scanners.take()
+            else:
+                scanner.make_room()
             if scan.status == eventscan.FULL:
                 continue
             if scan.status == eventscan.END:
@@ -193,31 +265,46 @@ def _scanned(stream: EventStream, scanner: eventscan.Scanner) -> Iterator[ParseR
             if scan.status == eventscan.INVALID:
                 yield from _portable(stream, stream.batches(window.bytes(pos), base + pos))
                 return
-            if block is None:
+            if not more:
                 stream.cut_short(base + pos, window.bytes(pos))
                 return
-            window.advance(pos, block)
-            base, pos, block = base + pos, 0, None
+            window.advance(pos, more)
+            base, pos, more = base + pos, 0, []
     finally:
+        if scanner is not None:
+            scanners.give(scanner)
         stream.close()
 
 
-def _with_slow_rows(
-    scan: eventscan.Scan, table: pa.Table, window: eventscan.Window, base: int
-) -> ParseResult:
+WINDOW_BLOCKS = 4
+"""Decompressed blocks appended to the scanner's window at a time.  Why more than one: each
+return from the scan takes the GIL back, which is a wait while the caller's thread runs Python
+(the cut of the batch before); a 512 KiB block per call meant 133 returns for df_index_resolver."""
+
+
+def _take(blocks: Iterator[bytes], count: int) -> list[bytes]:
+    """The next ``count`` blocks, fewer at the end."""
+    taken = []
+    for block in blocks:
+        taken.append(block)
+        if len(taken) == count:
+            break
+    return taken
+
+
+def _with_slow_rows(scanned: _Scanned, table: pa.Table) -> ParseResult:
     """Fill the rows of ``table`` the scanner could not convert by decoding those events one by one."""
+    scan = scanned.scan
     if not len(scan.slow_rows):
         return ParseResult(table=table)
     rows = []
-    for i, (start, end) in enumerate(scan.slow_spans.tolist()):
+    for i, text in enumerate(scanned.slow_texts):
         try:
-            rows.append(
-                _coerce(_loads(window.bytes(start, end))[0])
-            )  # lone surrogates: counted by the scanner
+            rows.append(_coerce(_loads(text)[0]))  # lone surrogates: counted by the scanner
         except orjson.JSONDecodeError as exc:  # the scanner's JSON is stricter; this is a safety net
             keep = int(scan.slow_rows[i])
             head = _merge(table.slice(0, keep), scan.slow_rows[:i], rows)
-            return ParseResult(head, base + start, f"an event is not valid JSON ({exc})")
+            return ParseResult(head, scanned.slow_offsets[i], f"an event is not valid JSON ({exc})")
     return ParseResult(table=_merge(table, scan.slow_rows, rows))
 
 

@@ -17,12 +17,10 @@ reader uses its pure-Python path (the writers their Arrow layout, the same bytes
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import dataclasses
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -217,19 +215,22 @@ class Window:
     def __init__(self, first: bytes = b"") -> None:
         self.buffer = np.empty(0, np.uint8)
         self.length = 0
-        self.advance(0, first)
+        self.advance(0, [first])
 
-    def advance(self, keep_from: int, block: bytes) -> None:
-        """Drop bytes before ``keep_from``, then append ``block``."""
+    def advance(self, keep_from: int, blocks: list[bytes]) -> None:
+        """Drop bytes before ``keep_from``, then append ``blocks``."""
         tail = self.length - keep_from
-        need = tail + len(block)
+        need = tail + sum(len(block) for block in blocks)
         if need > len(self.buffer):
             grown = np.empty(need + need // 4, np.uint8)
             grown[:tail] = self.buffer[keep_from : self.length]
             self.buffer = grown
         elif tail:
             ctypes.memmove(self.buffer.ctypes.data, self.buffer.ctypes.data + keep_from, tail)
-        self.buffer[tail:need] = np.frombuffer(block, np.uint8)
+        end = tail
+        for block in blocks:
+            self.buffer[end : end + len(block)] = np.frombuffer(block, np.uint8)
+            end += len(block)
         self.length = need
 
     def bytes(self, start: int, end: int | None = None) -> bytes:
@@ -264,6 +265,7 @@ class Scanner:
         if _LIB is None:
             raise RuntimeError("the native event scanner is not built")
         self.columns = columns
+        self.keep_phases = keep_phases
         self.kinds = [_kind(c) for c in columns]
         index = {c.name: i for i, c in enumerate(columns)}
         keyed = [(i, c) for i, c in enumerate(columns) if c.key is not None]
@@ -363,9 +365,14 @@ class Scanner:
             lone_surrogates=int(result.lone_surrogates),
         )
 
+    @property
+    def rows(self) -> int:
+        """Rows the calls since the last non-resumed :meth:`run` wrote."""
+        return self._rows
+
     def table(self) -> pa.Table:
         """The rows the calls since the last non-resumed :meth:`run` wrote, copied out as Arrow
-        (the work buffers are reused); a column out of room is then given twice the room."""
+        (the work buffers are reused); then :meth:`make_room`."""
         n = self._rows
         table = pa.table(
             {
@@ -373,38 +380,48 @@ class Scanner:
                 for i, col in enumerate(self.columns)
             }
         )
+        self.make_room()
+        return table
+
+    def make_room(self) -> None:
+        """Give the column the last call ran out of room in (FULL) twice the room; its rows must
+        have been taken (:meth:`table`) or be none."""
         if self._full_column >= 0:
             i, self._full_column = self._full_column, -1
             self._grow(i, 2 * max(int(self._cols[i].heap_cap), int(self._cols[i].values_cap) * 8))
-        return table
 
 
 KEEP_IDLE_BYTES = 64 << 20
 """A scanner whose work buffers grew past this is dropped after its read, not kept for the next."""
 
+KEEP_IDLE = 3
+"""Idle scanners kept per column description: what one read uses at most (the one scanning, the
+one whose rows are being converted, the one waiting between them: ``chrome_events``)."""
+
 _IDLE: dict[tuple[tuple[ColumnSpec, ...], str], list[Scanner]] = {}
 
 
-@contextlib.contextmanager
-def reused_scanner(columns: list[ColumnSpec], keep_phases: str) -> Iterator[Scanner]:
+def idle_scanner(columns: list[ColumnSpec], keep_phases: str) -> Scanner:
     """A scanner for ``columns``, taken from an earlier read in this process when one is idle.
 
     Why: a cluster worker reads a thousand small traces one after the other; a fresh scanner
     allocates its work buffers and then regrows its string heaps from 64 KiB, stopping the scan at
     every growth (each stop is one more batch to convert and concatenate): 5-10 % of the CPU time
     of reading a 2 MB trace.  Every scan copies out what it wrote, so nothing a caller
-    holds points into the buffers; each user has its own scanner (taken off the idle list).
+    holds points into the buffers; each user has its own scanner (taken off the idle list, an
+    atomic list operation, so threads may share it).  Give it back with :func:`keep_idle`.
     """
-    idle = _IDLE.setdefault((tuple(columns), keep_phases), [])
     try:
-        scanner = idle.pop()
+        return _IDLE.setdefault((tuple(columns), keep_phases), []).pop()
     except IndexError:
-        scanner = Scanner(columns, keep_phases)
-    try:
-        yield scanner
-    finally:
-        if scanner.work_bytes() <= KEEP_IDLE_BYTES:
-            idle.append(scanner)
+        return Scanner(columns, keep_phases)
+
+
+def keep_idle(scanner: Scanner) -> None:
+    """Keep ``scanner`` for a later read (:func:`idle_scanner`) unless it grew large or enough are kept."""
+    idle = _IDLE.setdefault((tuple(scanner.columns), scanner.keep_phases), [])
+    if scanner.work_bytes() <= KEEP_IDLE_BYTES and len(idle) < KEEP_IDLE:
+        idle.append(scanner)
 
 
 def _copy(array: np.ndarray, count: int) -> pa.Buffer:

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from perfsight import columns
 from perfsight.heap import prefer_returning_pool, return_freed_memory
 from perfsight.ingest import assemble, kineto_devices
+from perfsight.ingest.beside import beside
 from perfsight.ingest.chrome_events import ARG_FIELDS, read_events
 from perfsight.ingest.jsonstream import NotATraceError
 from perfsight.intervals import outermost
@@ -138,6 +139,8 @@ def read_into(path: Path, parts: Parts, rank: int | None) -> tuple[RunMetadata, 
                 break
     except OSError as exc:
         damage.append(f"read error after {parts.events} events: {exc}")
+    finally:
+        results.close()  # the scanning thread is joined before the report is read
     damaged = bool(damage)
     if report.truncated and not damaged:  # a cut gzip says "truncated" itself, below
         damage.append(report.problem if report.compression is not None else f"truncated: {report.problem}")
@@ -325,22 +328,24 @@ def concat_parts(tables: list[pa.Table]) -> pa.Table | None:
     """
     if not tables:
         return None
-    names = tables[0].column_names
+    schema = tables[0].schema
+    # each column's parts, held only here once the tables are let go: dropping a column's list
+    # frees its parts (a drop_columns of every part per column cost 170 tables on 10 batches)
+    parts = {name: [t.column(name) for t in tables] for name in schema.names}
+    tables.clear()
     columns = []
-    for name in names:
-        chunks = [chunk for t in tables for chunk in t.column(name).chunks]
-        merged = pa.Table.from_arrays(
-            [pa.chunked_array(chunks, type=tables[0].schema.field(name).type)], [name]
-        )
-        columns.append(merged.unify_dictionaries().column(0).combine_chunks())
-        del merged
+    for field in schema:
+        chunks = [chunk for column in parts.pop(field.name) for chunk in column.chunks]
+        if pa.types.is_dictionary(field.type):
+            merged = pa.Table.from_arrays([pa.chunked_array(chunks, type=field.type)], [field.name])
+            columns.append(merged.unify_dictionaries().column(0).combine_chunks())
+            del merged
+        else:
+            columns.append(pa.concat_arrays(chunks) if chunks else pa.array([], field.type))
         del chunks
-        for i, table in enumerate(tables):
-            tables[i] = table.drop_columns([name])
         if columns[-1].nbytes >= _TRIM_FROM_BYTES:
             return_freed_memory()  # the parts' small buffers sit in the heap: give this column's back
-    tables.clear()
-    return pa.table(dict(zip(names, columns, strict=True)))
+    return pa.table(dict(zip(schema.names, columns, strict=True)))
 
 
 def _bools(array: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -431,7 +436,6 @@ def build_trace(parts: Parts, meta: RunMetadata, truncated: bool) -> Trace:
                 **{key: pa.nulls(0, ARG_FIELDS[key]) for key in _SLICE_ARGS},
             }
         )
-    memory = memory_table(concat_parts(parts.memory), rank)
     track_names = thread_track_names(concat_parts(parts.thread_names))
 
     cat_values = pc.utf8_lower(dictionary_values(complete.column("cat")))
@@ -448,7 +452,6 @@ def build_trace(parts: Parts, meta: RunMetadata, truncated: bool) -> Trace:
         device_names_of(meta),
     )
     is_device |= unknown_device
-    kind = slice_kinds(complete.column("cat"), cat_values, complete.column("name"), is_device, unknown_device)
     start = complete.column("start_ns").to_numpy()
     dur = complete.column("dur_ns").to_numpy()
     meta.warnings.extend(notes)
@@ -459,22 +462,28 @@ def build_trace(parts: Parts, meta: RunMetadata, truncated: bool) -> Trace:
         complete.column("device"),
         complete.column("stream"),
     )
-    track, tracks = assemble.assign_tracks(rank, pid, tid, is_device, track_names)
-    depth = assemble.nesting_depth(track.astype(np.int64), start, dur)
+    # tracks and nesting depth (mostly NumPy sorts, without the GIL) beside the steps and links
+    placing = (rank, pid, tid, is_device, track_names, start, dur)
+    big = len(start) >= BESIDE_FROM
+    with beside(tracks_and_depth, *placing, name="perfsight-depth", thread=big) as placed:
+        names = complete.column("name")
+        kind = slice_kinds(complete.column("cat"), cat_values, names, is_device, unknown_device)
+        external = external_ids(complete)
+        correlation = int_column(complete.column("correlation"))
 
-    external = external_ids(complete)
-    correlation = int_column(complete.column("correlation"))
-    names = complete.column("name")
-
-    steps, inferred = assemble.steps_from_markers(rank, names, kind, is_device, start, dur)
-    if inferred:
-        meta.warnings.append(no_markers_warning(meta))
-    step = assemble.step_of(start, steps)
-    src, dst = assemble.launch_links(correlation, is_device, kind)
-    step = assemble.device_step(step, is_device, src, dst, start, steps)
-    steps = assemble.device_windows(steps, step, device_work(is_device, kind), start, start + dur)
-    if truncated:
-        steps = last_step_incomplete(steps)
+        steps, inferred = assemble.steps_from_markers(rank, names, kind, is_device, start, dur)
+        if inferred:
+            meta.warnings.append(no_markers_warning(meta))
+        step = assemble.step_of(start, steps)
+        src, dst = assemble.launch_links(correlation, is_device, kind)
+        step = assemble.device_step(step, is_device, src, dst, start, steps)
+        steps = assemble.device_windows(steps, step, device_work(is_device, kind), start, start + dur)
+        if truncated:
+            steps = last_step_incomplete(steps)
+        flows = assemble.flows_table(rank, src, dst, "launch")
+        memory = memory_table(concat_parts(parts.memory), rank)
+        comm_args = concat_parts(parts.comm_args)
+        track, tracks, depth = placed()
 
     slices = assemble.slice_table(
         rank, kind, complete.column("cat"), names, is_device, pid, tid, track, start, dur, step, correlation,
@@ -482,9 +491,28 @@ def build_trace(parts: Parts, meta: RunMetadata, truncated: bool) -> Trace:
         depth=depth,
         args=slice_args(complete),
     )  # fmt: skip
-    flows = assemble.flows_table(rank, src, dst, "launch")
-    comm = _comm(slices, concat_parts(parts.comm_args), kind, is_device, start, dur, step, rank)
+    comm = _comm(slices, comm_args, kind, is_device, start, dur, step, rank)
     return Trace(slices=slices, tracks=tracks, memory=memory, flows=flows, steps=steps, comm=comm, meta=meta)
+
+
+BESIDE_FROM = 50_000
+"""Slices from which a trace's tracks and depths are computed on a thread beside the steps: on
+df_index_resolver (123k slices) that took the model's build from 27 to 22 ms of wall time, on
+nccl_data (27k) a thread cost more than it saved (docs/BENCHMARKS.md)."""
+
+
+def tracks_and_depth(
+    rank: int,
+    pid: np.ndarray,
+    tid: np.ndarray,
+    is_device: np.ndarray,
+    track_names: dict[tuple[int, int, bool], str],
+    start: np.ndarray,
+    dur: np.ndarray,
+) -> tuple[np.ndarray, pa.Table, np.ndarray]:
+    """Each slice's track, the tracks table, and each slice's nesting depth on its track."""
+    track, tracks = assemble.assign_tracks(rank, pid, tid, is_device, track_names)
+    return track, tracks, assemble.nesting_depth(track.astype(np.int64), start, dur)
 
 
 def source_name(meta: RunMetadata) -> str:
