@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from perfsight import heap
 from perfsight.ingest._build_native import source_hash
 
 LIBRARY_NAME = "_eventscan.dll" if sys.platform == "win32" else "_eventscan.so"
@@ -331,6 +332,15 @@ class Scanner:
         for name in ("offsets", "heap", "values", "inner"):
             setattr(c, name, work[name].ctypes.data if name in work else None)
 
+    def release_pages(self) -> None:
+        """Let the OS take back the pages the work buffers hold while this scanner is idle (their
+        contents do not matter between reads: every :meth:`run` that does not resume writes
+        before it reads); they are faulted in again as the next read touches them."""
+        heap.release_pages(self._slow)
+        for work in self._work:
+            for array in work.values():
+                heap.release_pages(array)
+
     def work_bytes(self) -> int:
         """Bytes held by the work buffers (what keeping this scanner idle costs)."""
         return self._slow.nbytes + sum(a.nbytes for work in self._work for a in work.values())
@@ -421,6 +431,7 @@ def keep_idle(scanner: Scanner) -> None:
     """Keep ``scanner`` for a later read (:func:`idle_scanner`) unless it grew large or enough are kept."""
     idle = _IDLE.setdefault((tuple(scanner.columns), scanner.keep_phases), [])
     if scanner.work_bytes() <= KEEP_IDLE_BYTES and len(idle) < KEEP_IDLE:
+        scanner.release_pages()
         idle.append(scanner)
 
 
