@@ -305,9 +305,11 @@ def _write_tables(
             functools.partial(sqlite_db.write_db, db_file, {**tables, "slices": result.trace.slices})
         )
     writers.append(write_findings)
-    # last in the queue, so this thread (taking from the end) starts the largest writer at once
-    writers.append(functools.partial(cache.save_tables, rank_dir / CACHE_DIR, tables))
+    # the cached analysis tables last, largest last: this thread, taking from the end, starts on
+    # the largest writers at once, the writer thread ends on small ones
+    writers += cache.table_writers(rank_dir / CACHE_DIR, tables)
     run_shared(background, writers)
+    heap.return_freed_memory()  # the writers' transients
     for future in waiting:
         future.result()  # raises what the background writer raised
     return out
