@@ -22,7 +22,7 @@ def test_reads_with_a_reused_scanner_equal_reads_with_a_fresh_one(monkeypatch: p
     if not eventscan.available():
         pytest.skip("the native scanner is not built here")
     paths = [
-        kineto_file("distributed_info_unavailable/distributed_info_not_found.json.gz"),  # grows a heap
+        kineto_file("distributed_info_unavailable/distributed_info_not_found.json.gz"),
         kineto_file("amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"),
         kineto_file("cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"),
     ]
@@ -92,3 +92,20 @@ def test_released_pages_read_back_as_zeros_and_stay_usable() -> None:
         assert before - _anonymous_mb() > 6, "the pages were handed back"
     buffer[: 1 << 20] = 1  # still the process's memory, writable
     assert int(buffer[: 1 << 20].sum()) == 1 << 20 and buffer[-1] in (0, 7)
+
+
+def test_a_scanner_whose_heaps_start_tiny_grows_them_and_reads_the_same_tables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Heaps out of room end a batch early and are doubled (``Scanner.make_room``): with 256-byte
+    heaps every text and list column of a real trace takes that path many times."""
+    if not eventscan.available():
+        pytest.skip("the native scanner is not built here")
+    path = kineto_file("distributed_info_unavailable/distributed_info_not_found.json.gz")
+    monkeypatch.setattr(eventscan, "_IDLE", {})
+    usual = _tables(read_trace(path))
+    monkeypatch.setattr(eventscan, "_IDLE", {})
+    monkeypatch.setattr(eventscan.Scanner, "MIN_HEAP", 256)
+    grown = _tables(read_trace(path))
+    for name, table in usual.items():
+        assert grown[name].equals(table), f"{name} differs when the heaps had to grow"
