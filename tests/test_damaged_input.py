@@ -252,6 +252,20 @@ def test_a_lone_surrogate_in_a_name_keeps_every_event(
     _one_warning(trace, path, "1 invalid UTF-8 sequences or lone surrogates")
 
 
+def test_invalid_utf8_and_lone_surrogates_are_counted_together(
+    tmp_path: Path, reader: str, nccl_text: bytes, nccl_slices: Counter
+) -> None:
+    """The bytes are repaired on the decompressing thread, the escapes on the scanning one: each
+    thread keeps its own count (``StreamReport``), the warning gives their sum."""
+    at = _x_event_field(nccl_text, b"name")
+    later = _x_event_field(nccl_text[len(nccl_text) // 2 :], b"name") + len(nccl_text) // 2
+    path = tmp_path / "both.json"
+    path.write_bytes(nccl_text[:at] + b"\xff\xfe" + nccl_text[at:later] + b"\\udc00" + nccl_text[later:])
+    trace = read_trace(path)
+    assert trace.slices.num_rows == sum(nccl_slices.values())
+    _one_warning(trace, path, "3 invalid UTF-8 sequences or lone surrogates")
+
+
 # --- 8. Ctrl-C leaves complete outputs or none --------------------------------------------------
 
 

@@ -156,7 +156,7 @@ def _portable(stream: EventStream, batches: Iterator[EventBatch]) -> Generator[P
     try:
         for batch in batches:
             result = parse_batch(batch)
-            stream.report.replaced += result.replaced
+            stream.report.lone_surrogates += result.replaced
             if result.problem:
                 stream.abandon()
                 yield result
@@ -236,7 +236,7 @@ def _scanned(stream: EventStream, scanners: _Scanners) -> Iterator[_Scanned | Pa
             assert scanner is not None
             scan = scanner.run(window, pos, resume)
             report.events += scan.events
-            report.replaced += scan.lone_surrogates
+            report.lone_surrogates += scan.lone_surrogates
             pos = scan.pos
             more: list[bytes] = []
             if scan.status == eventscan.NEED_MORE:  # an event goes on in the next block

@@ -84,7 +84,15 @@ class StreamReport:
     damage_offset: int | None = None  # decompressed byte offset where parsing stopped
     problem: str | None = None  # one line describing the damage
     compression: inflate.Damage | None = None  # damage to the gzip container (bytes before it are kept)
-    replaced: int = 0  # invalid UTF-8 sequences and lone surrogates replaced by U+FFFD
+    invalid_utf8: int = 0  # invalid UTF-8 sequences replaced by U+FFFD (the decompressing thread)
+    lone_surrogates: int = 0  # \ud800-style escapes replaced by U+FFFD (the scanning thread)
+
+    @property
+    def replaced(self) -> int:
+        """Invalid UTF-8 sequences and lone surrogates replaced by U+FFFD.  Two counters, each
+        added to by one thread only: one ``+=`` from each thread on the same attribute could lose
+        an update (the read and the write of an attribute are separate steps between threads)."""
+        return self.invalid_utf8 + self.lone_surrogates
 
 
 @dataclasses.dataclass
@@ -119,7 +127,7 @@ codecs.register_error("perfsight-count-replace", _count_replacement)
 
 
 def _valid_utf8(blocks: Iterator[bytes], report: StreamReport) -> Iterator[bytes]:
-    """``blocks`` with each invalid UTF-8 sequence replaced by U+FFFD, counted in ``report.replaced``.
+    """``blocks`` with each invalid UTF-8 sequence replaced by U+FFFD, counted in ``report.invalid_utf8``.
 
     Why here, before any parsing: one stray byte in a name made the native scanner hand the
     rest to the portable path, which let it into Arrow strings that failed later, far from the
@@ -142,12 +150,12 @@ def _valid_utf8(blocks: Iterator[bytes], report: StreamReport) -> Iterator[bytes
                     decoder = codecs.getincrementaldecoder("utf-8")("perfsight-count-replace")
             _REPAIRS.count = 0
             text = decoder.decode(block)
-            report.replaced += _REPAIRS.count
+            report.invalid_utf8 += _REPAIRS.count
             yield text.encode()
         if decoder is not None:
             _REPAIRS.count = 0
             text = decoder.decode(b"", final=True)
-            report.replaced += _REPAIRS.count
+            report.invalid_utf8 += _REPAIRS.count
             if text:
                 yield text.encode()
     finally:
