@@ -242,11 +242,15 @@ class _EarlyTraceView:
 
     def table_done(self, name: str, table: pa.Table) -> None:
         if name == "overlap_intervals":
-            from perfsight.export import trace_view
+            self.written = _queue_trace_view(self.background, self.out, self.trace, table)
 
-            self.out.mkdir(parents=True, exist_ok=True)
-            path = self.out / "trace_view.json"
-            self.written = self.background.submit(trace_view.write_trace_view, path, self.trace, table)
+
+def _queue_trace_view(background: BackgroundWriter, out: Path, trace: Trace, overlap: pa.Table) -> Future:
+    """``out/trace_view.json`` queued on ``background``; its future."""
+    from perfsight.export import trace_view
+
+    out.mkdir(parents=True, exist_ok=True)
+    return background.submit(trace_view.write_trace_view, out / "trace_view.json", trace, overlap)
 
 
 OUTPUT_DIR, CACHE_DIR = "PROFILER_OUTPUT", "cache"
@@ -268,7 +272,7 @@ def _write_tables(
     timeline index `perfsight serve` reads (it waits for the cached trace: its stamp digests that
     cache's ``source.json``), each CSV and JSON file, the cached analysis tables.
     """
-    from perfsight.export import data_pipeline_files, mindspore_csv, sqlite_db, trace_view
+    from perfsight.export import data_pipeline_files, mindspore_csv, sqlite_db
     from perfsight.export.communication_json import write_communication_json
     from perfsight.export.staging import run_shared
     from perfsight.store import cache, timeline_index
@@ -280,10 +284,7 @@ def _write_tables(
     if trace_view_written is not None:
         waiting.append(trace_view_written)
     elif "text" in options.export_types:
-        overlap = tables["overlap_intervals"]
-        waiting.append(
-            background.submit(trace_view.write_trace_view, out / "trace_view.json", result.trace, overlap)
-        )
+        waiting.append(_queue_trace_view(background, out, result.trace, tables["overlap_intervals"]))
 
     def write_index() -> None:
         trace_cached.result()  # on this thread, the cached trace may still be saving
