@@ -4,7 +4,7 @@ Parsing a large trace takes seconds; the web UI and the cluster analyses must no
 every request.  After the first read, a rank's :class:`~perfsight.model.Trace` is saved in a
 folder the caller chooses::
 
-    {folder}/slices.parquet, tracks.parquet, ...   one file per Trace table (zstd; under 64 KiB: none)
+    {folder}/slices.parquet, tracks.parquet, ...   one file per Trace table (LZ4; under 64 KiB: none)
     {folder}/vendor/{name}.parquet                 Trace.vendor: step_trace and its other tables
     {folder}/meta.json                             RunMetadata.to_dict()
     {folder}/source.json                           fingerprint of the inputs (written last)
@@ -48,10 +48,16 @@ ANALYSIS_DIR = "analysis"
 VENDOR_DIR = "vendor"
 VENDOR_STEP_TRACE = "step_trace"
 """File stem of ``Trace.vendor.step_trace`` under :data:`VENDOR_DIR`; its other tables keep their names."""
-COMPRESSION = "zstd"
+COMPRESSION = "lz4"
+"""Why LZ4 and not zstd: the cache is written on every analysis and read on every page, and zstd
+set up a compression context per column chunk and compressed at a third of LZ4's speed.  On
+df_index_resolver the 38 cached tables took 58 -> 42 ms of CPU to write (a fresh ``analyse``:
+-11 ms of CPU in the median of 16, and 1-2 MB less peak), for 2.1 -> 4.5 MB of Parquet: the
+cache folder, whose uncompressed timeline index is most of it, grew 14.0 -> 16.4 MB."""
 SMALL_TABLE_BYTES = 64 * 1024
-"""A table smaller than this in memory is written uncompressed: zstd's set-up per column costs more
-than the few kilobytes it would save (a run's twenty-odd small analysis tables: 3.4 -> 2.0 ms)."""
+"""A table smaller than this in memory is written uncompressed: a codec's pass per column costs
+more than the few kilobytes it would save (a run's twenty-odd small analysis tables, with zstd:
+3.4 -> 2.0 ms)."""
 
 
 class CacheError(RuntimeError):
@@ -92,7 +98,7 @@ def _write_bytes(path: Path, data: bytes) -> None:
 
 
 def _parquet_options(schema: pa.Schema, small: bool = False) -> dict[str, Any]:
-    """How every cached table is written: zstd (none for a ``small`` table, see
+    """How every cached table is written: :data:`COMPRESSION` (none for a ``small`` table, see
     :data:`SMALL_TABLE_BYTES`), and only text columns dictionary-encoded (names
     repeat; ids and times rarely do, and trying costs a third of the write), and no column
     statistics (nothing reads the cache by row-group filter): the file is smaller and written faster."""
