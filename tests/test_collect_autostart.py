@@ -194,6 +194,19 @@ def test_perfsight_run_becomes_the_command_exit_code_and_signals_included(tmp_pa
             sleeper.kill()
 
 
+def test_perfsight_run_leaves_the_training_its_blas_threads(tmp_path: Path) -> None:
+    # the analysis commands keep OpenBLAS to one thread (perfsight.cli); the user's training must
+    # not inherit that
+    script = "import os; print(os.environ.get('OPENBLAS_NUM_THREADS', 'unset'))"
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    done = subprocess.run(
+        [sys.executable, "-m", "perfsight.cli", "run", "--", sys.executable, "-c", script],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "unset"
+
+
 def test_print_env_gives_shell_lines_for_job_scripts(tmp_path: Path) -> None:
     done = perfsight("run", "--print-env", "--start-step", "5", "--stop-step", "6", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
