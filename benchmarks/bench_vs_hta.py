@@ -99,8 +99,8 @@ def run_child(tool: str, trace: Path, out_dir: Path) -> int:
             import perfsight
 
             # imports are excluded on both sides: HTA's module import brings pandas; perfsight loads
-            # its analyses and writers lazily, and pyarrow loads numpy.ma on its first conversion,
-            # so load them here (not pandas: perfsight never needs it, see
+            # its analyses and writers lazily, and pyarrow loads numpy.ma and dateutil on its first
+            # conversions, so load them here (not pandas: perfsight never needs it, see
             # perfsight.ingest.lazy_pandas)
             # (every module the run imports: where bytecode is not cached, PYTHONDONTWRITEBYTECODE
             # as on the benchmark machine, a module first imported inside the timed run is
@@ -110,7 +110,8 @@ def run_child(tool: str, trace: Path, out_dir: Path) -> int:
                            "perfsight.export.communication_json", "perfsight.export.data_pipeline_files",
                            "perfsight.export.staging", "perfsight.advisor.rank_rules",
                            "perfsight.export.sqlite_db", "perfsight.store.cache",
-                           "perfsight.store.timeline_index"):  # fmt: skip
+                           "perfsight.store.timeline_index", "perfsight.advisor.messages",
+                           "perfsight.memory_budget", "dateutil.relativedelta"):  # fmt: skip
                 with contextlib.suppress(ModuleNotFoundError):  # an older tree (bench_before_after)
                     importlib.import_module(module)
             analyse = getattr(perfsight, "analyse", None)
