@@ -46,6 +46,7 @@ TOP_LEVEL = {
     "model": "model",
     "model_chunks": "model",  # a trace cut into chunks of whole steps (the bounded path's unit)
     "sorted_runs": "base",  # a table spilled as sorted runs, merged back in order
+    "parquet_files": "base",  # the one set of Parquet writer options (cache and spills)
     "memory_budget": "base",  # a memory limit as a chunk size
     "pipeline": "rank",  # one rank: read or take from the cache, analyse, write
     "pipeline_bounded": "rank",  # one rank within a memory limit, chunk by chunk

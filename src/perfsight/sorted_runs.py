@@ -20,6 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from perfsight.parquet_files import writer_options
+
 KEY = "__run_key"
 """The column a run carries its sort key in on disk (dropped from what :meth:`RunSpill.merged` yields)."""
 
@@ -53,9 +55,8 @@ class RunSpill:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"{self.name}.{len(self.runs):05d}.parquet"
-        pq.write_table(
-            table.append_column(KEY, pa.array(key, pa.int64())), path, row_group_size=self.batch_rows
-        )
+        keyed = table.append_column(KEY, pa.array(key, pa.int64()))
+        pq.write_table(keyed, path, row_group_size=self.batch_rows, **writer_options(keyed.schema))
         self.runs.append(path)
         self.rows += table.num_rows
 

@@ -47,6 +47,7 @@ from perfsight.heap import return_freed_memory
 from perfsight.layout import CACHE_DIR, OUTPUT_DIR
 from perfsight.model import NO_ID
 from perfsight.model_chunks import TraceChunk
+from perfsight.parquet_files import writer_options
 from perfsight.pipeline import ROW_TABLES
 from perfsight.sorted_runs import RunSpill
 from perfsight.store import cache, external_sort, timeline_index
@@ -182,7 +183,8 @@ def _external_sort(
         spill.mkdir(parents=True, exist_ok=True)
         path = spill / "unsorted.parquet"
         seq = 0
-        with pq.ParquetWriter(path, schema.append(pa.field("__seq", pa.int64()))) as writer:
+        numbered = schema.append(pa.field("__seq", pa.int64()))
+        with pq.ParquetWriter(path, numbered, **writer_options(numbered)) as writer:
             for batch in batches():
                 n = batch.num_rows
                 writer.write_table(

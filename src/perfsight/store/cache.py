@@ -40,6 +40,7 @@ from perfsight.columns import is_text
 from perfsight.heap import return_freed_memory
 from perfsight.layout import CACHE_META_FILE, CACHE_SOURCE_FILE
 from perfsight.model import STEP_PHASES_SCHEMA, TABLE_SCHEMAS, RunMetadata, Trace, VendorResults, conform
+from perfsight.parquet_files import SMALL_TABLE_BYTES, writer_options
 
 CACHE_FORMAT = 2
 """Bump when the layout of a cache folder changes (2: Trace.vendor in vendor/, meta.compute_recorded)."""
@@ -48,17 +49,6 @@ ANALYSIS_DIR = "analysis"
 VENDOR_DIR = "vendor"
 VENDOR_STEP_TRACE = "step_trace"
 """File stem of ``Trace.vendor.step_trace`` under :data:`VENDOR_DIR`; its other tables keep their names."""
-COMPRESSION = "lz4"
-"""Why LZ4 and not zstd: the cache is written on every analysis and read on every page, and zstd
-set up a compression context per column chunk and cost about 10 ms more than no compression at
-all, where LZ4 costs nothing measurable (its smaller files are as fast to write).  On
-df_index_resolver the 38 cached tables took 58 -> 42 ms of CPU to write (a fresh ``analyse``:
--11 ms of CPU in the median of 16, and 1-2 MB less peak), for 2.1 -> 4.5 MB of Parquet: the
-cache folder, whose uncompressed timeline index is most of it, grew 14.0 -> 16.4 MB."""
-SMALL_TABLE_BYTES = 64 * 1024
-"""A table smaller than this in memory is written uncompressed: a codec's pass per column costs
-more than the few kilobytes it would save (a run's twenty-odd small analysis tables, with zstd:
-3.4 -> 2.0 ms)."""
 
 
 class CacheError(RuntimeError):
@@ -98,20 +88,10 @@ def _write_bytes(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
-def _parquet_options(schema: pa.Schema, small: bool = False) -> dict[str, Any]:
-    """How every cached table is written: :data:`COMPRESSION` (none for a ``small`` table, see
-    :data:`SMALL_TABLE_BYTES`), and only text columns dictionary-encoded (names
-    repeat; ids and times rarely do, and trying costs a third of the write), and no column
-    statistics (nothing reads the cache by row-group filter): the file is smaller and written faster."""
-    text = [f.name for f in schema if pa.types.is_dictionary(f.type) or is_text(f.type)]
-    compression = "none" if small else COMPRESSION
-    return {"compression": compression, "use_dictionary": text, "write_statistics": False}
-
-
 def _write_parquet(path: Path, table: pa.Table) -> None:
-    """``table`` as Parquet (see :func:`_parquet_options`)."""
+    """``table`` as Parquet (see :func:`perfsight.parquet_files.writer_options`)."""
     tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp, **_parquet_options(table.schema, small=table.nbytes < SMALL_TABLE_BYTES))
+    pq.write_table(table, tmp, **writer_options(table.schema, small=table.nbytes < SMALL_TABLE_BYTES))
     tmp.replace(path)
 
 
@@ -120,7 +100,7 @@ def write_parquet_batches(path: Path, schema: pa.Schema, batches: Iterable[pa.Ta
     more: what :func:`_write_parquet` writes for the whole table, read back equal, in the memory
     of one batch (the chunked writers' cached trace and analysis tables)."""
     tmp = path.with_name(path.name + ".tmp")
-    with pq.ParquetWriter(tmp, schema, **_parquet_options(schema)) as writer:
+    with pq.ParquetWriter(tmp, schema, **writer_options(schema)) as writer:
         for batch in batches:
             if batch.num_rows:
                 writer.write_table(batch.cast(schema) if batch.schema != schema else batch)

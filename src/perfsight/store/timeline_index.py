@@ -58,6 +58,7 @@ import pyarrow as pa
 
 from perfsight import columns, layout
 from perfsight.model import KIND_NAMES, Trace
+from perfsight.parquet_files import writer_options
 
 FOLDER = "timeline"
 FORMAT = 3
@@ -541,7 +542,8 @@ def write_timeline_index_spilled(
         "SELECT row, track, depth, start_ns, greatest(dur_ns, 0) AS dur_ns, kind, name "
         f"FROM read_parquet({files(slice_files)}) ORDER BY track, depth, start_ns, row"
     )
-    with pq.ParquetWriter(posmap, pa.schema([("row", pa.int64()), ("pos", pa.int64())])) as positions:
+    rows_and_positions = pa.schema([("row", pa.int64()), ("pos", pa.int64())])
+    with pq.ParquetWriter(posmap, rows_and_positions, **writer_options(rows_and_positions)) as positions:
         done = flushed = 0
         lane_parts: list[pa.RecordBatch] = []
         lane_key = None
