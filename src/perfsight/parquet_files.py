@@ -31,14 +31,22 @@ more than the few kilobytes it would save (a run's twenty-odd small analysis tab
 3.4 -> 2.0 ms)."""
 
 
-def writer_options(schema: pa.Schema, small: bool = False) -> dict[str, Any]:
+def writer_options(schema: pa.Schema, small: bool = False, statistics: bool = False) -> dict[str, Any]:
     """Keyword arguments for ``pq.write_table`` / ``pq.ParquetWriter``: :data:`COMPRESSION` (none
-    for a ``small`` table, see :data:`SMALL_TABLE_BYTES`), only text columns dictionary-encoded
-    (names repeat; ids and times rarely do, and trying costs a third of the write), and no column
-    statistics (nothing reads these files by row-group filter): smaller files, written faster."""
+    for a ``small`` table, see :data:`SMALL_TABLE_BYTES`) and only text columns dictionary-encoded
+    (names repeat; ids and times rarely do, and trying costs a third of the write).
+
+    ``statistics``: each row group's min/max per column.  The cache goes without (nothing reads it
+    by row-group filter: smaller files, written faster); a spill that DuckDB reads back keeps them
+    (see :func:`spill_options`)."""
     text = [f.name for f in schema if pa.types.is_dictionary(f.type) or is_text(f.type)]
-    return {
-        "compression": "none" if small else COMPRESSION,
-        "use_dictionary": text,
-        "write_statistics": False,
-    }
+    compression = "none" if small else COMPRESSION
+    return {"compression": compression, "use_dictionary": text, "write_statistics": statistics}
+
+
+def spill_options(schema: pa.Schema) -> dict[str, Any]:
+    """:func:`writer_options` for a spill, a file the bounded path writes once and reads back, often
+    through DuckDB: statistics kept, because DuckDB sizes its joins and sorts from them (without
+    them the timeline index's join of a 10 GB trace's flows ran out of its 128 MB,
+    ``store/external_sort.MEMORY_LIMIT``)."""
+    return writer_options(schema, statistics=True)

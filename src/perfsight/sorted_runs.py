@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from perfsight.parquet_files import writer_options
+from perfsight.parquet_files import spill_options
 
 KEY = "__run_key"
 """The column a run carries its sort key in on disk (dropped from what :meth:`RunSpill.merged` yields)."""
@@ -56,7 +56,7 @@ class RunSpill:
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"{self.name}.{len(self.runs):05d}.parquet"
         keyed = table.append_column(KEY, pa.array(key, pa.int64()))
-        pq.write_table(keyed, path, row_group_size=self.batch_rows, **writer_options(keyed.schema))
+        pq.write_table(keyed, path, row_group_size=self.batch_rows, **spill_options(keyed.schema))
         self.runs.append(path)
         self.rows += table.num_rows
 

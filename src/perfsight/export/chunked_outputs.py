@@ -47,7 +47,7 @@ from perfsight.heap import return_freed_memory
 from perfsight.layout import CACHE_DIR, OUTPUT_DIR
 from perfsight.model import NO_ID
 from perfsight.model_chunks import TraceChunk
-from perfsight.parquet_files import writer_options
+from perfsight.parquet_files import spill_options
 from perfsight.pipeline import ROW_TABLES
 from perfsight.sorted_runs import RunSpill
 from perfsight.store import cache, external_sort, timeline_index
@@ -184,7 +184,7 @@ def _external_sort(
         path = spill / "unsorted.parquet"
         seq = 0
         numbered = schema.append(pa.field("__seq", pa.int64()))
-        with pq.ParquetWriter(path, numbered, **writer_options(numbered)) as writer:
+        with pq.ParquetWriter(path, numbered, **spill_options(numbered)) as writer:
             for batch in batches():
                 n = batch.num_rows
                 writer.write_table(

@@ -29,7 +29,7 @@ from perfsight.export import trace_view
 from perfsight.heap import return_freed_memory
 from perfsight.model import NO_ID, TABLE_SCHEMAS, Trace
 from perfsight.model_chunks import TraceChunk
-from perfsight.parquet_files import writer_options
+from perfsight.parquet_files import spill_options
 from perfsight.sorted_runs import RunSpill
 from perfsight.store import cache, timeline_index
 
@@ -166,7 +166,7 @@ def write_cached_trace(
 
     def slices() -> Iterator[pa.Table]:
         done = 0
-        with pq.ParquetWriter(slice_file, _SLICE_INDEX, **writer_options(_SLICE_INDEX)) as index:
+        with pq.ParquetWriter(slice_file, _SLICE_INDEX, **spill_options(_SLICE_INDEX)) as index:
             for batch in trace.rows("slices"):
                 n = batch.num_rows
                 index.write_table(
@@ -187,7 +187,7 @@ def write_cached_trace(
                 yield batch
 
     def flows() -> Iterator[pa.Table]:
-        with pq.ParquetWriter(flow_file, _FLOW_INDEX, **writer_options(_FLOW_INDEX)) as index:
+        with pq.ParquetWriter(flow_file, _FLOW_INDEX, **spill_options(_FLOW_INDEX)) as index:
             for batch in trace.rows("flows"):
                 index.write_table(
                     pa.table(

@@ -25,7 +25,7 @@ from perfsight.ingest import assemble, kineto
 from perfsight.intervals import outermost
 from perfsight.model import NO_ID
 from perfsight.model_chunks import chunk_of_steps, group_steps, step_counts, steps_by_window
-from perfsight.parquet_files import writer_options
+from perfsight.parquet_files import spill_options
 
 BATCH_ROWS = 1 << 16
 """Rows read from a spill file at a time: the unit of every pass's working memory."""
@@ -57,7 +57,7 @@ class Spill:
     def write(self, name: str, table: pa.Table) -> None:
         if name not in self.writers:
             self.writers[name] = pq.ParquetWriter(
-                self.folder / f"{name}.parquet", table.schema, **writer_options(table.schema)
+                self.folder / f"{name}.parquet", table.schema, **spill_options(table.schema)
             )
             self.pending[name] = []
         self.pending[name].append(table)
@@ -382,7 +382,7 @@ def route(
         for number, tables in buffered.items():
             target = folder / f"chunk-{number:06d}-{len(files[number]):06d}.parquet"
             joined = pa.concat_tables(tables)
-            pq.write_table(joined, target, **writer_options(joined.schema))
+            pq.write_table(joined, target, **spill_options(joined.schema))
             files[number].append(target)
         buffered.clear()
         held = 0
@@ -447,7 +447,7 @@ def route_memory(folder: Path, bounds: list[int], count: int) -> list[list[Path]
         for number in np.unique(chunk).tolist():
             target = folder / f"memory-{number:06d}-{i:06d}.parquet"
             pq.write_table(
-                table.take(pa.array(np.flatnonzero(chunk == number))), target, **writer_options(table.schema)
+                table.take(pa.array(np.flatnonzero(chunk == number))), target, **spill_options(table.schema)
             )
             files[number].append(target)
     return files

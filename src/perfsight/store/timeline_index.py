@@ -58,7 +58,7 @@ import pyarrow as pa
 
 from perfsight import columns, layout
 from perfsight.model import KIND_NAMES, Trace
-from perfsight.parquet_files import writer_options
+from perfsight.parquet_files import spill_options
 
 FOLDER = "timeline"
 FORMAT = 3
@@ -543,7 +543,7 @@ def write_timeline_index_spilled(
         f"FROM read_parquet({files(slice_files)}) ORDER BY track, depth, start_ns, row"
     )
     rows_and_positions = pa.schema([("row", pa.int64()), ("pos", pa.int64())])
-    with pq.ParquetWriter(posmap, rows_and_positions, **writer_options(rows_and_positions)) as positions:
+    with pq.ParquetWriter(posmap, rows_and_positions, **spill_options(rows_and_positions)) as positions:
         done = flushed = 0
         lane_parts: list[pa.RecordBatch] = []
         lane_key = None
