@@ -5,8 +5,8 @@ index's inputs as Parquet files that are written once and read once, and each wr
 pyarrow's defaults -- Snappy, and a dictionary tried on every column.  Ids and times rarely
 repeat, so a dictionary of an integer column is built, found too large and thrown away: 5 % of
 the samples of a bounded analysis of a 512 MB trace went to dictionaries of int64 columns
-(``DictEncoderImpl<INT64>``).  The cache already wrote dictionaries only for text; now every
-file perfsight writes for itself does.
+(``DictEncoderImpl<INT64>``).  The cache already wrote dictionaries only for text; now the
+spills do too (:func:`spill_options`, which keeps the statistics DuckDB reads them back with).
 """
 
 from __future__ import annotations
