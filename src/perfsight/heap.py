@@ -77,8 +77,8 @@ def release_pages(buffer: np.ndarray) -> None:
     idle: three scanners after reading df_index_resolver held about 20 MB.  Only pages wholly
     inside the buffer are released, so the allocator's own bookkeeping beside it is untouched.
     """
-    libc = _libc()
-    if libc is None or not hasattr(libc, "madvise") or not sys.platform.startswith("linux"):
+    libc = _libc()  # None off Linux's glibc
+    if libc is None or not hasattr(libc, "madvise"):
         return
     start = buffer.ctypes.data
     first = -(-start // PAGE_BYTES) * PAGE_BYTES  # round up to a page
