@@ -38,6 +38,24 @@ def test_interleaved_runs_merge_back_to_the_whole_table(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
+def test_runs_in_blocks_merge_back_to_the_whole_table(tmp_path: Path) -> None:
+    """A chunk's rows in a table ordered by track then time: one block per track in each run, so
+    most merge steps take rows from one run only (and some from two, where blocks meet)."""
+    chunks, tracks, per_block = 4, 6, 250
+    n = chunks * tracks * per_block
+    names = pa.array([f"k{i % 11}" for i in range(n)]).dictionary_encode()
+    whole = pa.table({"row": np.arange(n), "name": names})
+    spill = RunSpill(tmp_path, "slices", batch_rows=100)
+    for chunk in range(chunks):
+        rows = np.concatenate(
+            [track * chunks * per_block + chunk * per_block + np.arange(per_block) for track in range(tracks)]
+        )
+        spill.add(whole.take(pa.array(rows)), rows)
+    merged = pa.concat_tables(spill.merged())
+    assert merged.column("row").to_pylist() == list(range(n))
+    assert merged.column("name").to_pylist() == whole.column("name").to_pylist()
+
+
 def test_a_run_out_of_order_is_refused(tmp_path: Path) -> None:
     spill = RunSpill(tmp_path, "t")
     with pytest.raises(ValueError, match="must not decrease"):

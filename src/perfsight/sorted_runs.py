@@ -66,12 +66,19 @@ class RunSpill:
         live = [r for r in readers if r.fill()]
         while live:
             bound = min(r.last_key() for r in live)
-            parts = [r.take_upto(bound) for r in live]
-            keys = np.concatenate([k for k, _ in parts])
-            table = pa.concat_tables([t for _, t in parts])
-            order = np.argsort(keys, kind="stable")
-            if len(order) and np.any(np.diff(order) != 1):
-                table = table.take(pa.array(order))
+            # only the runs holding a key up to the bound give rows: with a chunk per run, mostly
+            # one, whose rows then need no concatenation nor sort (many chunks made every step
+            # slice every run)
+            givers = [r for r in live if r.first_key() <= bound]
+            if len(givers) == 1:
+                table = givers[0].take_upto(bound)[1]
+            else:
+                parts = [r.take_upto(bound) for r in givers]
+                keys = np.concatenate([k for k, _ in parts])
+                table = pa.concat_tables([t for _, t in parts])
+                order = np.argsort(keys, kind="stable")
+                if len(order) and np.any(np.diff(order) != 1):
+                    table = table.take(pa.array(order))
             yield table.drop_columns([KEY])
             live = [r for r in live if r.fill()]
 
@@ -106,6 +113,9 @@ class _Run:
         self.table = pa.Table.from_batches([batch])
         self.keys = self.table.column(KEY).to_numpy()
         return True
+
+    def first_key(self) -> int:
+        return int(self.keys[0])
 
     def last_key(self) -> int:
         return int(self.keys[-1])

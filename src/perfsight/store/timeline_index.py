@@ -426,34 +426,40 @@ SPILLED_FLOW_COLUMNS = ("row", "src", "dst", "kind", "src_start_ns")
 
 
 class _NpyStream:
-    """A 1-D ``.npy`` file written a piece at a time, byte-identical to ``np.save`` of the whole."""
+    """A 1-D ``.npy`` file written a piece at a time, byte-identical to ``np.save`` of the whole.
+
+    Why the header is written first and rewritten at the end: NumPy pads a header so that its
+    shape may grow to 21 digits in place, so the header of the final length fits where the
+    header of length 0 was.  The values then go straight into the file, once: the index of a
+    10 GB trace is about 3.5 GB, and writing it to a body file and copying that after the header
+    wrote and read it all a second time."""
 
     def __init__(self, folder: Path, name: str, dtype: np.dtype | type) -> None:
         self.path = folder / f"{name}.npy"
-        self.body = folder / f"{name}.body.tmp"
+        self.tmp = self.path.with_name(self.path.stem + ".tmp.npy")
         self.dtype = np.dtype(dtype)
-        self.handle = self.body.open("wb")
+        self.handle = self.tmp.open("wb")
+        self.header_bytes = self._write_header(0)
         self.count = 0
 
     def add(self, values: np.ndarray) -> None:
-        self.handle.write(np.ascontiguousarray(values, dtype=self.dtype).tobytes())
+        self.handle.write(np.ascontiguousarray(values, dtype=self.dtype))
         self.count += len(values)
 
     def close(self) -> None:
-        import shutil
-
+        self.handle.seek(0)
+        length = self._write_header(self.count)
         self.handle.close()
-        tmp = self.path.with_name(self.path.stem + ".tmp.npy")
-        header = {
-            "descr": np.lib.format.dtype_to_descr(self.dtype),
-            "fortran_order": False,
-            "shape": (self.count,),
-        }
-        with tmp.open("wb") as out, self.body.open("rb") as body:
-            np.lib.format.write_array_header_1_0(out, header)
-            shutil.copyfileobj(body, out, 1 << 22)
-        self.body.unlink()
-        tmp.replace(self.path)
+        if length != self.header_bytes:  # a 1-D header stays 128 bytes up to 60 digits
+            raise RuntimeError(f"{self.path}: the .npy header of {self.count} values changed length")
+        self.tmp.replace(self.path)
+
+    def _write_header(self, count: int) -> int:
+        """Write the header of ``count`` values at the file's position; return its length."""
+        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False}
+        start = self.handle.tell()
+        np.lib.format.write_array_header_1_0(self.handle, {**header, "shape": (count,)})
+        return self.handle.tell() - start
 
 
 def write_timeline_index_spilled(
