@@ -122,6 +122,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_as_python_sets_it() -> None:
+    """Every test starts with Python's own Ctrl-C handling, whatever an earlier test in the same
+    worker left.  Why: with the packages PyPI gave on 2026-11-26, two xdist workers found SIGINT
+    ignored at the start of a test (no Python code of the suite or of perfsight had called
+    ``signal.signal`` to ignore it, traced); the subprocesses the Ctrl-C tests start then inherited
+    the ignored signal and ran to the end (exit 0 instead of 130)."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def server_cache_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Every ``perfsight serve`` a test starts (in process or as a subprocess, which inherits the
