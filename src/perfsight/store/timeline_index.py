@@ -429,8 +429,8 @@ class _NpyStream:
     """A 1-D ``.npy`` file written a piece at a time, byte-identical to ``np.save`` of the whole.
 
     Why the header is written first and rewritten at the end: NumPy pads a header so that its
-    shape may grow to 21 digits in place, so the header of the final length fits where the
-    header of length 0 was.  The values then go straight into the file, once: the index of a
+    shape may grow to 21 digits in place, so the header of the final count fits where the
+    header of count 0 was.  The values then go straight into the file, once: the index of a
     10 GB trace is about 3.5 GB, and writing it to a body file and copying that after the header
     wrote and read it all a second time."""
 
