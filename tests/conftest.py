@@ -124,11 +124,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(autouse=True)
 def ctrl_c_as_python_sets_it() -> None:
-    """Every test starts with Python's own Ctrl-C handling, whatever an earlier test in the same
-    worker left.  Why: with the packages PyPI gave on 2026-11-26, two xdist workers found SIGINT
-    ignored at the start of a test (no Python code of the suite or of perfsight had called
-    ``signal.signal`` to ignore it, traced); the subprocesses the Ctrl-C tests start then inherited
-    the ignored signal and ran to the end (exit 0 instead of 130)."""
+    """Every test starts with Python's own Ctrl-C handling, however the suite was started.  Why: a
+    suite started as a background job of a non-interactive shell (``make test &``, ``nohup ...
+    &``) starts with SIGINT ignored, as POSIX says such a job must, and so do pytest's workers;
+    the ``perfsight`` subprocesses the Ctrl-C tests interrupt then inherited the ignored signal
+    and ran to the end (exit 0 instead of 130)."""
     import signal
 
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
