@@ -39,6 +39,7 @@ TOP_LEVEL = {
     "jsontext": "base",  # JSON text of Arrow columns
     "units": "base",  # ns/bytes -> the units of files and summaries
     "heap": "base",  # where freed memory goes
+    "write_behind": "base",  # big output files kept out of the page cache
     "arrow_pool": "base",  # Arrow's C++ allocator, chosen before pyarrow's import
     "intervals": "base",  # interval arithmetic on ns arrays
     "terminal": "base",  # one printable line of text

@@ -140,10 +140,8 @@ class Advice:
         threads, counts = np.unique(thread, return_counts=True)
         for t, n in zip(threads.tolist(), counts.tolist(), strict=True):  # a loop over threads
             self.calls[t] = self.calls.get(t, 0) + n
-            mine = thread == t
-            outer, self.reach[t] = allocation_steps.outermost_ops(
-                start[mine], end[mine], name[mine], self.reach.get(t)
-            )
+            mine = np.flatnonzero(thread == t)
+            outer, self.reach[t] = allocation_steps.outermost_ops(start, end, name, mine, self.reach.get(t))
             before = self.last.get(t, allocation_steps.OuterOps.none())
             self.outer[t] = before.then(outer)
             if len(self.outer[t].start):

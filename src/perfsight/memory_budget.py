@@ -85,6 +85,29 @@ def available_bytes() -> int:
         return 8 << 30
 
 
+READ_SORT_SHARE = 0.4
+"""Share of a chunk's memory (``max_slices * BYTES_PER_SLICE``) DuckDB may hold for the read's
+launch join and sorts: they run before the first chunk is read, when the process holds little
+else (both DuckDB threads)."""
+
+WRITE_SORT_SHARE = 0.2
+"""Share of a chunk's memory one writer's DuckDB sort may hold (the timeline index's lanes, a
+CSV's rows out of order): they run after the chunks are analysed, beside a writer's batches.
+
+Why shares of the chunk and not fixed limits: DuckDB sorts a 10 GB trace's 18.7 M rows in
+several spilled passes within a fixed 256 / 128 MB; a budget's chunk room is idle while they run.
+Measured (docs/BENCHMARKS.md, 2026-11-26): within 2G, 768 / 384 MB took a 10 GB trace 216 ->
+203 s and a 1 GB one 20.2 -> 19.4 s, at the same peak (1,777 MiB); a small budget keeps the
+fixed limits as its floor (a 600M rank worker gets what it got before)."""
+
+
+def sort_memory(max_slices: int, share: float, least_bytes: int) -> str:
+    """A DuckDB ``memory_limit`` for sorts beside chunks of ``max_slices`` slices: ``share`` of a
+    chunk's memory, never below ``least_bytes``."""
+    limit = max(least_bytes, int(max_slices * BYTES_PER_SLICE * share))
+    return f"{limit >> 20}MB"
+
+
 def needed_bytes(slices: int) -> int:
     """What analysing ``slices`` slices in one piece is expected to need."""
     return BASE_BYTES + slices * BYTES_PER_SLICE

@@ -23,6 +23,7 @@ from perfsight import memory_budget
 from perfsight.model import Trace, empty_table
 from perfsight.model_chunks import TraceChunk
 from perfsight.pipeline import OUTPUT_DIR, Options, OutputError, RankResult
+from perfsight.store import external_sort
 
 
 def analyse_and_write_bounded(
@@ -49,6 +50,8 @@ def analyse_and_write_bounded(
     from perfsight.ingest import spill_trace
 
     max_slices = memory_budget.slices_per_chunk(budget)
+    share = memory_budget.WRITE_SORT_SHARE
+    sort_memory = memory_budget.sort_memory(max_slices, share, external_sort.LEAST_BYTES)
     spill = root / f"{STAGING_PREFIX}spill-{uuid.uuid4().hex[:12]}"  # skipped by discovery and the server
     try:
         with OutputError.naming(root):
@@ -67,6 +70,7 @@ def analyse_and_write_bounded(
                     chunked.steps,
                     options,
                     chunked.findings,
+                    sort_memory,
                 )
             summary = _summary_trace(spilled.meta, spilled.tracks, chunked.steps)
             chunks = len(spilled.chunk_steps)

@@ -99,6 +99,33 @@ def _flops_line(rows: list[dict[str, Any]]) -> str:
     return text + (f", MFU {sum(mfu) / len(mfu):.1%}" if mfu else ", MFU unknown (device peak not known)")
 
 
+STEP_LINES = 20
+"""Most steps the text summary lists one a line.  A long run (a 10 GB trace holds 24,000 steps)
+lists its slowest steps instead, in step order, after one line of the spread of all of them:
+what a reader acts on is the outliers, and every step is in ``step_trace_time.csv`` and in
+``--json``."""
+
+
+def _steps_shown(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every step, or the :data:`STEP_LINES` slowest by total time, in step order."""
+    if len(steps) <= STEP_LINES:
+        return steps
+    slowest = sorted(range(len(steps)), key=lambda i: -(steps[i].get("duration_ns") or 0))[:STEP_LINES]
+    return [steps[i] for i in sorted(slowest)]
+
+
+def _step_spread(steps: list[dict[str, Any]], shown: int) -> str:
+    """One line: how many steps, the median, 90th percentile and largest total time."""
+    totals = sorted(row["duration_ns"] for row in steps if row.get("duration_ns") is not None)
+    if not totals:
+        return f"{len(steps)} steps; the first {shown} below (all in step_trace_time.csv)"
+    median, p90 = (units.ms_text(totals[-(-len(totals) * q // 100) - 1]) for q in (50, 90))  # nearest rank
+    return (
+        f"{len(steps)} steps: total median {median} ms, p90 {p90} ms, max {units.ms_text(totals[-1])} ms;"
+        f" the {shown} slowest below (all in step_trace_time.csv)"
+    )
+
+
 def format_text(summaries: list[dict[str, Any]]) -> str:
     """A readable report: per-step breakdown, where time goes, top operators, memory peak."""
     lines: list[str] = []
@@ -108,10 +135,13 @@ def format_text(summaries: list[dict[str, Any]]) -> str:
             + (f" on {', '.join(sorted(set(s['devices'])))}" if s["devices"] else "")
         )
         lines += lead_lines(s.get("findings", []))  # the advisor's top findings lead
+        shown = _steps_shown(s["steps"])
+        if len(shown) < len(s["steps"]):
+            lines.append(_step_spread(s["steps"], len(shown)))
         lines.append(
             "step     total(ms)  gap(ms)  fwd+bwd(ms)  tail(ms)  compute(ms)  comm-exposed(ms)  free(ms)"
         )
-        for row in s["steps"]:
+        for row in shown:
             cells = [units.ms_text(row.get(column)) for column in _STEP_COLUMNS]
             lines.append(
                 f"{row['step']:<8} {cells[0]:>9} {cells[1]:>8} {cells[2]:>12} {cells[3]:>9} {cells[4]:>12} "

@@ -68,8 +68,6 @@ ROW_SCHEMAS: dict[str, pa.Schema] = {
 """The schema of a per-row table whose stream yields no batch at all (an empty table)."""
 
 SPILL_DIR = ".spill"
-DUCKDB_MEMORY = external_sort.MEMORY_LIMIT
-"""What the DuckDB sorts (timeline lanes, a CSV's rows out of order) may hold before spilling."""
 Batches = Callable[[], Iterator[pa.Table]]
 
 
@@ -81,13 +79,15 @@ def write_outputs_chunked(
     steps: pa.Table,
     options: Options,
     findings: list,
+    sort_memory: str = external_sort.MEMORY_LIMIT,
 ) -> None:
     """Write what ``pipeline.analyse_and_write`` writes in ``rank_dir``, from the trace's chunks.
 
     ``chunks()`` reads the chunks (again at each call); ``rows[name]()`` yields the per-row table
     ``name`` (:data:`ROW_TABLES`) in whole-trace order a batch at a time (several calls allowed);
     ``tables`` holds every other analysis table, in ``analyse_trace``'s order; ``steps`` is the
-    whole step table; ``findings`` the advisor's findings for the rank.
+    whole step table; ``findings`` the advisor's findings for the rank; ``sort_memory`` what
+    each DuckDB sort (timeline lanes, a CSV's rows out of order) may hold before spilling.
     """
     rank_dir = Path(rank_dir)
     with staged(rank_dir, (OUTPUT_DIR, CACHE_DIR)) as stage:
@@ -100,13 +100,13 @@ def write_outputs_chunked(
         try:
             index_input = write_cached_trace(trace, steps, cache_dir, spill)
             timeline_index.write_timeline_index_spilled(
-                cache_dir, trace.first.rank, *index_input, spill, memory_limit=DUCKDB_MEMORY
+                cache_dir, trace.first.rank, *index_input, spill, memory_limit=sort_memory
             )
             return_freed_memory()
             ordered = _in_analysis_order(tables, streams)
             if "text" in options.export_types:
                 _write_trace_view(out / "trace_view.json", trace, streams["overlap_intervals"])
-                _write_csvs(out, tables, streams, spill)
+                _write_csvs(out, tables, streams, spill, sort_memory)
                 return_freed_memory()
                 data_pipeline_files.write_all(out, tables)
                 if trace.spills["comm"].rows:
@@ -164,20 +164,25 @@ def _write_trace_view(path: Path, trace: OrderedTrace, overlap_rows: sqlite_db.T
 
 
 def _write_csvs(
-    out: Path, tables: dict[str, pa.Table], streams: dict[str, sqlite_db.TableStream], spill: Path
+    out: Path,
+    tables: dict[str, pa.Table],
+    streams: dict[str, sqlite_db.TableStream],
+    spill: Path,
+    sort_memory: str,
 ) -> None:
     """The seed-style CSVs: per-row files a batch at a time, the others as ``write_all`` writes them."""
     for name in mindspore_csv.ROW_FILES:
         if name in streams:
             schema, batches = streams[name]
-            mindspore_csv.write_csv_batches(out, name, batches, _external_sort(batches, schema, spill / name))
+            sort = _external_sort(batches, schema, spill / name, sort_memory)
+            mindspore_csv.write_csv_batches(out, name, batches, sort)
     mindspore_csv.write_all(out, {n: t for n, t in tables.items() if n not in mindspore_csv.ROW_FILES})
 
 
 def _external_sort(
-    batches: Batches, schema: pa.Schema, spill: Path
+    batches: Batches, schema: pa.Schema, spill: Path, memory_limit: str
 ) -> Callable[[list[tuple[str, str]]], Batches]:
-    """A stable sort of ``batches`` by ascending keys on disk (DuckDB, within :data:`DUCKDB_MEMORY`)."""
+    """A stable sort of ``batches`` by ascending keys on disk (DuckDB, within ``memory_limit``)."""
 
     def sort(keys: list[tuple[str, str]]) -> Batches:
         spill.mkdir(parents=True, exist_ok=True)
@@ -193,7 +198,7 @@ def _external_sort(
                 seq += n
 
         def sorted_batches() -> Iterator[pa.Table]:
-            con = external_sort.connect(spill, DUCKDB_MEMORY)
+            con = external_sort.connect(spill, memory_limit)
             order = ", ".join(f'"{name}" ASC' for name, _ in keys)
             source = f"read_parquet({external_sort.quoted(path)})"
             query = f"SELECT * EXCLUDE (__seq) FROM {source} ORDER BY {order}, __seq"

@@ -38,6 +38,7 @@ from perfsight.export import text
 from perfsight.heap import return_freed_memory
 from perfsight.model import NO_ID
 from perfsight.units import bytes_to_kb, bytes_to_mb, ns_to_us, ratio_to_pct, round3
+from perfsight.write_behind import open_written_behind
 
 ColumnBuilder = Callable[[pa.Table], pa.Array]
 
@@ -222,7 +223,7 @@ def _write_csv(path: str | Path, header: list[str], parts: Iterable[pa.Table], q
     header_line = io.StringIO(newline="")
     csv.writer(header_line, lineterminator="\n").writerow(header)
     options = pcsv.WriteOptions(include_header=False, quoting_style="needed" if quoted else "none")
-    with path.open("wb") as handle:  # one open: the header, then the body
+    with open_written_behind(path) as handle:  # one open: the header, then the body
         handle.write(header_line.getvalue().encode("utf-8"))
         for part in parts:
             if part.num_rows:

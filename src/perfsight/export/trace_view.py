@@ -58,6 +58,7 @@ from perfsight.units import (
     bytes_to_mb,
     is_whole_us,
 )
+from perfsight.write_behind import open_written_behind
 
 PIECE_ROWS = 65_536
 """Rows whose pieces (codes, numbers, distinct texts) are made at once, then written chunk by chunk:
@@ -496,7 +497,7 @@ def write_events(
         "time_unit_of_ts": "us",
     }
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as handle:
+    with open_written_behind(tmp) as handle:
         handle.write(b'{"displayTimeUnit":"ns","otherData":' + orjson.dumps(other) + b',"traceEvents":[\n')
         handle.write(b",\n".join(orjson.dumps(m) for m in lanes.metadata))  # never empty: see _lanes
         for chunks in parts:

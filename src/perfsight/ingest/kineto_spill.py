@@ -38,11 +38,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfsight import columns
+from perfsight import columns, memory_budget
 from perfsight.heap import prefer_returning_pool, return_freed_memory
 from perfsight.ingest import assemble, kineto, kineto_devices
 from perfsight.ingest.kineto_spill_passes import (
     COMM_ROW,
+    DUCKDB_LEAST_BYTES,
     FLOW_ROW,
     MEMORY_ROW,
     ROW,
@@ -297,8 +298,9 @@ def _spill(path: Path, folder: Path, max_slices: int, rank: int | None) -> Spill
     any_meta = False
     if total:
         any_meta = _between_passes(derive(folder, facts, total))
-        _between_passes(duckdb_passes(folder))
-        _between_passes(sweep(folder))
+        sorts = memory_budget.sort_memory(max_slices, memory_budget.READ_SORT_SHARE, DUCKDB_LEAST_BYTES)
+        _between_passes(duckdb_passes(folder, sorts))
+        _between_passes(sweep(folder, sorts))
     steps, step_chunk, chunk_steps = _between_passes(plan(folder, facts, total, max_slices, truncated))
     facts.steps = steps
     chunk_files = _between_passes(route(folder, facts, step_chunk, len(chunk_steps), any_meta, total))

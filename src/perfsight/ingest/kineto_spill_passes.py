@@ -33,8 +33,9 @@ BATCH_ROWS = 1 << 16
 FLUSH_ROWS = 1 << 18
 """Rows held for the chunk files before they are written (all chunks together)."""
 
-DUCKDB_MEMORY = "256MB"
-"""DuckDB's memory limit for the launch join and the per-track sort; past it, it spills."""
+DUCKDB_LEAST_BYTES = 256 << 20
+"""The least DuckDB may hold for the launch join and the sorts, whatever the budget (see
+``memory_budget.READ_SORT_SHARE``); past its limit, it spills."""
 
 ROW_GROUP_ROWS = 1 << 17
 """Rows per row group of the spill files.  Why not one per batch: a Parquet file's metadata
@@ -230,15 +231,15 @@ def _aligned_comm_args(args: pa.Table | None, rows: np.ndarray) -> pa.Table:
     return pa.table(out)
 
 
-def duckdb_passes(folder: Path) -> None:
+def duckdb_passes(folder: Path, memory_limit: str) -> None:
     """The launch join (first runtime row per device row's correlation id) and the rows in
-    per-track start order, both as external operations under ``DUCKDB_MEMORY``."""
+    per-track start order, both as external operations within ``memory_limit`` (DuckDB's)."""
     import duckdb
 
     con = duckdb.connect()
     con.execute("SET enable_progress_bar=false")  # it prints on stdout, where --json writes
     try:
-        con.execute(f"SET memory_limit='{DUCKDB_MEMORY}'")
+        con.execute(f"SET memory_limit='{memory_limit}'")
         con.execute(f"SET temp_directory='{folder / 'duckdb'}'")
         f = {name: str(folder / f"{name}.parquet") for name in ("runtime", "device", "rows")}
         con.execute(
@@ -257,7 +258,7 @@ def duckdb_passes(folder: Path) -> None:
     (folder / "device.parquet").unlink(missing_ok=True)
 
 
-def sweep(folder: Path) -> None:
+def sweep(folder: Path, memory_limit: str) -> None:
     """Nesting depth and outermost flag of every slice, from the rows in per-track start order.
 
     A slice's depth (``assemble.nesting_depth``) and whether it is outermost
@@ -306,7 +307,7 @@ def sweep(folder: Path) -> None:
     con = duckdb.connect()
     con.execute("SET enable_progress_bar=false")  # it prints on stdout, where --json writes
     try:
-        con.execute(f"SET memory_limit='{DUCKDB_MEMORY}'")
+        con.execute(f"SET memory_limit='{memory_limit}'")
         con.execute(f"SET temp_directory='{folder / 'duckdb'}'")
         con.execute(
             f"COPY (SELECT * FROM read_parquet('{unsorted}') ORDER BY {ROW}) "

@@ -13,8 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-MEMORY_LIMIT = "128MB"
-"""What one sort may hold before spilling (DuckDB's own buffers; its Arrow output comes on top)."""
+LEAST_BYTES = 128 << 20
+"""What one sort may hold before spilling (DuckDB's own buffers; its Arrow output comes on top)
+at the least: the default, and the floor of a budget's share (``memory_budget.WRITE_SORT_SHARE``)."""
+
+MEMORY_LIMIT = f"{LEAST_BYTES >> 20}MB"
 
 
 def connect(spill: Path, memory_limit: str = MEMORY_LIMIT) -> Any:
