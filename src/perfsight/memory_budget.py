@@ -25,7 +25,9 @@ analyses' shared index and per-row results, and their spilled runs being written
 chunk of 1.87 M slices of a generated 2 GB trace raised the process from ≈ 350 MB to 2.0 GB
 (880 B a slice; ``benchmarks/bench_big_trace.py --traces ... --memory-limit 2G --timeline``);
 with 1,100 B a 10 GB trace peaked at 1,980 MiB (plain) and 2,003 MiB (gzip) under a 2 GiB
-limit, too close: 1,250 B leaves room for traces whose slices carry more than these."""
+limit, too close: 1,250 B leaves room for traces whose slices carry more than these.  Since the
+allocation extract stopped making NumPy text of every operator name (2026-11-26) the 10 GB trace
+peaks at 1,481-1,494 MiB with 1,250 B: kept, as room for traces with longer names."""
 
 MIN_SLICES = 10_000
 """The smallest chunk worth its overhead (a budget below what this needs is raised to it)."""
