@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from perfsight import advisor, memory_budget, units
 from perfsight.advisor.text import lead_lines
+from perfsight.analysis.step_trace import duration_spread
 from perfsight.pipeline import RankResult
 from perfsight.terminal import printable_line
 
@@ -116,13 +118,13 @@ def _steps_shown(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _step_spread(steps: list[dict[str, Any]], shown: int) -> str:
     """One line: how many steps, the median, 90th percentile and largest total time."""
-    totals = sorted(row["duration_ns"] for row in steps if row.get("duration_ns") is not None)
-    if not totals:
+    totals = np.array([row["duration_ns"] for row in steps if row.get("duration_ns") is not None], np.int64)
+    if not len(totals):
         return f"{len(steps)} steps; the first {shown} below (all in step_trace_time.csv)"
-    median, p90 = (units.ms_text(totals[-(-len(totals) * q // 100) - 1]) for q in (50, 90))  # nearest rank
+    spread = {name: units.ms_text(ns) for name, ns in duration_spread(totals).items()}
     return (
-        f"{len(steps)} steps: total median {median} ms, p90 {p90} ms, max {units.ms_text(totals[-1])} ms;"
-        f" the {shown} slowest below (all in step_trace_time.csv)"
+        f"{len(steps)} steps: total median {spread['median_ns']} ms, p90 {spread['p90_ns']} ms,"
+        f" max {spread['max_ns']} ms; the {shown} slowest below (all in step_trace_time.csv)"
     )
 
 

@@ -424,3 +424,11 @@ def vendor_difference_warnings(differences: pa.Table, table_name: str) -> list[s
         f"rank {rows[0]['rank']}: perfsight's step trace differs from the one the source's tool recorded "
         f"(table {table_name}) in {len(steps)} step(s); step {steps[0]}: {detail}"
     ]
+
+
+def duration_spread(durations_ns: NDArray[np.int64]) -> dict[str, int]:
+    """The median, 90th percentile (nearest rank) and largest of the steps' ``duration_ns``: how
+    a long run's steps are spread, for a reader who is shown only its slowest ones."""
+    ordered = np.sort(durations_ns)
+    rank = {q: -(-len(ordered) * q // 100) - 1 for q in (50, 90)}
+    return {"median_ns": int(ordered[rank[50]]), "p90_ns": int(ordered[rank[90]]), "max_ns": int(ordered[-1])}
