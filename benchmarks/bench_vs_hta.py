@@ -74,6 +74,47 @@ def _rss_now_mb() -> float:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / MIB
 
 
+_MADV_POPULATE_READ = 22  # Linux >= 5.14: fault a mapping's pages in, as reading them would
+
+
+def _make_libraries_resident() -> int:
+    """Fault in every page of every file mapped into this process (the libraries' code and data);
+    return how many mappings took it.  Why (issue 21's target 3, ``--resident``): a tool's RSS
+    grows during its run by the library pages it touches for the first time -- code that every
+    later run in the process finds resident, and that the OS may drop and re-read at will -- as well
+    as by the memory it allocates for the trace.  With every mapping resident before the baseline,
+    the growth is that memory alone, for both tools alike."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    populated = 0
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) < 6 or not fields[5].startswith("/"):
+                continue  # anonymous memory, the heap, the stack, [vdso]
+            start, end = (int(bound, 16) for bound in fields[0].split("-"))
+            populated += libc.madvise(start, end - start, _MADV_POPULATE_READ) == 0
+    if not populated:
+        raise RuntimeError("madvise(MADV_POPULATE_READ) is not supported here (Linux >= 5.14 needed)")
+    return populated
+
+
+def _reset_peak_rss() -> None:
+    """From now on ``VmHWM`` is the peak since this call (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as clear_refs:
+        clear_refs.write("5")
+
+
+def _peak_rss_since_reset_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def _cpu_s() -> float:
     """CPU seconds of this process (all its threads) and of the children it waited for: on a
     loaded machine wall time mostly measures the neighbours, CPU time the work done."""
@@ -82,7 +123,10 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def run_child(tool: str, trace: Path, out_dir: Path) -> int:
+def run_child(tool: str, trace: Path, out_dir: Path, resident: bool = False) -> int:
+    """Measure ``tool`` once and print its result line.  ``resident``: make every library page
+    resident after the imports (:func:`_make_libraries_resident`) and report the peak above that
+    baseline instead of the run's time and absolute peak."""
     try:
         if tool == "hta":
             import logging
@@ -90,6 +134,7 @@ def run_child(tool: str, trace: Path, out_dir: Path) -> int:
             from hta.trace_analysis import TraceAnalysis
 
             logging.disable(logging.CRITICAL)  # HTA logs every parse step; we only want numbers
+            resident_from = _resident_baseline() if resident else None
             imports_mb = _rss_now_mb()
             started, cpu_started = time.perf_counter(), _cpu_s()
             TraceAnalysis(trace_dir=str(trace.parent))
@@ -117,6 +162,7 @@ def run_child(tool: str, trace: Path, out_dir: Path) -> int:
             analyse = getattr(perfsight, "analyse", None)
             if analyse is None:
                 raise RuntimeError("perfsight.analyse does not exist yet")
+            resident_from = _resident_baseline() if resident else None
             imports_mb = _rss_now_mb()
             started, cpu_started = time.perf_counter(), _cpu_s()
             analyse(trace, out=out_dir)
@@ -125,9 +171,20 @@ def run_child(tool: str, trace: Path, out_dir: Path) -> int:
     except Exception as error:  # report any failure of the tool, never a traceback-only crash
         print(RESULT_PREFIX + json.dumps({"error": f"{type(error).__name__}: {error}"}), flush=True)
         return 1
-    result = {"wall_s": wall_s, "cpu_s": cpu_s, "peak_rss_mb": _peak_rss_mb(), "imports_rss_mb": imports_mb}
+    if resident_from is not None:
+        result = {"resident_above_mb": _peak_rss_since_reset_mb() - resident_from}
+    else:
+        result = {"wall_s": wall_s, "cpu_s": cpu_s, "peak_rss_mb": _peak_rss_mb()}
+        result["imports_rss_mb"] = imports_mb
     print(RESULT_PREFIX + json.dumps(result), flush=True)
     return 0
+
+
+def _resident_baseline() -> float:
+    """RSS (MiB) once every library page is resident, the peak counted from then on."""
+    _make_libraries_resident()
+    _reset_peak_rss()
+    return _rss_now_mb()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -142,6 +199,8 @@ class Runs:
     peak_rss_mb: list[float] = field(default_factory=list)
     imports_rss_mb: list[float] = field(default_factory=list)
     """RSS after the tool's imports, before the trace is read (the baseline of issue 21's target 3)."""
+    resident_above_mb: list[float] = field(default_factory=list)
+    """Peak RSS above the baseline taken once every library page is resident (``--resident`` runs)."""
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -165,6 +224,9 @@ class Runs:
     def median_imports_mb(self) -> float:
         return statistics.median(self.imports_rss_mb) if self.imports_rss_mb else 0.0
 
+    def median_resident_above_mb(self) -> float | None:
+        return statistics.median(self.resident_above_mb) if self.resident_above_mb else None
+
     def median_above_imports_mb(self) -> float:
         """Median over runs of (peak - that run's RSS after imports)."""
         above = [p - i for p, i in zip(self.peak_rss_mb, self.imports_rss_mb, strict=False)]
@@ -179,10 +241,12 @@ def measure_once(
     runs: Runs,
     env: dict[str, str] | None = None,
     python: str | None = None,
+    resident: bool = False,
 ) -> None:
     """Copy ``trace`` into a fresh directory and measure ``tool`` on it in a fresh process
     (with ``env`` as its environment when given: ``bench_before_after.py`` points PYTHONPATH at
-    another version of perfsight)."""
+    another version of perfsight).  ``resident``: the child's ``--resident`` run, which adds to
+    ``runs.resident_above_mb`` only."""
     with tempfile.TemporaryDirectory(prefix=f"bench-{tool}-", dir=work_dir) as tmp:
         input_dir = Path(tmp) / "input"
         input_dir.mkdir()
@@ -195,6 +259,7 @@ def measure_once(
             tool,
             str(copy),
             str(Path(tmp) / "out"),
+            *(["--resident"] if resident else []),
         ]
         try:
             done = subprocess.run(
@@ -211,6 +276,8 @@ def measure_once(
     result = json.loads(lines[-1][len(RESULT_PREFIX) :])
     if "error" in result:
         runs.errors.append(result["error"])
+    elif "resident_above_mb" in result:
+        runs.resident_above_mb.append(result["resident_above_mb"])
     else:
         runs.wall_s.append(result["wall_s"])
         runs.cpu_s.append(result["cpu_s"])
@@ -282,8 +349,9 @@ def comparison_table(results: dict[Path, dict[str, Runs]]) -> str:
         "| trace | size MB (file / JSON) | HTA parse s (CPU s) | HTA peak RSS MB "
         "| perfsight analyse s (CPU s) | perfsight peak RSS MB | HTA s / perfsight s (CPU) "
         "| perfsight RSS / HTA RSS | RSS above imports MB: HTA / perfsight (ratio) "
+        "| the same, libraries resident: HTA / perfsight (ratio) "
         "| fastest run s: HTA / perfsight (ratio) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for trace, by_tool in results.items():
         hta, ps = by_tool["hta"], by_tool["perfsight"]
@@ -298,6 +366,10 @@ def comparison_table(results: dict[Path, dict[str, Runs]]) -> str:
         if both:
             h, p = hta.median_above_imports_mb(), ps.median_above_imports_mb()
             above = f"{h:.0f} / {p:.0f} ({p / h:.2f})"
+        resident = "n/a"
+        h_resident, p_resident = hta.median_resident_above_mb(), ps.median_resident_above_mb()
+        if both and h_resident is not None and p_resident is not None:
+            resident = f"{h_resident:.0f} / {p_resident:.0f} ({p_resident / h_resident:.2f})"
         fastest = "n/a"
         if both:
             h, p = hta.fastest_wall_s(), ps.fastest_wall_s()
@@ -306,7 +378,7 @@ def comparison_table(results: dict[Path, dict[str, Runs]]) -> str:
         rows.append(
             f"| `{trace.name}` | {size} | {_cell(hta, 'wall')} ({_cell(hta, 'cpu')}) | {_cell(hta, 'rss')} "
             f"| {_cell(ps, 'wall')} ({_cell(ps, 'cpu')}) | {_cell(ps, 'rss')} | {time_ratio} | {rss_ratio} "
-            f"| {above} | {fastest} |"
+            f"| {above} | {resident} | {fastest} |"
         )
     return "\n".join(rows)
 
@@ -366,6 +438,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "HTA pins its own pandas, so it is often kept in a virtual environment of its own)",
     )
     parser.add_argument("--child", nargs=3, metavar=("TOOL", "TRACE", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--resident", action="store_true", help=argparse.SUPPRESS)  # a --child mode
     return parser.parse_args(argv)
 
 
@@ -373,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
         tool, trace, out_dir = args.child
-        return run_child(tool, Path(trace), Path(out_dir))
+        return run_child(tool, Path(trace), Path(out_dir), resident=args.resident)
 
     traces = [path.resolve() for path in (args.trace or DEFAULT_TRACES)]
     missing = [str(path) for path in traces if not path.is_file()]
@@ -391,7 +464,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             for tool in TOOLS:
                 print(f"[{trace.name}] {tool} run {repeat + 1}/{args.repeats}", file=sys.stderr, flush=True)
                 python = args.hta_python if tool == "hta" else sys.executable
-                measure_once(tool, trace, args.work_dir, args.timeout, results[trace][tool], python=python)
+                for resident in (False, True):
+                    runs = results[trace][tool]
+                    measure_once(
+                        tool, trace, args.work_dir, args.timeout, runs, python=python, resident=resident
+                    )
 
     sections = [comparison_table(results)]
     all_results = dict(results)
@@ -421,7 +498,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "CPU s: user + system time of the process and its children, all threads. "
         "HTA: `TraceAnalysis(trace_dir=...)` (parse only). perfsight: `perfsight.analyse(trace, out=...)` "
         "(full analysis and outputs). Peak RSS: max(`ru_maxrss` of the process, of its children). "
-        "Fastest run: the least wall time of each tool's runs (the run least slowed by other load).",
+        "Fastest run: the least wall time of each tool's runs (the run least slowed by other load). "
+        "RSS above imports: peak minus the RSS after the tool's imports; libraries resident: the same "
+        "from a run of its own in which every page of every file the process maps (the libraries) "
+        "was faulted in (`madvise(MADV_POPULATE_READ)`) before that baseline and the peak counted "
+        "from it (`/proc/self/clear_refs`): the memory the tool allocates for the trace, without the "
+        "library code it first touches during the run.",
     ]
     report = "\n".join([*header, "", *("\n\n".join(sections).splitlines()), *([""] + notes if notes else [])])
     print(report)
