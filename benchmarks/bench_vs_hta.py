@@ -77,6 +77,11 @@ def _rss_now_mb() -> float:
 _MADV_POPULATE_READ = 22  # Linux >= 5.14: fault a mapping's pages in, as reading them would
 
 
+class ResidentUnsupported(RuntimeError):
+    """This kernel cannot make pages resident or reset the peak: the ``--resident`` figure is
+    left out of the table (n/a), the benchmark's other figures stand."""
+
+
 def _make_libraries_resident() -> int:
     """Fault in every page of every file mapped into this process (the libraries' code and data);
     return how many mappings took it.  Why (issue 21's target 3, ``--resident``): a tool's RSS
@@ -97,14 +102,17 @@ def _make_libraries_resident() -> int:
             start, end = (int(bound, 16) for bound in fields[0].split("-"))
             populated += libc.madvise(start, end - start, _MADV_POPULATE_READ) == 0
     if not populated:
-        raise RuntimeError("madvise(MADV_POPULATE_READ) is not supported here (Linux >= 5.14 needed)")
+        raise ResidentUnsupported("madvise(MADV_POPULATE_READ) unsupported (Linux >= 5.14 needed)")
     return populated
 
 
 def _reset_peak_rss() -> None:
     """From now on ``VmHWM`` is the peak since this call (Linux >= 4.0)."""
-    with open("/proc/self/clear_refs", "w", encoding="ascii") as clear_refs:
-        clear_refs.write("5")
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as clear_refs:
+            clear_refs.write("5")
+    except OSError as error:
+        raise ResidentUnsupported(f"cannot reset the peak RSS ({error.strerror})") from error
 
 
 def _peak_rss_since_reset_mb() -> float:
@@ -168,6 +176,9 @@ def run_child(tool: str, trace: Path, out_dir: Path, resident: bool = False) -> 
             analyse(trace, out=out_dir)
         wall_s = time.perf_counter() - started
         cpu_s = _cpu_s() - cpu_started
+    except ResidentUnsupported as error:
+        print(RESULT_PREFIX + json.dumps({"resident_unsupported": str(error)}), flush=True)
+        return 0
     except Exception as error:  # report any failure of the tool, never a traceback-only crash
         print(RESULT_PREFIX + json.dumps({"error": f"{type(error).__name__}: {error}"}), flush=True)
         return 1
@@ -201,6 +212,8 @@ class Runs:
     """RSS after the tool's imports, before the trace is read (the baseline of issue 21's target 3)."""
     resident_above_mb: list[float] = field(default_factory=list)
     """Peak RSS above the baseline taken once every library page is resident (``--resident`` runs)."""
+    resident_unsupported: str | None = None
+    """Why the ``--resident`` runs could not measure on this machine, if they could not."""
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -278,6 +291,8 @@ def measure_once(
         runs.errors.append(result["error"])
     elif "resident_above_mb" in result:
         runs.resident_above_mb.append(result["resident_above_mb"])
+    elif "resident_unsupported" in result:
+        runs.resident_unsupported = result["resident_unsupported"]
     else:
         runs.wall_s.append(result["wall_s"])
         runs.cpu_s.append(result["cpu_s"])
@@ -366,7 +381,7 @@ def comparison_table(results: dict[Path, dict[str, Runs]]) -> str:
         if both:
             h, p = hta.median_above_imports_mb(), ps.median_above_imports_mb()
             above = f"{h:.0f} / {p:.0f} ({p / h:.2f})"
-        resident = "n/a"
+        resident = f"n/a: {ps.resident_unsupported or hta.resident_unsupported or 'not measured'}"
         h_resident, p_resident = hta.median_resident_above_mb(), ps.median_resident_above_mb()
         if both and h_resident is not None and p_resident is not None:
             resident = f"{h_resident:.0f} / {p_resident:.0f} ({p_resident / h_resident:.2f})"
