@@ -287,7 +287,7 @@ def test_a_read_only_database_in_wal_mode_opens_without_writing_beside_it(tmp_pa
     """A database in WAL mode opened with ``mode=ro`` leaves -wal/-shm files beside it, and fails on a
     read-only mount; the reader must do neither."""
     source = tmp_path / "wal" / "rank1_ascend_pt"
-    shutil.copytree(DB_LEVEL0 / "rank1_ascend_pt", source)
+    shutil.copytree(require(DB_LEVEL0 / "rank1_ascend_pt"), source)
     for path in [source, *source.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     for db_path in source.rglob("*.db"):

@@ -27,7 +27,7 @@ from perfsight.ingest import find_traces, read_trace
 from perfsight.model import MEMORY_SCHEMA, Trace, conform
 from perfsight.model_chunks import split_by_steps
 from perfsight.pipeline import ROW_TABLES
-from shared_data import REPO
+from shared_data import REPO, require
 
 TRACES = {
     "df_index_resolver": KINETO / "df_index_resolver" / "df_index_resolver.json.gz",
@@ -176,7 +176,7 @@ def test_a_profiled_jobs_findings_from_chunks_name_its_bottleneck_as_the_whole_t
 
 
 def test_a_mindinsight_runs_data_pipeline_tables_equal_the_whole_trace_analysis(tmp_path: Path) -> None:
-    run = Path(shutil.copytree(DATA / "mindinsight" / "run_2" / "normal_run", tmp_path / "run"))
+    run = Path(shutil.copytree(require(DATA / "mindinsight" / "run_2" / "normal_run"), tmp_path / "run"))
     trace = read_trace(find_traces(run)[0])
     chunked = assert_same_analysis(trace, 1, tmp_path / "spill")
     assert chunked.tables["data_stages"].num_rows  # the MindData pipeline was really analysed
