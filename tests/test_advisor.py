@@ -201,3 +201,41 @@ def test_a_host_running_more_ranks_than_cores_is_named_and_explains_its_slow_car
     slow_lines = [line for line in format_text(summary).splitlines() if line.startswith("slow rank ")]
     caveat = "its host runs more ranks than cores"
     assert all((caveat in line) == bool(crowded) for line in slow_lines)
+
+
+@pytest.mark.parametrize(
+    ("trace_file", "launch_bound"),
+    [
+        ("df_index_resolver/df_index_resolver.json.gz", True),
+        ("nccl_parser_config/nccl_data.json.gz", True),
+        ("ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", False),
+    ],
+    ids=["df_index_resolver", "nccl_data", "ns_resolution"],
+)
+def test_a_device_idle_waiting_for_the_host_is_the_top_finding_only_where_it_is(
+    trace_file: str, launch_bound: bool
+) -> None:
+    """df_index_resolver and nccl_data idle 41 % and 75 % of the step, mostly before the host issued
+    the next kernel (launch-bound: thousands of kernels of a few µs); ns_resolution's device runs
+    behind its host (its idle time comes after the launch calls), so no host wait is found there."""
+    from conftest import read_real
+    from perfsight import advisor, pipeline
+    from shared_data import KINETO
+
+    trace = read_real(KINETO / trace_file)
+    result = pipeline.analyse_trace(trace, pipeline.Options())
+    findings = advisor.rank_findings(result.tables, trace)  # advisor.json's, most important first
+    waits = [f for f in findings if f["rule"] == "host_wait"]
+    if not launch_bound:
+        assert waits == []
+        return
+    assert findings[0]["rule"] == "host_wait", [f["rule"] for f in findings]
+    (finding,) = waits
+    assert finding["category"] == "scheduling" and finding["severity"] in ("warning", "critical")
+    assert finding["message_key"] == "scheduling.launch_bound"
+    assert finding["title"].startswith("launch-bound: the device waits for the host")
+    idle = result.tables["device_idle"].to_pandas()
+    share_of_free = idle.host_wait_ns.sum() / idle.free_ns.sum()
+    shown = next(e["value"] for e in finding["evidence"] if e["metric"] == "share of the device's free time")
+    assert shown == pytest.approx(share_of_free, abs=0.1)  # the median step's, near the whole run's
+    assert "aten::" in finding["params"]["op_note"]  # names the operator whose kernels waited most

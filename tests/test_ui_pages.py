@@ -111,6 +111,14 @@ def test_overview_shows_the_step_breakdown_operator_types_and_time_shares(
         ("Preparing", "preparing"),
     ]:
         assert page.text_content(f'[data-share="{label}"]') == fmt_percent(shares[key])
+    # the part of Free the device waited for the host: the GPU trace is launch-bound, the CPU run
+    # (host clock) has no launches to wait for, so no such row
+    waited = page.locator('[data-share="of which waiting for the host"]')
+    assert (shares["free_host_wait"] > 0) == (which == "kineto")
+    assert waited.count() == int(which == "kineto")
+    if which == "kineto":
+        assert waited.text_content() == fmt_percent(shares["free_host_wait"])
+        assert shares["free_host_wait"] <= shares["free"]
 
     breakdown = chart_label(page, "chart-step-breakdown")
     for step in steps:

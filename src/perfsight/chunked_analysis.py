@@ -18,10 +18,14 @@ partials: per-chunk aggregates merged exactly; re-run: the same function on the 
 =============================  ==============================================================
 table                          how
 =============================  ==============================================================
-step_trace, overlap_breakdown  chunk-local (one row per step, steps in window order), each chunk
-                               judged on the whole trace's clock, its first window starting
+step_trace, overlap_breakdown, chunk-local (one row per step, steps in window order), each chunk
+device_idle                    judged on the whole trace's clock, its first window starting
                                where the earlier chunks' end, the work they left running counted
-                               as its own (``clock.CLOCK_KEY``/``REACH_KEY``/``CARRIED_KEY``)
+                               as its own (``clock.CLOCK_KEY``/``REACH_KEY``/``CARRIED_KEY``);
+                               device_idle attributes a free interval to the chunk's own work
+                               (a launch flow never crosses chunks), so one ended by carried work
+                               -- launched outside every host step and queued past its chunk --
+                               is unattributed here (no shared trace has one)
 flops_by_step                  chunk-local (FLOPs of a step's own ops)
 vendor_step_differences        re-run on the merged step_trace
 time_shares                    re-run on the merged overlap_breakdown

@@ -22,7 +22,7 @@ from perfsight.analysis import clock, overlap
 from perfsight.chunked_spills import GroupedSpill, concat, merged_partials, set_column
 from perfsight.model import Trace
 
-CLOCKED = ("step_trace", "overlap_breakdown")
+CLOCKED = ("step_trace", "overlap_breakdown", "device_idle")
 """Per-step tables each chunk computes for its own steps on its whole trace's clock (:class:`Timeline`)."""
 
 

@@ -2945,6 +2945,16 @@ export interface components {
             free_ns: number;
             /** Preparing Ns */
             preparing_ns: number;
+            /**
+             * Free Host Wait
+             * @default 0
+             */
+            free_host_wait: number;
+            /**
+             * Free Host Wait Ns
+             * @default 0
+             */
+            free_host_wait_ns: number;
         };
         /** SlowLinkEvidence */
         SlowLinkEvidence: {

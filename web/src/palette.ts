@@ -20,6 +20,7 @@ export const OVERLAP_COLORS = {
   communicationNotOverlapped: "#d9534f",
   overlapped: "#1aa3b8",
   free: "#b4bcc8",
+  freeHostWait: "#7d8796",
   preparing: "#e0a030",
   bubble: "#c0619e",
   receive: "#7a5c3e",

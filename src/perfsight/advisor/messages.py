@@ -54,6 +54,40 @@ MESSAGES: dict[str, dict[str, str]] = {
         "zh": "避免在迭代内调用 .item()、.cpu()、.tolist() 或打印张量:"
         "在设备侧累加,每个迭代(或每 N 个迭代)只读取一次。",
     },
+    "scheduling.launch_bound": {
+        "en": "launch-bound: the device waits for the host {wait_ms} ms a step ({share_pct}% of the "
+        "step, {of_free_pct}% of its idle time) between {work} short work items (median {work_us} µs, "
+        "gaps median {gap_us} µs){op_note}",
+        "zh": "启动受限(launch-bound):设备每个迭代等待主机下发 {wait_ms} ms(占迭代 {share_pct}%,"
+        "占设备空闲时间 {of_free_pct}%),期间执行 {work} 个短任务(中位 {work_us} µs,间隙中位 "
+        "{gap_us} µs){op_note_zh}",
+    },
+    "scheduling.launch_bound.fix": {
+        "en": "Issue fewer, larger kernels: capture the step in a CUDA graph (torch.compile with "
+        'mode="reduce-overhead", or torch.cuda.graphs), fuse element-wise ops (torch.compile, fused '
+        "or foreach optimizers), or raise the batch size; keep the launching thread free of other "
+        "work (data loading in DataLoader workers, no per-step logging).",
+        "zh": "减少内核数量、增大单个内核:用 CUDA Graph 捕获整个迭代(torch.compile 的 "
+        'mode="reduce-overhead",或 torch.cuda.graphs),融合逐元素算子(torch.compile、fused/foreach '
+        "优化器),或增大 batch size;让下发线程不做其他工作(数据加载放到 DataLoader 的 worker 中,"
+        "不要每迭代打印日志)。",
+    },
+    "scheduling.host_bound": {
+        "en": "host-bound: the device waits for the host {wait_ms} ms a step ({share_pct}% of the "
+        "step, {of_free_pct}% of its idle time) before its next work is issued; longest wait "
+        "{longest_ms} ms{op_note}",
+        "zh": "主机受限(host-bound):设备每个迭代等待主机下发下一个任务 {wait_ms} ms(占迭代 "
+        "{share_pct}%,占设备空闲时间 {of_free_pct}%);最长一次 {longest_ms} ms{op_note_zh}",
+    },
+    "scheduling.host_bound.fix": {
+        "en": "Look on the timeline at what the host runs while the device waits (the Free lane of "
+        "Overlap Analysis): "
+        "Python work, data handling, a blocking copy (use pinned memory and non_blocking=True) or "
+        "a synchronisation inside the step; move it out of the step or let the device run ahead.",
+        "zh": "在时间线上查看设备等待期间(Overlap Analysis 的 Free 泳道)主机在执行什么:"
+        "Python 逻辑、数据处理、阻塞的拷贝"
+        "(使用锁页内存和 non_blocking=True)或迭代内的同步;将其移出迭代,或让设备提前执行。",
+    },
     "memory.churn": {
         "en": "allocator churn: {alloc_mb} MB allocated a step, {churn}x the peak of {peak_mb} MB; "
         "largest allocator {culprit}",

@@ -38,6 +38,7 @@ class Rule:
 STEP_TRACE_CSV = "PROFILER_OUTPUT/step_trace_time.csv"
 OP_STATISTIC_CSV = "PROFILER_OUTPUT/op_statistic.csv"
 OPERATOR_MEMORY_CSV = "PROFILER_OUTPUT/operator_memory.csv"
+DEVICE_IDLE_TABLE = "cache/analysis/device_idle.parquet"
 CLUSTER_STEP_TRACE_CSV = "cluster_analysis_output/cluster_step_trace_time.csv"
 CLUSTER_OPS_CSV = "cluster_analysis_output/cluster_communication_ops.csv"
 CLUSTER_RESOURCES_CSV = "cluster_analysis_output/cluster_resources.csv"
@@ -79,6 +80,17 @@ RULES: dict[str, Rule] = {
             (OP_STATISTIC_CSV, "operator page", "timeline"),
             "Host-device synchronisations (.item(), .cpu(), cudaStreamSynchronize) at least "
             "min_per_step times a step: each one stops the host until the device is idle.",
+        ),
+        Rule(
+            "host_wait",
+            "scheduling",
+            "rank",
+            {"min_share": 0.10, "warning": 0.10, "critical": 0.25, "short_work_ns": 50_000},
+            (STEP_TRACE_CSV, DEVICE_IDLE_TABLE, "timeline"),
+            "The device idles inside the step waiting for the host to issue its next work (free time "
+            "before the launch call of the work that ends it) for at least min_share of the step: "
+            "launch-bound when the median device work item is shorter than short_work_ns (many "
+            "small kernels issued one at a time), else host-bound (host work between launches).",
         ),
         Rule(
             "memory_churn",

@@ -172,6 +172,24 @@ def overlap_breakdown(trace: Trace, stage_end: str | None = None) -> pa.Table:
     )
 
 
+def _free(busy: iv.Intervals, lo: np.ndarray, hi: np.ndarray, stage_end: str) -> iv.Intervals:
+    """The free set: every stage minus the busy set (``free_ns`` per window, as intervals)."""
+    return iv.subtract(iv.union(*_stage_bounds(busy, lo, hi, stage_end)), busy)
+
+
+def free_intervals(trace: Trace, stage_end: str | None = None) -> tuple[pa.Table, iv.Intervals]:
+    """The step windows (``clock.WINDOW_SCHEMA``) and the free intervals inside their stages: the
+    "Free" lane of :func:`overlap_intervals`, whose lengths per window sum to ``free_ns``.
+
+    Why public: ``analysis.device_idle`` attributes each of these intervals to what ended it; it
+    must cut exactly the time this module calls free."""
+    windows, _, busy = _steps_and_work(trace)
+    if windows.num_rows == 0:
+        return windows, iv.empty()
+    lo, hi = columns.int64(windows.column("start_ns")), columns.int64(windows.column("end_ns"))
+    return windows, _free(busy, lo, hi, _stage_end(trace, stage_end))
+
+
 def overlap_intervals(trace: Trace, stage_end: str | None = None) -> pa.Table:
     """Merged Computing / Communication / Communication(Not Overlapped) / Free intervals inside the steps."""
     windows, work, busy = _steps_and_work(trace)
@@ -179,12 +197,11 @@ def overlap_intervals(trace: Trace, stage_end: str | None = None) -> pa.Table:
         return OVERLAP_INTERVAL_SCHEMA.empty_table()
     lo, hi = columns.int64(windows.column("start_ns")), columns.int64(windows.column("end_ns"))
     steps = iv.union(lo, hi)
-    stages = iv.union(*_stage_bounds(busy, lo, hi, _stage_end(trace, stage_end)))
     lanes = {
         "Computing": iv.intersect(work.compute, steps),
         "Communication": iv.intersect(work.communication, steps),
         "Communication(Not Overlapped)": iv.intersect(iv.subtract(work.communication, work.compute), steps),
-        "Free": iv.subtract(stages, busy),
+        "Free": _free(busy, lo, hi, _stage_end(trace, stage_end)),
     }
     lane_of = np.repeat(np.arange(len(lanes), dtype=np.int32), [s.size for s, _ in lanes.values()])
     starts = np.concatenate([s for s, _ in lanes.values()])

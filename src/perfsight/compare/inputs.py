@@ -29,6 +29,7 @@ RANK_SUFFIX = re.compile(r"^(?P<path>.+):rank(?P<rank>\d+)$")
 NEEDED_TABLES = (
     "step_trace",
     "overlap_breakdown",
+    "device_idle",
     "communication_ops",
     "communication_links",
     "communication_steps",

@@ -50,6 +50,7 @@ METRICS = (
     ),
     Metric("overlapped_ns", "overlap_breakdown", "overlapped_ns", "ns", "communication"),
     Metric("free_ns", "overlap_breakdown", "free_ns", "ns", "idle"),
+    Metric("host_wait_ns", "device_idle", "host_wait_ns", "ns", "idle"),
     Metric("preparing_ns", "overlap_breakdown", "preparing_ns", "ns", "data"),
     Metric("communication_ns", "communication_steps", "elapse_ns", "ns", "communication", True),
     Metric("communication_wait_ns", "communication_steps", "wait_ns", "ns", "communication", True),
@@ -58,8 +59,9 @@ METRICS = (
     Metric("mfu", "flops_by_step", "mfu", "ratio", "compute"),
 )
 """The step breakdown, in the order it is shown: step time, its phases (gap, forward+backward,
-tail), the overlap breakdown (computing, communication not overlapped, overlapped, free,
-preparing), communication and data wait, FLOPs and MFU."""
+tail), the overlap breakdown (computing, communication not overlapped, overlapped, free -- and
+the part of it the device waited for the host, ``device_idle`` -- preparing), communication and
+data wait, FLOPs and MFU."""
 
 
 def _in_steps(frame: pd.DataFrame, side: Side) -> pd.DataFrame:

@@ -23,6 +23,7 @@ METRIC_LABELS = {
     "communication_not_overlapped_ns": "communication not overlapped",
     "overlapped_ns": "communication overlapped",
     "free_ns": "free",
+    "host_wait_ns": "free, waiting for the host",
     "preparing_ns": "preparing",
     "communication_ns": "communication (all ops)",
     "communication_wait_ns": "communication wait",

@@ -91,6 +91,10 @@ class Shares(BaseModel):
     communication_not_overlapped_ns: int
     free_ns: int
     preparing_ns: int
+    free_host_wait: float = 0.0
+    """The part of ``free`` the device spent waiting for the host to issue its next work (the
+    ``device_idle`` table's host_wait_ns); 0 without a device or in a cache written before it."""
+    free_host_wait_ns: int = 0
 
 
 class OperatorTypeShare(BaseModel):

@@ -30,7 +30,7 @@ MEMO_ENTRIES = 64
 OVERVIEW_SUFFIX = ".idx"
 """The saved overview (first line: its key; then the body), in the server's cache folder of the run
 (``RankData.overview_file``); not named ``*.json``, which trace discovery would take for a trace."""
-OVERVIEW_FORMAT = 2  # 2: warnings left out of the saved body
+OVERVIEW_FORMAT = 3  # 2: warnings left out of the saved body; 3: shares.free_host_wait
 _memo: dict[tuple[str, str], Any] = {}
 _memo_lock = threading.Lock()
 
@@ -87,11 +87,16 @@ def data_wait(data: RankData) -> dict[str, Any]:
 
 def _shares(data: RankData) -> dict[str, Any]:
     """The ``time_shares`` analysis table as the overview's ``shares`` object (fractions and ns; all
-    0 when no step could be broken down)."""
+    0 when no step could be broken down), with the part of the free time the device waited for the
+    host (``device_idle``: summed over the same steps)."""
     rows = queries.rows(data.table_path("time_shares"), "", "share, ns, total_ns, fraction")
     shares: dict[str, Any] = {"total_ns": rows[0]["total_ns"] if rows else 0}
     shares |= {name: 0.0 for name, _ in SHARES} | {r["share"]: r["fraction"] for r in rows}
-    return shares | {f"{name}_ns": 0 for name, _ in SHARES} | {f"{r['share']}_ns": r["ns"] for r in rows}
+    shares |= {f"{name}_ns": 0 for name, _ in SHARES} | {f"{r['share']}_ns": r["ns"] for r in rows}
+    waited = queries.rows(data.table_path("device_idle"), "", "coalesce(sum(host_wait_ns), 0) AS ns")
+    waited_ns = int(waited[0]["ns"]) if waited else 0
+    total = shares["total_ns"]
+    return shares | {"free_host_wait": waited_ns / total if total else 0.0, "free_host_wait_ns": waited_ns}
 
 
 def _top_operators(data: RankData) -> tuple[str, list[dict[str, Any]]]:

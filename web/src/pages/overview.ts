@@ -147,21 +147,24 @@ function shares(data: Overview): HTMLElement {
     [t.overview.free, s.free, s.free_ns, OVERLAP_COLORS.free],
     [t.overview.preparing, s.preparing, s.preparing_ns, OVERLAP_COLORS.preparing],
   ];
+  const shareRow = ([label, ratio, ns, color]: [string, number, number, string], sub = false) => {
+    const fill = h("div");
+    fill.style.width = fmt.percent(Math.max(0, Math.min(1, ratio)), 3);
+    fill.style.background = color;
+    return h(
+      "div",
+      { class: sub ? "share-row sub" : "share-row", title: sub ? `${fmt.duration(ns)}: ${t.overview.freeHostWaitHint}` : fmt.duration(ns) },
+      h("span", {}, label),
+      h("div", { class: "share-bar" }, fill),
+      h("span", { class: "num", "data-share": label }, fmt.percent(ratio)),
+    );
+  };
+  // the part of the free time the device waited for the host (device_idle), under Free
+  const waited: [string, number, number, string] = [t.overview.freeHostWait, s.free_host_wait, s.free_host_wait_ns, OVERLAP_COLORS.freeHostWait];
   return h(
     "div",
     { class: "shares" },
-    rows.map(([label, ratio, ns, color]) => {
-      const fill = h("div");
-      fill.style.width = fmt.percent(Math.max(0, Math.min(1, ratio)), 3);
-      fill.style.background = color;
-      return h(
-        "div",
-        { class: "share-row", title: fmt.duration(ns) },
-        h("span", {}, label),
-        h("div", { class: "share-bar" }, fill),
-        h("span", { class: "num", "data-share": label }, fmt.percent(ratio)),
-      );
-    }),
+    rows.flatMap((row) => (row[0] === t.overview.free && s.free_host_wait > 0 ? [shareRow(row), shareRow(waited, true)] : [shareRow(row)])),
   );
 }
 

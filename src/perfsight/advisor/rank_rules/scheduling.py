@@ -1,5 +1,6 @@
-"""The scheduling rule: host-device synchronisations inside the step (``.item()``,
-``cudaStreamSynchronize``), each of which stops the host until the device is idle.
+"""The scheduling rules: host-device synchronisations inside the step (``.item()``,
+``cudaStreamSynchronize``), each of which stops the host until the device is idle; and the device
+idling inside the step until the host issues its next work (launch- or host-bound).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from perfsight.advisor.finding import (
     Finding,
     confidence,
     ms,
+    pct,
     robust_effect,
+    severity_for,
 )
 from perfsight.advisor.rank_rules.view import RankView, finding_for, op_per_step, slices_of_kind
 from perfsight.advisor.rules import RULES, threshold
@@ -75,3 +78,98 @@ def host_syncs(view: RankView) -> list[Finding]:
             confidence=conf,
         )
     ]
+
+
+def host_wait(view: RankView) -> list[Finding]:
+    """The device idle inside the step until the host issues its next work (``device_idle``):
+    launch-bound with short device work, host-bound otherwise."""
+    rule = "host_wait"
+    if not len(view.steps) or view.mean_step_ns <= 0 or not view.on_device:
+        return []
+    effect, error, _ = robust_effect(view.per_step("device_idle", "host_wait_ns").tolist())
+    share = effect / view.mean_step_ns
+    conf = confidence(effect, error)
+    if share < threshold(rule, "min_share") or conf <= 0:
+        return []
+    free = float(np.median(view.per_step("device_idle", "free_ns")))
+    work = float(np.median(view.per_step("device_idle", "device_work")))
+    work_ns = float(np.median(view.per_step("device_idle", "median_work_ns")))
+    gaps = float(np.median(view.per_step("device_idle", "gaps")))
+    gap_ns = float(np.median(view.per_step("device_idle", "median_gap_ns")))
+    longest_ns = float(np.median(view.per_step("device_idle", "longest_gap_ns")))
+    op, op_ns = _top_wait_op(view)
+    short = threshold(rule, "short_work_ns")
+    launch_bound = 0 < work_ns < short
+    src, table = RULES[rule].sources[0], RULES[rule].sources[1]
+    return [
+        finding_for(
+            rule,
+            view,
+            severity=severity_for(share, threshold(rule, "warning"), threshold(rule, "critical")),
+            culprit_kind="op" if op else "module",
+            culprit=op or ("kernel launches" if launch_bound else "host code between launches"),
+            key="scheduling.launch_bound" if launch_bound else "scheduling.host_bound",
+            params={
+                "culprit": f"rank {view.rank}",
+                "wait_ms": ms(effect),
+                "share_pct": pct(share),
+                "of_free_pct": pct(effect / free) if free > 0 else 0.0,
+                "work": int(round(work)),
+                "work_us": round(work_ns / 1e3, 1),
+                "gap_us": round(gap_ns / 1e3, 1),
+                "longest_ms": ms(longest_ns),
+                "op_note": f"; the most before {op}'s work ({ms(op_ns)} ms a step)" if op else "",
+                "op_note_zh": f";等待最多的是 {op} 的设备任务(每迭代 {ms(op_ns)} ms)" if op else "",
+            },
+            evidence=[
+                Evidence("device idle waiting for the host per step", int(effect), "ns", None, table),
+                Evidence("share of step", share, "share", threshold(rule, "min_share"), src),
+                Evidence(
+                    "share of the device's free time",
+                    effect / free if free > 0 else 0.0,
+                    "share",
+                    None,
+                    table,
+                ),
+                Evidence("free intervals per step", int(round(gaps)), "count", None, table),
+                Evidence("median free interval", int(gap_ns), "ns", None, table),
+                Evidence("longest free interval per step", int(longest_ns), "ns", None, "timeline"),
+                Evidence("device work items per step", int(round(work)), "count", None, table),
+                Evidence("median device work duration", int(work_ns), "ns", short, table),
+                *(
+                    [Evidence(f"wait before {op}'s device work per step", int(op_ns), "ns", None, table)]
+                    if op
+                    else []
+                ),
+            ],
+            effect_ns=effect,
+            error_ns=error,
+            confidence=conf,
+        )
+    ]
+
+
+def _top_wait_op(view: RankView) -> tuple[str | None, float]:
+    """The operator that is most often the step's longest wait (``top_wait_op``) over the used
+    steps, ties to the larger summed wait; its median wait per step (0 in steps where another is)."""
+    table = view.tables.get("device_idle")
+    if table is None or table.num_rows == 0:
+        return None, 0.0
+    steps = columns.int64(table.column("step"))
+    used = np.isin(steps, view.steps)
+    names = table.column("top_wait_op").to_pylist()
+    waits = columns.int64(table.column("top_wait_op_ns"))
+    totals: dict[str, tuple[int, int]] = {}
+    for name, wait, keep in zip(names, waits.tolist(), used.tolist(), strict=True):  # one per step
+        if keep and name:
+            count, total = totals.get(name, (0, 0))
+            totals[name] = (count + 1, total + wait)
+    if not totals:
+        return None, 0.0
+    op = max(sorted(totals), key=lambda name: totals[name])
+    per_step = [
+        wait if name == op else 0
+        for name, wait, keep in zip(names, waits.tolist(), used.tolist(), strict=True)
+        if keep
+    ]
+    return op, float(np.median(per_step))
