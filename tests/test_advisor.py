@@ -204,29 +204,32 @@ def test_a_host_running_more_ranks_than_cores_is_named_and_explains_its_slow_car
 
 
 @pytest.mark.parametrize(
-    ("trace_file", "launch_bound"),
+    ("trace_file", "platform"),
     [
-        ("df_index_resolver/df_index_resolver.json.gz", True),
-        ("nccl_parser_config/nccl_data.json.gz", True),
-        ("ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", False),
+        ("kineto/df_index_resolver/df_index_resolver.json.gz", "cuda"),
+        ("kineto/nccl_parser_config/nccl_data.json.gz", "cuda"),
+        ("kineto/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", None),
+        ("ascend_pt/level1/rank1_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json", "ascend"),
     ],
-    ids=["df_index_resolver", "nccl_data", "ns_resolution"],
+    ids=["df_index_resolver", "nccl_data", "ns_resolution", "ascend_level1"],
 )
 def test_a_device_idle_waiting_for_the_host_is_the_top_finding_only_where_it_is(
-    trace_file: str, launch_bound: bool
+    trace_file: str, platform: str | None
 ) -> None:
     """df_index_resolver and nccl_data idle 41 % and 75 % of the step, mostly before the host issued
-    the next kernel (launch-bound: thousands of kernels of a few µs); ns_resolution's device runs
-    behind its host (its idle time comes after the launch calls), so no host wait is found there."""
+    the next kernel (launch-bound: thousands of kernels of a few µs); so does the Ascend level1
+    rank, 79 % of its free time in 90 gaps between 715 tasks of 3.6 µs (msprof-analyze reports the
+    same free time and no cause); ns_resolution's device runs behind its host (its idle time comes
+    after the launch calls), so no host wait is found there."""
     from conftest import read_real
     from perfsight import advisor, pipeline
-    from shared_data import KINETO
+    from shared_data import DATA
 
-    trace = read_real(KINETO / trace_file)
+    trace = read_real(DATA / trace_file)
     result = pipeline.analyse_trace(trace, pipeline.Options())
     findings = advisor.rank_findings(result.tables, trace)  # advisor.json's, most important first
     waits = [f for f in findings if f["rule"] == "host_wait"]
-    if not launch_bound:
+    if platform is None:
         assert waits == []
         return
     assert findings[0]["rule"] == "host_wait", [f["rule"] for f in findings]
@@ -238,4 +241,8 @@ def test_a_device_idle_waiting_for_the_host_is_the_top_finding_only_where_it_is(
     share_of_free = idle.host_wait_ns.sum() / idle.free_ns.sum()
     shown = next(e["value"] for e in finding["evidence"] if e["metric"] == "share of the device's free time")
     assert shown == pytest.approx(share_of_free, abs=0.1)  # the median step's, near the whole run's
-    assert "aten::" in finding["params"]["op_note"]  # names the operator whose kernels waited most
+    # the remedy fits the platform: CUDA graphs, or torch_npu's dispatch pipeline
+    assert ("TASK_QUEUE_ENABLE" in finding["suggestion"]) == (platform == "ascend")
+    assert ("CUDA graph" in finding["suggestion"]) == (platform == "cuda")
+    if platform == "cuda":  # Kineto links kernels to their operators: the one waited on most is named
+        assert "aten::" in finding["params"]["op_note"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from _trace_builder import make_trace
@@ -19,10 +20,12 @@ from conftest import read_real as _read
 from perfsight.analysis.clock import step_windows
 from perfsight.analysis.device_idle import DEVICE_IDLE_SCHEMA, device_idle
 from perfsight.analysis.overlap import overlap_breakdown, overlap_intervals
+from perfsight.analysis.step_trace import step_trace
 from perfsight.model import Trace
 from shared_data import KINETO
 
 HOST, STREAM = 0, 1
+_FP_SCHEMA = pa.schema([("step", pa.int32()), ("fp_start_ns", pa.int64())])
 
 DF_INDEX = KINETO / "df_index_resolver" / "df_index_resolver.json.gz"
 NCCL = KINETO / "nccl_parser_config" / "nccl_data.json.gz"
@@ -112,12 +115,33 @@ def test_each_free_interval_is_cut_at_the_launch_call_of_the_work_that_ends_it()
     assert (two["top_wait_op"], two["top_wait_op_ns"]) == ("aten::mul", 20)
 
 
-def test_free_time_is_overlap_breakdowns_and_the_three_parts_add_up_to_it() -> None:
+def _parts(row: dict[str, Any]) -> int:
+    return row["before_forward_ns"] + row["host_wait_ns"] + row["after_launch_ns"] + row["unattributed_ns"]
+
+
+def test_free_time_is_overlap_breakdowns_and_the_four_parts_add_up_to_it() -> None:
     trace = _two_step_trace()
-    idle = device_idle(trace).to_pylist()
+    idle = device_idle(trace, step_trace(trace)).to_pylist()
     free = [r["free_ns"] for r in overlap_breakdown(trace).to_pylist()]
     assert [r["free_ns"] for r in idle] == free
-    assert all(r["host_wait_ns"] + r["after_launch_ns"] + r["unattributed_ns"] == r["free_ns"] for r in idle)
+    assert all(_parts(r) == r["free_ns"] for r in idle)
+
+
+def test_free_time_before_the_forward_start_is_left_to_the_iteration_gap() -> None:
+    """With step 1's forward pass starting at 30, the first 10 of the free interval [20,40) are the
+    iteration gap's; the 10 after it are still split at k2's launch call (30)."""
+    forward = pa.table({"step": [1, 2], "fp_start_ns": [30, None]}, schema=_FP_SCHEMA)
+    rows = {r["step"]: r for r in device_idle(_two_step_trace(), forward).to_pylist()}
+    one = rows[1]
+    assert (one["free_ns"], one["before_forward_ns"], one["host_wait_ns"], one["after_launch_ns"]) == (
+        60,
+        10,
+        0,
+        30,
+    )
+    assert (one["gaps"], one["longest_gap_ns"]) == (3, 20)  # [30,40) [50,70) [80,100)
+    assert one["top_wait_op"] is None  # nothing waited for the host after the forward start
+    assert rows[2]["before_forward_ns"] == 0  # forward start unknown: the window's start
 
 
 def test_a_trace_without_steps_gives_an_empty_table_of_the_schema() -> None:
@@ -130,12 +154,14 @@ def test_a_trace_without_steps_gives_an_empty_table_of_the_schema() -> None:
 # real Kineto traces
 
 
-def _split_from_raw(path: Path, trace: Trace) -> dict[int, tuple[int, int, int, int, int]]:
-    """Per step: (host wait, after launch, unattributed, gaps, longest gap) in plain Python.
+def _split_from_raw(path: Path, trace: Trace, steps: pa.Table) -> dict[int, tuple[int, ...]]:
+    """Per step: (before the forward start, host wait, after launch, unattributed, gaps, longest gap)
+    in plain Python.
 
     The free intervals are ``overlap_intervals``' Free lane (checked against the raw JSON in
-    test_overlap.py); what ends each one is found here from the raw events alone: the device events
-    that start at its end, and the earliest runtime call with one of their correlation ids."""
+    test_overlap.py) cut at ``step_trace``'s forward start; what ends each one is found here from
+    the raw events alone: the device events that start at its end, and the earliest runtime call
+    with one of their correlation ids."""
     events = _raw_events(path)
     calls: dict[int, int] = {}
     for e in events:
@@ -158,29 +184,38 @@ def _split_from_raw(path: Path, trace: Trace) -> dict[int, tuple[int, int, int, 
             launched_at[start] = min(known) if known else None
     windows = step_windows(trace).to_pylist()
     free = [r for r in overlap_intervals(trace).to_pylist() if r["lane"] == "Free"]
-    out: dict[int, list[int]] = {w["step"]: [0, 0, 0, 0, 0] for w in windows}
+    forward = {r["step"]: r["fp_start_ns"] for r in steps.to_pylist()}
+    out: dict[int, list[int]] = {w["step"]: [0, 0, 0, 0, 0, 0] for w in windows}
     for interval in free:
         lo, hi = interval["start_ns"], interval["end_ns"]
         step = next(w["step"] for w in windows if w["start_ns"] <= lo < w["end_ns"])
+        row = out[step]
+        fp = forward.get(step)
+        if fp is not None and fp > lo:
+            row[0] += min(fp, hi) - lo
+            lo = min(fp, hi)
+        if lo == hi:
+            continue
         call = launched_at.get(hi)
         host = min(max(call - lo, 0), hi - lo) if call is not None else 0
         after = hi - lo - host if call is not None else 0
-        row = out[step]
-        row[0] += host
-        row[1] += after
-        row[2] += hi - lo - host - after
-        row[3] += 1
-        row[4] = max(row[4], hi - lo)
+        row[1] += host
+        row[2] += after
+        row[3] += hi - lo - host - after
+        row[4] += 1
+        row[5] = max(row[5], hi - lo)
     return {step: tuple(row) for step, row in out.items()}  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("path", [DF_INDEX, NCCL], ids=["df_index_resolver", "nccl_data"])
 def test_real_traces_split_equals_the_raw_json_launch_calls(path: Path) -> None:
     trace = _read(path)
-    want = _split_from_raw(path, trace)
-    rows = device_idle(trace).to_pylist()
+    steps = step_trace(trace)
+    want = _split_from_raw(path, trace, steps)
+    rows = device_idle(trace, steps).to_pylist()
     got = {
         r["step"]: (
+            r["before_forward_ns"],
             r["host_wait_ns"],
             r["after_launch_ns"],
             r["unattributed_ns"],
@@ -194,6 +229,7 @@ def test_real_traces_split_equals_the_raw_json_launch_calls(path: Path) -> None:
     assert {r["step"]: r["free_ns"] for r in rows} == free
     # these two traces are launch-bound: most of the device's idle time waits for the host
     assert sum(r["host_wait_ns"] for r in rows) > 0.5 * sum(free.values())
+    assert all(_parts(r) == r["free_ns"] for r in rows)
 
 
 def test_a_host_only_trace_has_no_launches_to_wait_for() -> None:

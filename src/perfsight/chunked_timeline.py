@@ -51,8 +51,9 @@ class Timeline:
             extra[clock.CARRIED_KEY] = self.carried
         judged = dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, extra=extra))
         done: dict[str, pa.Table] = {}
-        for name in CLOCKED:
-            self.parts[name].append(pipeline.ANALYSES[name](judged, options, done))
+        for name in CLOCKED:  # in ANALYSES order: device_idle reads the chunk's step_trace
+            done[name] = pipeline.ANALYSES[name](judged, options, done)
+            self.parts[name].append(done[name])
         self._intervals(overlap.overlap_intervals(judged))
         steps = self.parts["step_trace"][-1]
         self.step_starts = np.concatenate([self.step_starts, columns.int64(steps.column("start_ns"))])

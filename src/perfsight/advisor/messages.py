@@ -63,14 +63,12 @@ MESSAGES: dict[str, dict[str, str]] = {
         "{gap_us} µs){op_note_zh}",
     },
     "scheduling.launch_bound.fix": {
-        "en": "Issue fewer, larger kernels: capture the step in a CUDA graph (torch.compile with "
-        'mode="reduce-overhead", or torch.cuda.graphs), fuse element-wise ops (torch.compile, fused '
-        "or foreach optimizers), or raise the batch size; keep the launching thread free of other "
-        "work (data loading in DataLoader workers, no per-step logging).",
-        "zh": "减少内核数量、增大单个内核:用 CUDA Graph 捕获整个迭代(torch.compile 的 "
-        'mode="reduce-overhead",或 torch.cuda.graphs),融合逐元素算子(torch.compile、fused/foreach '
-        "优化器),或增大 batch size;让下发线程不做其他工作(数据加载放到 DataLoader 的 worker 中,"
-        "不要每迭代打印日志)。",
+        "en": "Issue fewer, larger kernels, and issue them faster: {remedy}; fuse element-wise ops "
+        "(torch.compile, fused or foreach optimizers) or raise the batch size; keep the launching "
+        "thread free of other work (data loading in DataLoader workers, no per-step logging).",
+        "zh": "减少内核数量、增大单个内核,并加快下发:{remedy_zh};融合逐元素算子(torch.compile、"
+        "fused/foreach 优化器)或增大 batch size;让下发线程不做其他工作(数据加载放到 DataLoader "
+        "的 worker 中,不要每迭代打印日志)。",
     },
     "scheduling.host_bound": {
         "en": "host-bound: the device waits for the host {wait_ms} ms a step ({share_pct}% of the "

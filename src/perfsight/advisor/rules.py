@@ -85,12 +85,19 @@ RULES: dict[str, Rule] = {
             "host_wait",
             "scheduling",
             "rank",
-            {"min_share": 0.10, "warning": 0.10, "critical": 0.25, "short_work_ns": 50_000},
+            {
+                "min_share": 0.10,
+                "warning": 0.10,
+                "critical": 0.25,
+                "short_work_ns": 50_000,
+                "stall_share": 0.5,
+            },
             (STEP_TRACE_CSV, DEVICE_IDLE_TABLE, "timeline"),
-            "The device idles inside the step waiting for the host to issue its next work (free time "
-            "before the launch call of the work that ends it) for at least min_share of the step: "
-            "launch-bound when the median device work item is shorter than short_work_ns (many "
-            "small kernels issued one at a time), else host-bound (host work between launches).",
+            "From the forward start on, the device idles waiting for the host to issue its next work "
+            "(free time before the launch call of the work that ends it) for at least min_share of "
+            "the step: launch-bound when the median device work item is shorter than short_work_ns "
+            "and no single wait reaches stall_share of it (many small kernels issued one at a "
+            "time), else host-bound (host work between launches).",
         ),
         Rule(
             "memory_churn",

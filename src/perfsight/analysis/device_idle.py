@@ -12,9 +12,13 @@ on the host (``hierarchy.launcher``).  Each interval is cut at that call's start
   work waited on once issued (an event from another stream, a peer's collective).
 * ``unattributed_ns``: free time not ended by launched work: the window's idle end, or work whose
   launch call the trace lacks (no launch flows or correlation ids; every gap on the host clock).
+* ``before_forward_ns``: free time before the step's first forward op (``step_trace``'s
+  ``fp_start_ns``), not split: it belongs to the iteration gap, whose cause (data loading, host
+  code before the forward pass) the data_wait rule judges; counted there and here, it would be
+  reported twice.
 
-Per step, exactly: ``host_wait + after_launch + unattributed == free_ns`` of ``overlap_breakdown``
-(:func:`perfsight.analysis.overlap.free_intervals` cuts the same intervals).
+Per step, exactly: ``before_forward + host_wait + after_launch + unattributed == free_ns`` of
+``overlap_breakdown`` (:func:`perfsight.analysis.overlap.free_intervals` cuts the same intervals).
 
 Why the device as a whole and split in time: Holistic Trace Analysis's idle time breakdown
 classifies whole gaps per stream ("host wait" when the next kernel's launch began after the
@@ -22,11 +26,11 @@ previous kernel ended, "kernel wait" under a 30 ns threshold, else "other").  A 
 another computes; the time a step loses is the union's, and a gap whose launch came midway was
 partly host wait and partly not.
 
-Also per step: how many free intervals (``gaps``), their median and longest; how many device work
-items started in the window and their median duration (many short kernels with short gaps between
-them is the launch-bound signature); and the host operator whose device work waited longest for
-its launch, summed over the step (``top_wait_op``): what to fuse, capture in a CUDA graph or move
-out of the step.
+Also per step, from the forward start on: how many free intervals (``gaps``), their median and
+longest; how many device work items started in the window and their median duration (many short
+kernels with short gaps between them is the launch-bound signature); and the host operator whose
+device work waited longest for its launch, summed over the step (``top_wait_op``): what to fuse,
+capture in a CUDA graph or move out of the step.
 
 This module must not choose the clock, the windows or what counts as busy (``overlap`` and
 ``clock`` do), and must not loop over events in Python.
@@ -44,13 +48,14 @@ from perfsight.analysis.clock import device_activity_mask
 from perfsight.analysis.hierarchy import launcher, launching_op
 from perfsight.analysis.index import index_of
 from perfsight.analysis.overlap import free_intervals
-from perfsight.model import Trace
+from perfsight.model import NO_ID, Trace
 
 DEVICE_IDLE_SCHEMA = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
         pa.field("step", pa.int32(), nullable=False),
         pa.field("free_ns", pa.int64(), nullable=False),
+        pa.field("before_forward_ns", pa.int64(), nullable=False),
         pa.field("host_wait_ns", pa.int64(), nullable=False),
         pa.field("after_launch_ns", pa.int64(), nullable=False),
         pa.field("unattributed_ns", pa.int64(), nullable=False),
@@ -69,15 +74,22 @@ _NEVER = np.iinfo(np.int64).max
 """The launch start of work whose launch call is unknown."""
 
 
-def device_idle(trace: Trace, stage_end: str | None = None) -> pa.Table:
-    """Per step: the free time of ``overlap_breakdown`` split into host wait, after launch and
-    unattributed, with the gap and device-work statistics (see the module docstring)."""
+def device_idle(trace: Trace, steps: pa.Table | None = None, stage_end: str | None = None) -> pa.Table:
+    """Per step: the free time of ``overlap_breakdown`` split into before the forward start, host
+    wait, after launch and unattributed, with the gap and device-work statistics (see the module
+    docstring).  ``steps``: the ``step_trace`` table (``step``, ``fp_start_ns``); without it, or
+    where a step's forward start is unknown, the forward starts with the window."""
     windows, (g0, g1) = free_intervals(trace, stage_end)
     n = windows.num_rows
     if n == 0:
         return DEVICE_IDLE_SCHEMA.empty_table()
     lo, hi = columns.int64(windows.column("start_ns")), columns.int64(windows.column("end_ns"))
     window = np.searchsorted(lo, g0, side="right") - 1  # windows are disjoint and in time order
+    before = np.clip(_forward_starts(windows, steps)[window] - g0, 0, g1 - g0)
+    free_ns = _sum(window, g1 - g0, n)
+    before_ns = _sum(window, before, n)
+    rest = np.flatnonzero(g0 + before < g1)  # what is left of each interval after the forward start
+    g0, g1, window = g0[rest] + before[rest], g1[rest], window[rest]
     length = g1 - g0
     call_start, op = _next_launch(trace, g1)
     known = call_start != _NEVER
@@ -88,7 +100,8 @@ def device_idle(trace: Trace, stage_end: str | None = None) -> pa.Table:
     by_name = {
         "rank": windows.column("rank"),
         "step": windows.column("step"),
-        "free_ns": _sum(window, length, n),
+        "free_ns": free_ns,
+        "before_forward_ns": before_ns,
         "host_wait_ns": _sum(window, host, n),
         "after_launch_ns": _sum(window, after, n),
         "unattributed_ns": _sum(window, length - host - after, n),
@@ -107,6 +120,23 @@ def device_idle(trace: Trace, stage_end: str | None = None) -> pa.Table:
         ],
         schema=DEVICE_IDLE_SCHEMA,
     )
+
+
+def _forward_starts(windows: pa.Table, steps: pa.Table | None) -> NDArray[np.int64]:
+    """Per window, where its step's forward pass starts (``steps.fp_start_ns``; the window's start
+    where unknown)."""
+    starts = columns.int64(windows.column("start_ns")).copy()
+    if steps is None or steps.num_rows == 0:
+        return starts
+    numbers = columns.int64(steps.column("step"))
+    fp = columns.int64(steps.column("fp_start_ns"), null=NO_ID)
+    order = np.argsort(numbers, kind="stable")
+    numbers, fp = numbers[order], fp[order]
+    wanted = columns.int64(windows.column("step"))
+    at = np.minimum(np.searchsorted(numbers, wanted), max(numbers.size - 1, 0))
+    known = (numbers[at] == wanted) & (fp[at] != NO_ID)
+    starts[known] = np.maximum(starts[known], fp[at][known])
+    return starts
 
 
 def _device_rows(trace: Trace) -> NDArray[np.int64]:

@@ -99,7 +99,9 @@ def host_wait(view: RankView) -> list[Finding]:
     longest_ns = float(np.median(view.per_step("device_idle", "longest_gap_ns")))
     op, op_ns = _top_wait_op(view)
     short = threshold(rule, "short_work_ns")
-    launch_bound = 0 < work_ns < short
+    stall = longest_ns >= threshold(rule, "stall_share") * effect  # one wait, not many launches
+    launch_bound = 0 < work_ns < short and not stall
+    npu = _on_ascend(view)
     src, table = RULES[rule].sources[0], RULES[rule].sources[1]
     return [
         finding_for(
@@ -118,6 +120,8 @@ def host_wait(view: RankView) -> list[Finding]:
                 "work_us": round(work_ns / 1e3, 1),
                 "gap_us": round(gap_ns / 1e3, 1),
                 "longest_ms": ms(longest_ns),
+                "remedy": ASCEND_REMEDY[0] if npu else CUDA_REMEDY[0],
+                "remedy_zh": ASCEND_REMEDY[1] if npu else CUDA_REMEDY[1],
                 "op_note": f"; the most before {op}'s work ({ms(op_ns)} ms a step)" if op else "",
                 "op_note_zh": f";等待最多的是 {op} 的设备任务(每迭代 {ms(op_ns)} ms)" if op else "",
             },
@@ -147,6 +151,24 @@ def host_wait(view: RankView) -> list[Finding]:
             confidence=conf,
         )
     ]
+
+
+CUDA_REMEDY = (
+    'capture the step in a CUDA graph (torch.compile with mode="reduce-overhead", or torch.cuda.graphs)',
+    '用 CUDA Graph 捕获整个迭代(torch.compile 的 mode="reduce-overhead",或 torch.cuda.graphs)',
+)
+ASCEND_REMEDY = (
+    "let torch_npu dispatch on its second pipeline (TASK_QUEUE_ENABLE=2), bind its threads to cores "
+    "(CPU_AFFINITY_CONF=1), or run the step in graph mode",
+    "开启 torch_npu 二级流水下发(TASK_QUEUE_ENABLE=2)、绑核(CPU_AFFINITY_CONF=1),或以图模式执行迭代",
+)
+"""How to issue work faster, by platform: the ``{remedy}`` of ``scheduling.launch_bound.fix``."""
+
+
+def _on_ascend(view: RankView) -> bool:
+    """An Ascend NPU rank (HCCL, or a device the reader named Ascend)."""
+    meta = view.trace.meta
+    return meta.backend == "hccl" or any("ascend" in d.name.lower() for d in meta.devices)
 
 
 def _top_wait_op(view: RankView) -> tuple[str | None, float]:
