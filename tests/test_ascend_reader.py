@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
@@ -217,3 +218,34 @@ def test_garbage_events_in_the_timeline_are_named_and_the_good_ones_kept(tmp_pat
     warnings = "\n".join(trace.meta.warnings)
     assert f"{timeline}: 1 slice event(s) without a usable timestamp" in warnings
     assert f"{timeline}: damaged" in warnings and "not valid JSON" in warnings
+
+
+def test_a_timeline_copied_out_of_its_folder_is_still_read_as_ascends(tmp_path: Path) -> None:
+    """A user who copies (or renames) ``trace_view.json`` alone gets the device's numbers, not a
+    host-only reading of it: the same slices and overlap breakdown as in its rank folder, rank 0
+    with warnings that say why; the bounded path leaves it to this reader."""
+    from perfsight.analysis.overlap import overlap_breakdown
+    from perfsight.ingest import bounded_input
+
+    source = ASCEND / "level1" / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    require(source)
+    lone = tmp_path / "copied" / "rank1_timeline.json"
+    lone.parent.mkdir()
+    shutil.copyfile(source, lone)
+    in_place, alone = read_trace(source), read_trace(lone)
+    assert alone.rank == 0 and alone.meta.backend == "hccl"
+    assert any(
+        str(lone) in w and "outside an ASCEND_PROFILER_OUTPUT folder" in w for w in alone.meta.warnings
+    )
+    assert any("no profiler_info" in w for w in alone.meta.warnings)
+    assert alone.slices.num_rows == in_place.slices.num_rows
+    assert (
+        pc.sum(alone.slices.column("is_device")).as_py()
+        == pc.sum(in_place.slices.column("is_device")).as_py()
+    )
+    assert _without_rank(overlap_breakdown(alone)) == _without_rank(overlap_breakdown(in_place))
+    assert not bounded_input(lone)
+
+
+def _without_rank(table: pa.Table) -> list[dict]:
+    return table.drop_columns(["rank"]).to_pylist()

@@ -33,7 +33,7 @@ def read_trace(path: str | Path, rank: int | None = None) -> Trace:
         from perfsight.ingest.mindinsight_trace import read_legacy_trace
 
         return read_legacy_trace(path, rank=rank)
-    if path.parent.name == ASCEND_OUTPUT_DIR:  # an Ascend/MindSpore rank folder: read as a whole
+    if path.parent.name == ASCEND_OUTPUT_DIR or _lone_ascend_timeline(path):  # read as a rank folder
         from perfsight.ingest.ascend import read_ascend
 
         return read_ascend(path, rank=rank)
@@ -56,9 +56,16 @@ def bounded_input(path: Path) -> bool:
     """Whether ``path`` can be read in chunks of steps by :func:`spill_trace` (the bounded-memory
     path, ``pipeline_bounded.py``): a Kineto file alone or in a perfsight run folder (no vendor
     folder, no MindInsight layout)."""
-    if _legacy_step_file(path) or path.parent.name == ASCEND_OUTPUT_DIR:
+    if _legacy_step_file(path) or path.parent.name == ASCEND_OUTPUT_DIR or _lone_ascend_timeline(path):
         return False
     return path.name.endswith(TRACE_SUFFIXES)
+
+
+def _lone_ascend_timeline(path: Path) -> bool:
+    """An Ascend ``trace_view.json`` away from its rank folder (``ingest.ascend.is_lone_timeline``)."""
+    from perfsight.ingest.ascend import is_lone_timeline
+
+    return is_lone_timeline(path)
 
 
 def spill_trace(path: str | Path, spill_dir: Path, max_slices: int, rank: int | None = None) -> SpilledTrace:

@@ -99,6 +99,35 @@ def is_ascend_output(path: str | Path) -> bool:
     return path.is_dir() and (path.name == OUTPUT_DIR or (path / OUTPUT_DIR).is_dir())
 
 
+ASCEND_DEVICE_PROCESS = b'"Ascend Hardware"'
+"""The name Ascend's ``trace_view.json`` gives the NPU's process (a ``process_name`` record); no
+Kineto trace has it."""
+
+
+def is_lone_timeline(path: str | Path) -> bool:
+    """True for an Ascend ``trace_view.json`` outside its ``ASCEND_PROFILER_OUTPUT`` folder (copied
+    or renamed on its own): a plain JSON file holding a bare event array (Kineto's is an object)
+    that names the ``Ascend Hardware`` process.
+
+    Why: read as Kineto it lost every device event (its categories are Ascend's) and was judged on
+    the host clock: the level1 rank came out compute-bound, when its device spends 64 % of the step
+    in communication.  The name is found with one ``mmap`` search, where the record lies (Ascend
+    writes the process names after the events)."""
+    import mmap
+
+    path = Path(path)
+    if path.parent.name == OUTPUT_DIR or not path.name.endswith(".json") or not path.is_file():
+        return False
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(64).lstrip()[:1] != b"[":
+                return False
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+                return view.find(ASCEND_DEVICE_PROCESS) >= 0
+    except (OSError, ValueError):  # unreadable or empty: left to the Kineto reader's own error
+        return False
+
+
 def rank_folder(path: str | Path) -> Path:
     """The rank folder of any path :func:`is_ascend_output` accepts."""
     path = Path(path)
@@ -290,9 +319,12 @@ def read_ascend(path: str | Path, rank: int | None = None) -> Trace:
 
     ``rank`` is used when ``profiler_info_*.json`` does not give one.
     """
-    folder = rank_folder(path)
-    out = output_dir(folder)
+    lone = is_lone_timeline(path)  # its folder is whatever holds it: siblings there are read too
+    folder = Path(path).parent if lone else rank_folder(path)
+    out = folder if lone else output_dir(folder)
     problems = files.FileProblems()
+    if lone:
+        problems.add(Path(path), f"an Ascend timeline outside an {OUTPUT_DIR} folder; read as one")
     found_rank, info = _rank_info(folder, problems)
     rank_source = "trace" if found_rank is not None else ("option" if rank is not None else "default")
     the_rank = found_rank if found_rank is not None else (rank if rank is not None else 0)
@@ -308,7 +340,7 @@ def read_ascend(path: str | Path, rank: int | None = None) -> Trace:
         else {}
     )
     device = _device_index(memory_csv, the_rank)
-    timeline_path = out / "trace_view.json"
+    timeline_path = Path(path) if lone else out / "trace_view.json"
     sources = [str(p) for p in sorted(folder.glob("profiler_*.json"))]
     if timeline_path.is_file():
         sources.append(str(timeline_path))
