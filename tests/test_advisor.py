@@ -216,7 +216,7 @@ def test_a_host_running_more_ranks_than_cores_is_named_and_explains_its_slow_car
 def test_a_device_idle_waiting_for_the_host_is_the_top_finding_only_where_it_is(
     trace_file: str, platform: str | None
 ) -> None:
-    """df_index_resolver and nccl_data idle 41 % and 75 % of the step, mostly before the host issued
+    """df_index_resolver and nccl_data idle 41 % and 74 % of the step, mostly before the host issued
     the next kernel (launch-bound: thousands of kernels of a few µs); so does the Ascend level1
     rank, 79 % of its free time in 90 gaps between 715 tasks of 3.6 µs (msprof-analyze reports the
     same free time and no cause); ns_resolution's device runs behind its host (its idle time comes
