@@ -28,7 +28,7 @@ device_idle                    judged on the whole trace's clock, its first wind
                                is unattributed here (no shared trace has one)
 flops_by_step                  chunk-local (FLOPs of a step's own ops)
 vendor_step_differences        re-run on the merged step_trace
-time_shares                    re-run on the merged overlap_breakdown
+time_shares                    re-run on the merged overlap_breakdown and device_idle
 overlap_intervals              rows: per lane (lane-major, by start), an interval that touches
                                the chunk boundary merged with the next chunk's first one (same clock
                                and windows as step_trace)
@@ -313,7 +313,7 @@ class _Merge:
         done = dict(tables)
         for name in ("vendor_step_differences",):
             tables[name] = pipeline.ANALYSES[name](small, options, done)
-        tables["time_shares"] = overlap.time_shares(tables["overlap_breakdown"])
+        tables["time_shares"] = overlap.time_shares(tables["overlap_breakdown"], tables["device_idle"])
         for name in DATA_TABLES:
             done[name] = tables[name] = pipeline.ANALYSES[name](small, options, done)
         index.release(small)

@@ -111,8 +111,8 @@ ANALYSES: dict[str, AnalysisFunction] = {
     ),
     "overlap_breakdown": lambda t, o, done: overlap.overlap_breakdown(t),
     "overlap_intervals": lambda t, o, done: overlap.overlap_intervals(t),
-    "time_shares": lambda t, o, done: overlap.time_shares(done["overlap_breakdown"]),
     "device_idle": lambda t, o, done: device_idle.device_idle(t, done["step_trace"]),
+    "time_shares": lambda t, o, done: overlap.time_shares(done["overlap_breakdown"], done["device_idle"]),
     "data_wait": lambda t, o, done: data_wait.data_wait(t),
     "data_queue": lambda t, o, done: (
         minddata.data_queue(t) if minddata.has_minddata(t) else data_pipeline.data_queue(t)

@@ -156,8 +156,8 @@ def _next_launch(trace: Trace, at: NDArray[np.int64]) -> tuple[NDArray[np.int64]
     or unknown) and that work's launching host operator row (-1 when unknown)."""
     ix = index_of(trace)
     rows = _device_rows(trace)
-    call = launcher(ix)[rows] if rows.size else np.zeros(0, np.int64)
-    call_start = np.where(call >= 0, ix.start[np.maximum(call, 0)], _NEVER) if rows.size else call
+    call = launcher(ix)[rows]
+    call_start = np.where(call >= 0, ix.start[np.maximum(call, 0)], _NEVER)
     order = np.lexsort((call_start, ix.start[rows]))
     rows, call_start = rows[order], call_start[order]
     start = ix.start[rows]
@@ -226,8 +226,9 @@ def _top_wait_op(
     encoded = pc.dictionary_encode(trace.slices.column("name").take(pa.array(op[waited])).cast(pa.string()))
     encoded = encoded.combine_chunks() if isinstance(encoded, pa.ChunkedArray) else encoded
     dictionary = encoded.dictionary
+    by_name = pc.array_sort_indices(dictionary)
     rank_of = np.empty(len(dictionary), np.int64)
-    rank_of[columns.numpy(pc.array_sort_indices(dictionary), 0)] = np.arange(len(dictionary))
+    rank_of[columns.numpy(by_name, 0)] = np.arange(len(dictionary))
     code = rank_of[columns.numpy(encoded.indices, 0)]
     key = window[waited] * len(dictionary) + code
     keys, inverse = np.unique(key, return_inverse=True)
@@ -236,7 +237,7 @@ def _top_wait_op(
     group_window, group_code = keys // len(dictionary), keys % len(dictionary)
     best = np.lexsort((group_code, -sums, group_window))
     first = best[np.r_[True, group_window[best][1:] != group_window[best][:-1]]]
-    sorted_names = dictionary.take(pc.array_sort_indices(dictionary)).to_pylist()
+    sorted_names = dictionary.take(by_name).to_pylist()
     for w, c, s in zip(group_window[first], group_code[first], sums[first], strict=True):  # one per step
         names[int(w)] = sorted_names[int(c)]
         total[int(w)] = int(s)

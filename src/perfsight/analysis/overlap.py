@@ -226,21 +226,27 @@ SHARES = (
 )
 """Where the time goes, by share name and the :data:`OVERLAP_SCHEMA` column summed for it."""
 
+PART_SHARES = (("free_host_wait", "host_wait_ns"),)
+"""Parts of a share, by name and the ``device_idle`` column summed for it: the free time the device
+spent waiting for the host to issue its next work (inside ``free``, so not added to the whole)."""
+
 TIME_SHARES_SCHEMA = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
-        pa.field("share", pa.string(), nullable=False),  # a name of SHARES
+        pa.field("share", pa.string(), nullable=False),  # a name of SHARES or PART_SHARES
         pa.field("ns", pa.int64(), nullable=False),  # summed over the steps
         pa.field("total_ns", pa.int64(), nullable=False),  # every step's step_ns, summed
         pa.field("fraction", pa.float64(), nullable=False),  # ns / total_ns, 0..1
     ]
 )
-"""Columns of :func:`time_shares`: one row per name of :data:`SHARES`, in that order."""
+"""Columns of :func:`time_shares`: one row per name of :data:`SHARES`, in that order, then those of
+:data:`PART_SHARES` when ``device_idle`` is given."""
 
 
-def time_shares(breakdown: pa.Table) -> pa.Table:
+def time_shares(breakdown: pa.Table, device_idle: pa.Table | None = None) -> pa.Table:
     """Where one rank's time goes over all its steps: each column of ``breakdown`` (an
-    :func:`overlap_breakdown` result) summed, as ns and as a fraction of all steps' time.
+    :func:`overlap_breakdown` result) summed, as ns and as a fraction of all steps' time, and with
+    ``device_idle`` (``analysis.device_idle``, the same steps) the parts of :data:`PART_SHARES`.
 
     Empty when no step could be broken down (no steps, or no compute recorded): a share of nothing
     is unknown, never 0 %.  Computing, overlapped and not-overlapped communication, free and
@@ -250,13 +256,16 @@ def time_shares(breakdown: pa.Table) -> pa.Table:
     if total <= 0:
         return TIME_SHARES_SCHEMA.empty_table()
     rank = breakdown.column("rank")[0].as_py()
-    sums = [int(pc.sum(breakdown.column(column)).as_py() or 0) for _, column in SHARES]
+    summed = [(name, breakdown, column) for name, column in SHARES]
+    if device_idle is not None and device_idle.num_rows:
+        summed += [(name, device_idle, column) for name, column in PART_SHARES]
+    sums = [int(pc.sum(table.column(column)).as_py() or 0) for _, table, column in summed]
     return pa.table(
         {
-            "rank": pa.array([rank] * len(SHARES), pa.int32()),
-            "share": pa.array([name for name, _ in SHARES], pa.string()),
+            "rank": pa.array([rank] * len(summed), pa.int32()),
+            "share": pa.array([name for name, _, _ in summed], pa.string()),
             "ns": pa.array(sums, pa.int64()),
-            "total_ns": pa.array([total] * len(SHARES), pa.int64()),
+            "total_ns": pa.array([total] * len(summed), pa.int64()),
             "fraction": pa.array([part / total for part in sums], pa.float64()),
         },
         schema=TIME_SHARES_SCHEMA,

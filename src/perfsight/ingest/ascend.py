@@ -110,9 +110,9 @@ def is_lone_timeline(path: str | Path) -> bool:
     that names the ``Ascend Hardware`` process.
 
     Why: read as Kineto it lost every device event (its categories are Ascend's) and was judged on
-    the host clock: the level1 rank came out compute-bound, when its device spends 64 % of the step
-    in communication.  The name is found with one ``mmap`` search, where the record lies (Ascend
-    writes the process names after the events)."""
+    the host clock: level1's rank 1 came out compute-bound, when its device spends 62.6 % of the
+    step in communication not overlapped.  The name is found with one ``mmap`` search, where the
+    record lies (Ascend writes the process names after the events)."""
     import mmap
 
     path = Path(path)
@@ -319,7 +319,9 @@ def read_ascend(path: str | Path, rank: int | None = None) -> Trace:
 
     ``rank`` is used when ``profiler_info_*.json`` does not give one.
     """
-    lone = is_lone_timeline(path)  # its folder is whatever holds it: siblings there are read too
+    # a file outside an output folder is the timeline itself (read_trace sends one here only when
+    # is_lone_timeline says so); the folder holding it is its rank folder: siblings there are read too
+    lone = Path(path).is_file() and Path(path).parent.name != OUTPUT_DIR
     folder = Path(path).parent if lone else rank_folder(path)
     out = folder if lone else output_dir(folder)
     problems = files.FileProblems()

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from perfsight import __version__
 from perfsight.analysis.operators import RANKING_MEASURES
-from perfsight.analysis.overlap import SHARES
+from perfsight.analysis.overlap import PART_SHARES, SHARES
 from perfsight.server import memory_curve, models, queries, step_points
 from perfsight.server.kernel_types import top_op_types
 from perfsight.server.registry import OpenedRun, RankData
@@ -87,16 +87,13 @@ def data_wait(data: RankData) -> dict[str, Any]:
 
 def _shares(data: RankData) -> dict[str, Any]:
     """The ``time_shares`` analysis table as the overview's ``shares`` object (fractions and ns; all
-    0 when no step could be broken down), with the part of the free time the device waited for the
-    host (``device_idle``: summed over the same steps)."""
+    0 when no step could be broken down, and a part without its row -- a cache written before
+    ``device_idle`` -- 0 too)."""
     rows = queries.rows(data.table_path("time_shares"), "", "share, ns, total_ns, fraction")
+    names = [name for name, _ in (*SHARES, *PART_SHARES)]
     shares: dict[str, Any] = {"total_ns": rows[0]["total_ns"] if rows else 0}
-    shares |= {name: 0.0 for name, _ in SHARES} | {r["share"]: r["fraction"] for r in rows}
-    shares |= {f"{name}_ns": 0 for name, _ in SHARES} | {f"{r['share']}_ns": r["ns"] for r in rows}
-    waited = queries.rows(data.table_path("device_idle"), "", "coalesce(sum(host_wait_ns), 0) AS ns")
-    waited_ns = int(waited[0]["ns"]) if waited else 0
-    total = shares["total_ns"]
-    return shares | {"free_host_wait": waited_ns / total if total else 0.0, "free_host_wait_ns": waited_ns}
+    shares |= {name: 0.0 for name in names} | {r["share"]: r["fraction"] for r in rows}
+    return shares | {f"{name}_ns": 0 for name in names} | {f"{r['share']}_ns": r["ns"] for r in rows}
 
 
 def _top_operators(data: RankData) -> tuple[str, list[dict[str, Any]]]:

@@ -172,7 +172,7 @@ def _on_ascend(view: RankView) -> bool:
 
 
 def _top_wait_op(view: RankView) -> tuple[str | None, float]:
-    """The operator that is most often the step's longest wait (``top_wait_op``) over the used
+    """The operator most often the one waited on most in a step (``top_wait_op``) over the used
     steps, ties to the larger summed wait; its median wait per step (0 in steps where another is)."""
     table = view.tables.get("device_idle")
     if table is None or table.num_rows == 0:
