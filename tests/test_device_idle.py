@@ -154,7 +154,7 @@ def test_a_trace_without_steps_gives_an_empty_table_of_the_schema() -> None:
 # real Kineto traces
 
 
-def _split_from_raw(path: Path, trace: Trace, steps: pa.Table) -> dict[int, tuple[int, ...]]:
+def split_from_raw(path: Path, trace: Trace, steps: pa.Table) -> dict[int, tuple[int, ...]]:
     """Per step: (before the forward start, host wait, after launch, unattributed, gaps, longest gap)
     in plain Python.
 
@@ -211,7 +211,7 @@ def _split_from_raw(path: Path, trace: Trace, steps: pa.Table) -> dict[int, tupl
 def test_real_traces_split_equals_the_raw_json_launch_calls(path: Path) -> None:
     trace = _read(path)
     steps = step_trace(trace)
-    want = _split_from_raw(path, trace, steps)
+    want = split_from_raw(path, trace, steps)
     rows = device_idle(trace, steps).to_pylist()
     got = {
         r["step"]: (

@@ -20,6 +20,7 @@ from _ui import (
     MLP_RUN,
     Server,
     Watched,
+    column,
     fmt_bytes,
     fmt_ms,
     fmt_percent,
@@ -29,6 +30,7 @@ from _ui import (
 )
 
 RUNS = ["mlp", "kineto"]
+JOB_RANK_ROWS = '[data-testid="job-ranks"] tbody tr'
 
 
 def run_id(server: Server, which: str) -> str:
@@ -289,4 +291,20 @@ def test_a_two_rank_job_switches_rank_and_its_timeline_search_covers_both_ranks(
     page.press('[data-testid="timeline-search"]', "Enter")
     page.wait_for_selector(f'[data-testid="search-info"]:text-is("{found["total"]:,} results")')
     assert page.locator('[data-testid="search-results"] li').count() == len(found["hits"])
+    assert not ui_page.errors
+
+
+def test_the_gpu_jobs_ranks_show_how_long_each_device_waited_for_its_host(
+    ui_page: Watched, ui_server: Server
+) -> None:
+    page = ui_page.page
+    page.goto(ui_server.page_url("job", JOB_RUN))
+    page.wait_for_selector(JOB_RANK_ROWS)
+    ranks = {r["rank"]: r for r in ui_server.get("job/overview", run=JOB_RUN)["ranks"]}
+    assert set(ranks) == {0, 1} and all(r["host_wait_ns"] > 0 for r in ranks.values())
+    headers = page.locator('[data-testid="job-ranks"] th').all_inner_texts()
+    at = next(i for i, h in enumerate(headers) if h.startswith("of which waiting for the host"))
+    assert headers[at - 1].startswith("Free")  # read as a part of the free time beside it
+    shown = dict(zip(column(page, JOB_RANK_ROWS, 0), column(page, JOB_RANK_ROWS, at), strict=True))
+    assert shown == {str(rank): fmt_ms(r["host_wait_ns"]) for rank, r in ranks.items()}
     assert not ui_page.errors

@@ -2036,6 +2036,11 @@ export interface components {
             communication_ns: number;
             /** Free Ns */
             free_ns: number;
+            /**
+             * Host Wait Ns
+             * @description the part of free_ns the device waited for its host to launch work (device_idle)
+             */
+            host_wait_ns: number;
             /** Stage Ns */
             stage_ns: number;
             /** Bubble Ns */
@@ -4560,7 +4565,7 @@ export interface operations {
             query: {
                 /** @description run id from /api/runs */
                 run: string;
-                sort?: "rank" | "stage" | "duration_ns" | "computing_ns" | "communication_not_overlapped_ns" | "overlapped_ns" | "free_ns" | "bubble_ns" | "iteration_interval_ns" | "fp_bp_ns" | "tail_ns" | "communication_ns" | "receive_not_overlapped_ns" | "lateness_ns";
+                sort?: "rank" | "stage" | "duration_ns" | "computing_ns" | "communication_not_overlapped_ns" | "overlapped_ns" | "free_ns" | "bubble_ns" | "iteration_interval_ns" | "fp_bp_ns" | "tail_ns" | "communication_ns" | "receive_not_overlapped_ns" | "host_wait_ns" | "lateness_ns";
                 order?: "asc" | "desc";
                 /** @description first rank row of the page */
                 offset?: number;
@@ -4628,7 +4633,7 @@ export interface operations {
                 /** @description "average" or a step number */
                 step?: string;
                 stage?: number | null;
-                sort?: "rank" | "stage" | "duration_ns" | "computing_ns" | "communication_not_overlapped_ns" | "overlapped_ns" | "free_ns" | "bubble_ns" | "iteration_interval_ns" | "fp_bp_ns" | "tail_ns" | "communication_ns" | "receive_not_overlapped_ns" | "lateness_ns";
+                sort?: "rank" | "stage" | "duration_ns" | "computing_ns" | "communication_not_overlapped_ns" | "overlapped_ns" | "free_ns" | "bubble_ns" | "iteration_interval_ns" | "fp_bp_ns" | "tail_ns" | "communication_ns" | "receive_not_overlapped_ns" | "host_wait_ns" | "lateness_ns";
                 order?: "asc" | "desc";
                 /** @description first rank row of the page */
                 offset?: number;

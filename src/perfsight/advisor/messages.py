@@ -258,6 +258,14 @@ PHASE_FIXES = {
         "检查算子之外的主机侧停顿(垃圾回收、日志、检查点读写、同核的其他进程)。",
     ),
 }
+HOST_WAIT_FIX = (
+    "its device waits {host_wait_ms} ms a step longer than the others' for its host to launch work: "
+    "the host runs the same program slower (other processes on its cores, CPU frequency or power "
+    "settings, threads bound to another NUMA node than the card's) or runs host work the others do not.",
+    "其设备每迭代比其他卡多等待主机下发任务 {host_wait_ms} ms:该主机运行同样的程序更慢(同核的其他进程、"
+    "CPU 频率或功耗设置、线程绑定到与该卡不同的 NUMA 节点),或执行了其他卡没有的主机侧工作。",
+)
+"""The fix of a slow card whose free time is mostly its device waiting for its host (placed)."""
 BOUND_ZH = {"compute": "计算", "scheduling": "调度", "communication": "通信"}
 
 

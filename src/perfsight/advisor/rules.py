@@ -146,14 +146,15 @@ RULES: dict[str, Rule] = {
             "slow_rank",
             "compute",
             "job",
-            {"min_share": 0.05, "warning": 0.05, "critical": 0.25, "same_flops": 0.05},
+            {"min_share": 0.05, "warning": 0.05, "critical": 0.25, "same_flops": 0.05, "host_wait_part": 0.5},
             (CLUSTER_STEP_TRACE_CSV, SLOW_RANK_CSV, CLOCK_ALIGNMENT_CSV, "cluster step trace page"),
             "A rank whose iteration gap, computing or free time per step exceeds the median of the "
             "other ranks of its stage by min_share of the median step and by the step-to-step noise; "
             "the category follows the phase (data / compute / host); computing time over the same "
             "FLOPs (within same_flops) is the card or host (host, one severity lower: the machine, "
-            "not the program).  Lateness at collectives is shown only when it exceeds the "
-            "clock-alignment residual.",
+            "not the program).  Free time whose excess is at least host_wait_part waiting for the "
+            "host to launch work (device_idle's host wait) is the rank's host launching slower.  "
+            "Lateness at collectives is shown only when it exceeds the clock-alignment residual.",
         ),
         Rule(
             "waited_for",

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from perfsight.cluster.discovery import RankInput
 
 CLUSTER_TABLES = (
-    "step_trace", "overlap_breakdown", "flops_by_step", "memory_peaks",
+    "step_trace", "overlap_breakdown", "device_idle", "flops_by_step", "memory_peaks",
     "communication_ops", "communication_peers",
 )  # fmt: skip
 """The per-rank analysis tables the cross-rank step reads (see docs/ANALYSIS_CONTRACT.md)."""

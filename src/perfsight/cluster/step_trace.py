@@ -57,8 +57,11 @@ PHASES = [
     "communication_not_overlapped_exclude_receive_ns",
     "receive_not_overlapped_ns",
     "preparing_ns",
+    "host_wait_ns",
 ]
-"""Per-step phases, in ns, in the order of cluster_step_trace_time.csv."""
+"""Per-step phases, in ns, in the order of cluster_step_trace_time.csv.  ``host_wait_ns`` is the part
+of ``free_ns`` the device spent waiting for its host to launch work (``perfsight.analysis.device_idle``):
+a rank whose free time stands out because its host is slower shows it there."""
 
 PERFSIGHT_SOURCE = "perfsight"
 VENDOR_SOURCE = "MindSpore ascend_cluster_analyse file"
@@ -136,6 +139,11 @@ def rank_steps(digests: Mapping[int, RankDigest], stage_of: Mapping[int, int]) -
     out["receive_not_overlapped_ns"] = (
         out["communication_not_overlapped_ns"] - out["communication_not_overlapped_exclude_receive_ns"]
     )
+    idle = concat(ordered, "device_idle")
+    if idle.num_rows:
+        out = out.merge(idle.select([*keys, "host_wait_ns"]).to_pandas(), on=keys, how="left")
+    else:  # no rank has device work launched from a host (CPU jobs, a vendor's file alone)
+        out["host_wait_ns"] = 0
     vendor = concat([d for d in ordered if vendor_cluster.TABLE in d.tables], vendor_cluster.TABLE)
     out = _from_vendor_file(out, vendor)
     complete = concat(ordered, "steps").select([*keys, "complete"]).to_pandas()

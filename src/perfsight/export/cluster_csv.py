@@ -2,7 +2,10 @@
 
 ``cluster_step_trace_time.csv`` follows msprof-analyze's cluster step trace: one row per
 (step, rank) with ``Type = rank`` and per (step, stage) with ``Type = stage``, plus rows with
-``Step = average`` (the documented warm-up policy applied), times in microseconds.  The other
+``Step = average`` (the documented warm-up policy applied), times in microseconds; one column of
+perfsight's own comes last, ``Free(Waiting for Host)(us)`` (the part of ``Free`` the device waited
+for its host to launch work, ``perfsight.analysis.device_idle``), so that a reader of the vendor's
+columns by name reads the file unchanged.  The other
 files keep the analysis' own units (``_ns``, ``_bytes``) in their column names.
 """
 
@@ -35,6 +38,7 @@ STEP_TRACE_COLUMNS = {
     ),
     "receive_not_overlapped_ns": "Receive(Not Overlapped)(us)",
     "preparing_ns": "Preparing(us)",
+    "host_wait_ns": "Free(Waiting for Host)(us)",
 }
 """Phase column (ns) -> CSV header (us), in file order (see perfsight.cluster.step_trace.PHASES)."""
 

@@ -11,6 +11,7 @@ cluster analysis did; this only selects, sorts and shapes.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import uuid
@@ -61,8 +62,11 @@ def ranks_table(cluster: Path, saved: Path) -> Path:
     if target.is_file():
         return target
     saved.mkdir(parents=True, exist_ok=True)
+    present = _csv_header(sources[0])
     phases = ", ".join(
         f'CAST(round(coalesce(TRY_CAST(s."{header}" AS DOUBLE), 0) * {NS_PER_US}) AS BIGINT) AS {column}'
+        if header in present
+        else f"CAST(0 AS BIGINT) AS {column}"  # a file written before the column was added
         for column, header in _phase_columns().items()
     )
     slow = sources[1].is_file()
@@ -92,6 +96,12 @@ def ranks_table(cluster: Path, saved: Path) -> Path:
         cursor.close()
     tmp.replace(target)
     return target
+
+
+def _csv_header(path: Path) -> set[str]:
+    """The column names of the CSV at ``path`` (its first line)."""
+    with path.open(newline="", encoding="utf-8", errors="replace") as handle:
+        return set(next(csv.reader(handle), []))
 
 
 _COMPUTING_ALONE = (

@@ -294,6 +294,7 @@ export const en = {
       commNotOverlapped: "Comm not overlapped (ms)",
       overlapped: "Overlapped (ms)",
       free: "Free (ms)",
+      hostWait: "of which waiting for the host (ms)",
       stageTime: "Stage (ms)",
       bubble: "Bubble (ms)",
       flops: "FLOPs (averaged steps)",

@@ -15,7 +15,7 @@ import * as fmt from "../format";
 import { t } from "../i18n";
 import { OVERLAP_COLORS, STAGE_COLORS } from "../palette";
 import { href } from "../router";
-import { RANK_PAGE, rankLink } from "./job";
+import { RANK_PAGE, rankLink, waitsForHost } from "./job";
 
 const ms = (v: unknown) => fmt.ms(v as number | null);
 
@@ -60,6 +60,7 @@ export async function jobStepsPage(ctx: PageContext): Promise<void> {
     ...(first.pipeline ? [num("bubble_ns", c.bubble), num("receive_not_overlapped_ns", c.receive)] : []),
     num("computing_ns", c.computing),
     num("free_ns", c.free),
+    ...(waitsForHost(first.ranks) ? [num("host_wait_ns", c.hostWait)] : []),
   ];
 
   const barsEl = chartBox("chart-job-steps", true);

@@ -5,6 +5,7 @@ stage in every step) and the rank the others wait for at collectives.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from perfsight.advisor.finding import (
     SEVERITIES,
@@ -18,7 +19,7 @@ from perfsight.advisor.finding import (
 )
 from perfsight.advisor.job_input import JobResult
 from perfsight.advisor.job_rules.view import averaged_steps, max_residual_ns, median_step_ns
-from perfsight.advisor.messages import PHASE_FIXES, PHASES
+from perfsight.advisor.messages import HOST_WAIT_FIX, PHASE_FIXES, PHASES
 from perfsight.advisor.rules import RULES, threshold
 
 PHASE_CATEGORY = {"iteration_interval_ns": "data", "computing_ns": "compute", "free_ns": "host"}
@@ -71,6 +72,8 @@ def slow_rank(result: JobResult, data_ranks: set[int] | None = None) -> list[Fin
     if same_work:  # the same FLOPs, done slower: the card or its host, not the program
         category = "host"
         severity = SEVERITIES[min(SEVERITIES.index(severity) + 1, len(SEVERITIES) - 1)]
+    host_wait = _host_wait_excess_ns(used, rank) if phase == "free_ns" else 0.0
+    launching_slower = host_wait >= threshold(rule, "host_wait_part") * effect
     residual = max_residual_ns(result)
     table = result.slow_ranks.table.set_index("rank")
     lateness = float(table["lateness_ns"].get(rank, np.nan)) if "lateness_ns" in table else np.nan
@@ -92,6 +95,16 @@ def slow_rank(result: JobResult, data_ranks: set[int] | None = None) -> list[Fin
             RULES[rule].sources[0],
         ),
     ]
+    if phase == "free_ns" and host_wait > 0:
+        evidence.append(
+            Evidence(
+                "of which the device waiting for its host to launch work, per step",
+                int(host_wait),
+                "ns",
+                int(threshold(rule, "host_wait_part") * effect),
+                RULES[rule].sources[0],
+            )
+        )
     if np.isfinite(lateness) and lateness - centre > residual:
         late = f"; it reaches collectives {ms(lateness - centre)} ms after the median rank"
         late_zh = f";到达集合通信比中位数晚 {ms(lateness - centre)} ms"
@@ -114,6 +127,8 @@ def slow_rank(result: JobResult, data_ranks: set[int] | None = None) -> list[Fin
             )
         )
     fix_en, fix_zh = PHASE_FIXES["same_work" if same_work else category]
+    if launching_slower:
+        fix_en, fix_zh = (text.format(host_wait_ms=ms(host_wait)) for text in HOST_WAIT_FIX)
     return [
         Finding(
             rule=rule,
@@ -140,6 +155,23 @@ def slow_rank(result: JobResult, data_ranks: set[int] | None = None) -> list[Fin
             ranks=[rank],
         )
     ]
+
+
+def _host_wait_excess_ns(used: pd.DataFrame, rank: int) -> float:
+    """How much longer, per step, ``rank``'s device waited for its host than the other ranks of its
+    stage (the median over steps of its excess over their median; 0 when unknown)."""
+    if "host_wait_ns" not in used:
+        return 0.0
+    stage = used.loc[used["rank"] == rank, "stage"]
+    if stage.empty:
+        return 0.0
+    block = used.loc[used["stage"] == stage.iloc[0]].pivot_table(
+        index="step", columns="rank", values="host_wait_ns", aggfunc="first"
+    )
+    values = block.to_numpy(np.float64)
+    excess = values - _median_of_others(values)
+    effect, _, _ = robust_effect(excess[:, list(block.columns).index(rank)].tolist())
+    return max(effect, 0.0)
 
 
 def _flops(result: JobResult, rank: int) -> tuple[float, float]:
