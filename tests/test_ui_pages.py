@@ -307,4 +307,10 @@ def test_the_gpu_jobs_ranks_show_how_long_each_device_waited_for_its_host(
     assert headers[at - 1].startswith("Free")  # read as a part of the free time beside it
     shown = dict(zip(column(page, JOB_RANK_ROWS, 0), column(page, JOB_RANK_ROWS, at), strict=True))
     assert shown == {str(rank): fmt_ms(r["host_wait_ns"]) for rank, r in ranks.items()}
+    # the findings card: the ranks a job's finding was seen on (its title gives the worst one's numbers)
+    findings = ui_server.get("job/findings", run=JOB_RUN)["findings"]
+    launch = next(f for f in findings if f["rule"] == "host_wait")
+    card = page.locator('[data-testid="findings-top"] [data-rule="host_wait"]')
+    card.wait_for()
+    assert card.locator('[data-testid="finding-rank"]').all_inner_texts() == [str(r) for r in launch["ranks"]]
     assert not ui_page.errors

@@ -162,12 +162,13 @@ export function findingList(data: Findings, run: string, findings: Finding[], la
   );
 }
 
-/** One finding in short, for the overview card: badge, category, culprit, title, suggestion. */
-export function findingLine(finding: Finding, run: string, lang: string): HTMLElement {
+/** One finding in short, for the overview card: badge, category, culprit, the ranks it was seen on
+ * (a job's: its title gives the worst rank's numbers), title, suggestion. */
+export function findingLine(finding: Finding, run: string, lang: string, scope: Findings["scope"]): HTMLElement {
   const item = h(
     "li",
     { class: `finding short sev-${finding.severity}`, "data-testid": "finding", "data-rule": finding.rule },
-    h("div", { class: "finding-head" }, severityBadge(finding.severity), finding.category, " · ", culprit(finding, run)),
+    h("div", { class: "finding-head" }, severityBadge(finding.severity), finding.category, " · ", culprit(finding, run), scope === "job" ? seenOn(finding, run) : null),
     h("div", { class: "finding-title", "data-testid": "finding-title" }, texts(finding, lang).title),
     h("div", { class: "finding-suggestion muted", "data-testid": "finding-suggestion" }, texts(finding, lang).suggestion),
   );
@@ -190,6 +191,7 @@ export function findingsCard(load: Promise<Findings>, run: string, pageLink: str
   const draw = (lang: string) => {
     if (!data) return;
     body.removeAttribute("aria-busy");
+    const scope = data.scope;
     const above = data.findings.filter((x) => x.severity !== "info");
     const shown = above.slice(0, CARD_TOP);
     replace(
@@ -200,7 +202,7 @@ export function findingsCard(load: Promise<Findings>, run: string, pageLink: str
         f.counts(data.counts.critical ?? 0, data.counts.warning ?? 0, data.counts.info ?? 0),
       ),
       shown.length
-        ? h("ol", { class: "findings", "data-testid": "findings-top" }, shown.map((x) => findingLine(x, run, lang)))
+        ? h("ol", { class: "findings", "data-testid": "findings-top" }, shown.map((x) => findingLine(x, run, lang, scope)))
         : h("p", { class: "muted", "data-testid": "findings-none" }, f.noneAboveInfo(data.counts.info ?? 0)),
       above.length > shown.length ? h("p", { class: "muted" }, f.moreAboveInfo(above.length - shown.length)) : null,
     );
