@@ -99,35 +99,6 @@ def is_ascend_output(path: str | Path) -> bool:
     return path.is_dir() and (path.name == OUTPUT_DIR or (path / OUTPUT_DIR).is_dir())
 
 
-ASCEND_DEVICE_PROCESS = b'"Ascend Hardware"'
-"""The name Ascend's ``trace_view.json`` gives the NPU's process (a ``process_name`` record); no
-Kineto trace has it."""
-
-
-def is_lone_timeline(path: str | Path) -> bool:
-    """True for an Ascend ``trace_view.json`` outside its ``ASCEND_PROFILER_OUTPUT`` folder (copied
-    or renamed on its own): a plain JSON file holding a bare event array (Kineto's is an object)
-    that names the ``Ascend Hardware`` process.
-
-    Why: read as Kineto it lost every device event (its categories are Ascend's) and was judged on
-    the host clock: level1's rank 1 came out compute-bound, when its device spends 62.6 % of the
-    step in communication not overlapped.  The name is found with one ``mmap`` search, where the
-    record lies (Ascend writes the process names after the events)."""
-    import mmap
-
-    path = Path(path)
-    if path.parent.name == OUTPUT_DIR or not path.name.endswith(".json") or not path.is_file():
-        return False
-    try:
-        with open(path, "rb") as handle:
-            if handle.read(64).lstrip()[:1] != b"[":
-                return False
-            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-                return view.find(ASCEND_DEVICE_PROCESS) >= 0
-    except (OSError, ValueError):  # unreadable or empty: left to the Kineto reader's own error
-        return False
-
-
 def rank_folder(path: str | Path) -> Path:
     """The rank folder of any path :func:`is_ascend_output` accepts."""
     path = Path(path)
@@ -320,7 +291,8 @@ def read_ascend(path: str | Path, rank: int | None = None) -> Trace:
     ``rank`` is used when ``profiler_info_*.json`` does not give one.
     """
     # a file outside an output folder is the timeline itself (read_trace sends one here only when
-    # is_lone_timeline says so); the folder holding it is its rank folder: siblings there are read too
+    # perfsight.ingest._lone_ascend_timeline says so); the folder holding it is its rank folder:
+    # siblings there are read too
     lone = Path(path).is_file() and Path(path).parent.name != OUTPUT_DIR
     folder = Path(path).parent if lone else rank_folder(path)
     out = folder if lone else output_dir(folder)
