@@ -16,6 +16,8 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +185,16 @@ def test_a_rank_whose_device_waits_after_the_launch_is_not_blamed_on_its_host_la
 @pytest.fixture(autouse=True)
 def _no_stray_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # nothing a job writes lands in the repository
+
+
+def test_the_job_summary_names_the_ranks_a_finding_was_seen_on(tmp_path: Path) -> None:
+    level1 = require(ASCEND / "level1")
+    cli = [sys.executable, "-m", "perfsight.cli"]
+    command = [*cli, "analyse", str(level1), "--out", str(tmp_path), "--no-progress"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads((tmp_path / "cluster_analysis_output" / "advisor.json").read_text(encoding="utf-8"))
+    launch = next(f for f in doc["findings"] if f["rule"] == "host_wait")
+    assert launch["ranks"] == [0, 1]  # both ranks wait for their hosts; the title gives the worse one
+    line = next(x for x in done.stdout.splitlines() if launch["title"] in x)
+    assert "[seen on ranks 0-1]:" in line

@@ -143,7 +143,8 @@ def format_text(summary: dict[str, Any]) -> str:
         f"== cluster: {summary['ranks']} of {summary['world_size']} ranks on "
         f"{summary['hosts'] or 'unknown'} host(s) (executor: {summary['executor']})"
     ]
-    lines += lead_lines(summary.get("findings", []))  # the advisor's top findings lead
+    # the advisor's top findings lead, each with the ranks it was seen on
+    lines += lead_lines(summary.get("findings", []), ranks_text=rank_ranges)
     problems = summary["problems"]
     lines += [f"  ! {p}" for p in problems[:MAX_PROBLEM_LINES]]
     if len(problems) > MAX_PROBLEM_LINES:

@@ -80,6 +80,7 @@ def _lone_ascend_timeline(path: Path) -> bool:
     if path.parent.name == ASCEND_OUTPUT_DIR or not path.name.endswith(".json") or not path.is_file():
         return False
     import mmap
+
     try:
         with open(path, "rb") as handle:
             if handle.read(64).lstrip()[:1] != b"[":
