@@ -175,13 +175,13 @@ def _named(
         slices.column("is_device"), null=False
     )
     at = np.flatnonzero(keep)
-    s = slices.filter(pa.array(keep)).select(["track", "start_ns", "dur_ns", "depth"]).to_pandas()
+    start = columns.int64(slices.column("start_ns"))[at]  # NumPy views, the few rows taken
     return pd.DataFrame(
         {
-            "track": s["track"].astype("int64").to_numpy(),
-            "start_ns": s["start_ns"].astype("int64").to_numpy(),
-            "end_ns": (s["start_ns"] + s["dur_ns"]).astype("int64").to_numpy(),
-            "slice_depth": s["depth"].astype("int64").to_numpy(),
+            "track": columns.int64(slices.column("track"))[at],
+            "start_ns": start,
+            "end_ns": start + columns.int64(slices.column("dur_ns"))[at],
+            "slice_depth": columns.int64(slices.column("depth"))[at],
             "row": at if rows is None else np.asarray(rows, np.int64)[at],
         }
     )

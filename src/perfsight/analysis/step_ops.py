@@ -36,9 +36,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.typing import NDArray
 from pandas.api.types import union_categoricals
 
 from perfsight import columns
+from perfsight.analysis.index import TraceIndex
 from perfsight.model import Trace
 
 STEP_OPS_SCHEMA = pa.schema(
@@ -109,31 +111,81 @@ CANDIDATE_COLUMNS = ["name", "track", "start_ns", "dur_ns", "step", "slice"]
 
 def step_ops_part(trace: Trace, rows: np.ndarray | None = None) -> StepOpsPart:
     """The candidates and counts of ``trace`` (a whole trace, or a chunk whose slices are the
-    whole trace's ``rows``)."""
-    wanted = ["kind", "name", "is_device", "track", "start_ns", "dur_ns", "step"]
-    s = trace.slices.select(wanted).to_pandas()  # kind and name come categorical (Arrow dictionaries)
-    s["slice"] = np.arange(len(s), dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
-    s = s[s["step"].notna() & (s["step"] >= 0)]
-    kind = s["kind"].astype(str)
-    device = s.loc[s["is_device"] & kind.isin(OP_KINDS_DEVICE), CANDIDATE_COLUMNS]
-    host = s.loc[(~s["is_device"]) & kind.isin(OP_KINDS_HOST), CANDIDATE_COLUMNS]
-    annotations = s[kind == "annotation"]
-    found = annotations["name"].astype(str).str.extract(MICRO_BATCH_PATTERN).dropna()
-    blocks = annotations.loc[found.index, ["name", "start_ns", "dur_ns", "step", "slice"]].assign(
-        phase=found[0].str.lower(), micro_batch=found[1].astype(int)
-    )
+    whole trace's ``rows``).
+
+    The rows are chosen on NumPy columns and only the chosen ones become pandas frames: a rank of a
+    thousand-rank job has a few thousand slices, and pandas' cost per call (a frame of every slice,
+    its filters, a text copy of every kind) was most of this function's 40 ms there."""
+    slices = trace.slices
+    whole = np.arange(slices.num_rows, dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
+    ix = TraceIndex(slices)  # this function's own: a chunk's columns are read once, here
+    in_step = ix.step >= 0
+    device = in_step & ix.kind_mask(OP_KINDS_DEVICE, is_device=True)
+    host = in_step & ix.kind_mask(OP_KINDS_HOST, is_device=False)
     memory, memory_counts = _memory_candidates(trace)
     return StepOpsPart(
-        device=_outermost_part(device),
-        host=_outermost_part(host),
-        blocks=blocks,
-        flops=_flops_rows(trace, s, rows),
+        device=_outermost_part(_candidates(slices, ix, np.flatnonzero(device), whole)),
+        host=_outermost_part(_candidates(slices, ix, np.flatnonzero(host), whole)),
+        blocks=_micro_batch_blocks(slices, ix, np.flatnonzero(in_step & ix.of_kind(("annotation",))), whole),
+        flops=_flops_rows(trace, ix, in_step, whole),
         memory=memory,
         memory_counts=memory_counts,
-        step_tracks=s.loc[kind == "step", "track"].value_counts(),
-        tracks=s["track"].value_counts(),
-        has_slices=trace.slices.num_rows > 0,
+        step_tracks=_track_counts(ix.track[in_step & ix.of_kind(("step",))]),
+        tracks=_track_counts(ix.track[in_step]),
+        has_slices=slices.num_rows > 0,
     )
+
+
+def _candidates(slices: pa.Table, ix: TraceIndex, local: np.ndarray, whole: np.ndarray) -> pd.DataFrame:
+    """The rows ``local`` of ``slices`` as :data:`CANDIDATE_COLUMNS` (``name`` categorical over the
+    column's dictionary, ``slice`` the whole trace's row)."""
+    return pd.DataFrame(
+        {
+            "name": slices.column("name").take(pa.array(local, pa.int64())).to_pandas(),
+            "track": ix.track[local],
+            "start_ns": ix.start[local],
+            "dur_ns": _raw_dur(slices, ix)[local],
+            "step": ix.step[local],
+            "slice": whole[local],
+        }
+    )
+
+
+def _raw_dur(slices: pa.Table, ix: TraceIndex) -> NDArray[np.int64]:
+    """``dur_ns`` as recorded (``TraceIndex.dur`` floors it at 0; an op's reach uses it as is)."""
+    return ix.derived("raw dur", lambda: columns.int64(slices.column("dur_ns")))
+
+
+def _micro_batch_blocks(
+    slices: pa.Table, ix: TraceIndex, local: np.ndarray, whole: np.ndarray
+) -> pd.DataFrame:
+    """The annotations named as micro-batch ranges (:data:`MICRO_BATCH_PATTERN`), with their phase
+    and number; the pattern is matched once per distinct name."""
+    names = slices.column("name").take(pa.array(local, pa.int64())).to_pandas()
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        names = names.astype("category")
+    codes = names.cat.codes.to_numpy()
+    used, at = np.unique(codes, return_inverse=True)  # the names these rows have, not the trace's
+    found = pd.Series(names.cat.categories[used].astype(str)).str.extract(MICRO_BATCH_PATTERN)
+    matched = found[0].notna().to_numpy()[at]
+    picked = local[matched]
+    return pd.DataFrame(
+        {
+            "name": names[matched].reset_index(drop=True),
+            "start_ns": ix.start[picked],
+            "dur_ns": _raw_dur(slices, ix)[picked],
+            "step": ix.step[picked],
+            "slice": whole[picked],
+            "phase": found[0].str.lower().to_numpy()[at[matched]],
+            "micro_batch": found[1].to_numpy()[at[matched]].astype(int),
+        }
+    )
+
+
+def _track_counts(tracks: np.ndarray) -> pd.Series:
+    """How many rows each track has (what ``Series.value_counts`` gives, by track)."""
+    values, counts = np.unique(tracks, return_counts=True)
+    return pd.Series(counts.astype(np.int64), index=pd.Index(values, name="track"), name="count")
 
 
 class StepOpsMerge:
@@ -311,11 +363,16 @@ def _joined_text(chunks: list[pa.DictionaryArray], order: np.ndarray, encoded: b
 
 
 def _summed(counts: list[pd.Series]) -> pd.Series:
-    """Counts of several parts added up by key."""
-    counts = [c for c in counts if not c.empty]
-    if not counts:
+    """Counts of several parts added up by key (a few keys: tracks, or devices), sorted by key."""
+    total: dict = {}
+    for part in counts:
+        for key, count in zip(part.index, part.to_numpy(), strict=True):
+            total[key] = total.get(key, 0) + int(count)
+    if not total:
         return pd.Series(dtype="int64")
-    return pd.concat(counts).groupby(level=list(range(counts[0].index.nlevels))).sum()
+    keys = sorted(total)
+    index = pd.MultiIndex.from_tuples(keys) if isinstance(keys[0], tuple) else pd.Index(keys)
+    return pd.Series([total[k] for k in keys], index=index, dtype="int64")
 
 
 def _by_slice(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -334,51 +391,75 @@ def _by_slice(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return whole.sort_values("slice", kind="stable")
 
 
-def _flops_rows(trace: Trace, slices: pd.DataFrame, rows: np.ndarray | None) -> pd.DataFrame:
+def _flops_rows(trace: Trace, ix: TraceIndex, in_step: np.ndarray, whole: np.ndarray) -> pd.DataFrame:
     """One row per outermost operator with a FLOPs count, in a step: its interval and FLOPs
-    (``rows``: the whole trace's row of each of ``trace``'s slices, None for the whole trace)."""
+    (``whole``: the whole trace's row of each of ``trace``'s slices), in slice order."""
     from perfsight.analysis.flops import op_flops
 
     counted = op_flops(trace)
     if counted.num_rows == 0:
         return pd.DataFrame()
     local = counted.column("slice").to_numpy()
-    flops = pd.Series(counted.column("flops").to_numpy(), index=local if rows is None else rows[local])
-    picked = slices.loc[slices["slice"].isin(flops.index), ["start_ns", "dur_ns", "step", "slice"]]
-    return picked.assign(value=flops.loc[picked["slice"]].to_numpy())  # ``slices``: rows inside a step
+    flops = counted.column("flops").to_numpy()
+    keep = np.flatnonzero(in_step[local])
+    keep = keep[np.argsort(local[keep], kind="stable")]
+    picked = local[keep]
+    return pd.DataFrame(
+        {
+            "start_ns": ix.start[picked],
+            "dur_ns": _raw_dur(trace.slices, ix)[picked],
+            "step": ix.step[picked],
+            "slice": whole[picked],
+            "value": flops[keep],
+        }
+    )
 
 
 def _memory_candidates(trace: Trace) -> tuple[pd.DataFrame, pd.Series]:
     """Every device's allocator events inside a step of ``trace`` (its time and the allocated
     total after it, bytes), and the events with an allocated total per device; the merge keeps
     the busiest device's.  A chunk's events lie in its own steps' windows (``model_chunks``), so
-    its own step table places them as the whole one does."""
+    its own step table places them as the whole one does.  NumPy on the events, one frame made at
+    the end: a rank of a thousand-rank job has a few thousand, and pandas' per-call cost was most
+    of the time."""
     memory = trace.memory
     empty = pd.Series(dtype="int64")
     if memory.num_rows == 0:
         return pd.DataFrame(), empty
-    m = memory.select(["device_type", "device_index", "ts_ns", "allocated_bytes"]).to_pandas()
-    m["device_type"] = m["device_type"].astype(str)
-    m = m[m["allocated_bytes"].notna()]
-    counts = m.groupby(["device_type", "device_index"]).size() if not m.empty else empty
-    if m.empty or trace.steps.num_rows == 0:
+    allocated = memory.column("allocated_bytes")
+    valid = np.flatnonzero(columns.numpy(pc.is_valid(allocated), False))
+    if valid.size == 0:
+        return pd.DataFrame(), empty
+    kinds = pc.dictionary_encode(memory.column("device_type").cast(pa.string())).combine_chunks()
+    names = np.asarray(kinds.dictionary.to_pylist(), dtype=object)
+    kind = columns.int64(kinds.indices)[valid]
+    index = columns.int64(memory.column("device_index"))[valid]
+    pairs, counted = np.unique(np.stack([kind, index]), axis=1, return_counts=True)
+    labels = pd.MultiIndex.from_arrays([names[pairs[0]], pairs[1]], names=["device_type", "device_index"])
+    counts = pd.Series(counted.astype(np.int64), index=labels).sort_index()
+    steps = trace.steps
+    if steps.num_rows == 0:
         return pd.DataFrame(), counts
-    steps = trace.steps.select(["step", "start_ns", "end_ns"]).to_pandas().sort_values("start_ns")
-    at = np.searchsorted(steps["start_ns"].to_numpy(), m["ts_ns"].to_numpy(), side="right") - 1
+    step_start = columns.int64(steps.column("start_ns"))
+    by_start = np.argsort(step_start, kind="stable")
+    step_start = step_start[by_start]
+    step_end = columns.int64(steps.column("end_ns"))[by_start]
+    step_number = columns.int64(steps.column("step"))[by_start]
+    ts = columns.int64(memory.column("ts_ns"))[valid]
+    at = np.searchsorted(step_start, ts, side="right") - 1
     inside = at >= 0
-    inside[inside] = m["ts_ns"].to_numpy()[inside] < steps["end_ns"].to_numpy()[at[inside]]
-    m, at = m[inside], at[inside]
-    if m.empty:
+    inside[inside] = ts[inside] < step_end[at[inside]]
+    if not inside.any():
         return pd.DataFrame(), counts
     rows = pd.DataFrame(
         {
-            "device_type": pd.Categorical(m["device_type"].to_numpy()),
-            "device_index": m["device_index"].to_numpy(),
-            "slice": np.full(len(m), -1, np.int64),
-            "step": steps["step"].to_numpy()[at],
-            "start_ns": m["ts_ns"].to_numpy(),
-            "dur_ns": np.zeros(len(m), np.int64),
-            "value": m["allocated_bytes"].to_numpy(dtype=np.float64),
+            "device_type": pd.Categorical(names[kind[inside]]),
+            "device_index": index[inside].astype(np.int32),
+            "slice": np.full(int(inside.sum()), -1, np.int64),
+            "step": step_number[at[inside]],
+            "start_ns": ts[inside],
+            "dur_ns": np.zeros(int(inside.sum()), np.int64),
+            "value": columns.int64(allocated, null=0)[valid][inside].astype(np.float64),
         }
     )
     return rows, counts
@@ -391,14 +472,23 @@ def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
     candidates count as earlier ops but are never kept."""
     if ops.empty:
         return ops
-    ops = ops.sort_values(["track", "start_ns", "dur_ns"], ascending=[True, True, False], kind="stable")
-    end = ops["start_ns"] + ops["dur_ns"]
-    reach = end.groupby(ops["track"]).cummax().groupby(ops["track"]).shift(1)
-    kept = ~(ops["start_ns"] < reach)
+    order, start, end, reach = _by_track(ops)
+    kept = ~(start < reach)
     if "candidate" in ops:
-        kept &= ops["candidate"]
+        kept &= ops["candidate"].to_numpy(bool)[order]
         ops = ops.drop(columns=["candidate"])
-    return ops[kept]
+    return ops.iloc[order[kept]]
+
+
+def _by_track(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The row order by track, start and longest first (stable), and in that order each op's start,
+    end and the latest end of the ops before it on its track (:func:`_reach_before`)."""
+    track = ops["track"].to_numpy()
+    start = ops["start_ns"].to_numpy(np.int64)
+    dur = ops["dur_ns"].to_numpy(np.int64)
+    order = np.lexsort((-dur, start, track))
+    start, end = start[order], start[order] + dur[order]
+    return order, start, end, _reach_before(track[order], end)
 
 
 def _outermost_part(ops: pd.DataFrame) -> pd.DataFrame:
@@ -409,8 +499,18 @@ def _outermost_part(ops: pd.DataFrame) -> pd.DataFrame:
     the whole trace's latest end before any op is the same over the kept rows."""
     if ops.empty:
         return ops.assign(candidate=pd.Series(dtype=bool))
-    ops = ops.sort_values(["track", "start_ns", "dur_ns"], ascending=[True, True, False], kind="stable")
-    end = ops["start_ns"] + ops["dur_ns"]
-    reach = end.groupby(ops["track"]).cummax().groupby(ops["track"]).shift(1)
-    nested = ops["start_ns"] < reach
-    return ops.assign(candidate=~nested)[~nested | (end > reach)]
+    order, start, end, reach = _by_track(ops)
+    nested = start < reach
+    kept = ~nested | (end > reach)
+    return ops.iloc[order[kept]].assign(candidate=~nested[kept])
+
+
+def _reach_before(track: np.ndarray, end: np.ndarray) -> NDArray[np.int64]:
+    """Per row of rows sorted by track, the latest ``end`` among the earlier rows of its track (the
+    smallest int64 for a track's first row).  One accumulate per track: a trace has a few dozen."""
+    reach = np.empty_like(end)
+    bounds = np.flatnonzero(np.r_[True, track[1:] != track[:-1], True])
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        reach[lo] = np.iinfo(np.int64).min
+        reach[lo + 1 : hi] = np.maximum.accumulate(end[lo : hi - 1])
+    return reach
