@@ -190,10 +190,18 @@ def outermost(
     keys = (-e, s, t) if depth is None else (depth[rows], -e, s, t)
     order = np.lexsort(keys)
     t, s, e = t[order], s[order], e[order]
-    bounds = np.flatnonzero(np.diff(t)) + 1
-    outer = np.ones(len(t), bool)
-    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(t)], strict=True):
-        reach = np.maximum.accumulate(e[lo:hi])
-        outer[lo + 1 : hi] = s[lo + 1 : hi] >= reach[:-1]
+    outer = s >= reach_before(t, e)
     result[rows[order[outer]]] = True
     return result
+
+
+def reach_before(track: np.ndarray, end: np.ndarray) -> NDArray[np.int64]:
+    """For intervals sorted by ``track`` (a group key), the latest ``end`` among the earlier
+    intervals of the same track: what still covers an interval starting there (the smallest int64
+    for a track's first interval).  One running maximum per track."""
+    reach = np.empty(len(end), np.int64)
+    bounds = np.flatnonzero(np.r_[True, track[1:] != track[:-1], True])
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        reach[lo] = np.iinfo(np.int64).min
+        reach[lo + 1 : hi] = np.maximum.accumulate(end[lo : hi - 1])
+    return reach

@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 from pandas.api.types import union_categoricals
 
-from perfsight import columns
+from perfsight import columns, intervals
 from perfsight.analysis.index import TraceIndex
 from perfsight.model import Trace
 
@@ -482,13 +482,13 @@ def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
 
 def _by_track(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The row order by track, start and longest first (stable), and in that order each op's start,
-    end and the latest end of the ops before it on its track (:func:`_reach_before`)."""
+    end and the latest end of the ops before it on its track (:func:`perfsight.intervals.reach_before`)."""
     track = ops["track"].to_numpy()
     start = ops["start_ns"].to_numpy(np.int64)
     dur = ops["dur_ns"].to_numpy(np.int64)
     order = np.lexsort((-dur, start, track))
     start, end = start[order], start[order] + dur[order]
-    return order, start, end, _reach_before(track[order], end)
+    return order, start, end, intervals.reach_before(track[order], end)
 
 
 def _outermost_part(ops: pd.DataFrame) -> pd.DataFrame:
@@ -503,14 +503,3 @@ def _outermost_part(ops: pd.DataFrame) -> pd.DataFrame:
     nested = start < reach
     kept = ~nested | (end > reach)
     return ops.iloc[order[kept]].assign(candidate=~nested[kept])
-
-
-def _reach_before(track: np.ndarray, end: np.ndarray) -> NDArray[np.int64]:
-    """Per row of rows sorted by track, the latest ``end`` among the earlier rows of its track (the
-    smallest int64 for a track's first row).  One accumulate per track: a trace has a few dozen."""
-    reach = np.empty_like(end)
-    bounds = np.flatnonzero(np.r_[True, track[1:] != track[:-1], True])
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        reach[lo] = np.iinfo(np.int64).min
-        reach[lo + 1 : hi] = np.maximum.accumulate(end[lo : hi - 1])
-    return reach

@@ -14,7 +14,6 @@ aggregation to screen resolution is ``job_matrix``.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import uuid
 from collections.abc import Sequence
@@ -23,7 +22,7 @@ from typing import Any
 
 from perfsight import layout
 from perfsight.server import models, queries
-from perfsight.server.job_pages import NoClusterAnalysis
+from perfsight.server.job_pages import NoClusterAnalysis, csv_header
 from perfsight.server.runs import CLUSTER_FAILED_FILE, CLUSTER_OUTPUT_DIR
 from perfsight.units import BYTES_PER_MB, NS_PER_MS  # the matrix file's MB (2**20 bytes) and ms
 
@@ -103,12 +102,6 @@ def _text(column: str, present: Sequence[str]) -> str:
     return f'CAST("{column}" AS VARCHAR)' if column in present else "CAST(NULL AS VARCHAR)"
 
 
-def _header(path: Path) -> list[str]:
-    """The column names of a CSV file (its first line)."""
-    with path.open(newline="", encoding="utf-8", errors="replace") as f:
-        return next(csv.reader(f), [])
-
-
 REQUIRED_OP_COLUMNS = ("rank", "collective", *TIME_COLUMNS)
 
 
@@ -117,7 +110,7 @@ def ops_table(root: Path | None, saved: Path) -> Path:
     relative to the job's first op (aligned clocks), and its bandwidth = bytes / transit (B/s).
     Optional columns a file lacks (written by another perfsight) are left empty."""
     source = cluster_file(root, OPS_FILE)
-    have = _header(source)
+    have = csv_header(source)
     missing = [c for c in REQUIRED_OP_COLUMNS if c not in have]
     if missing:
         raise NoClusterAnalysis(

@@ -62,7 +62,7 @@ def ranks_table(cluster: Path, saved: Path) -> Path:
     if target.is_file():
         return target
     saved.mkdir(parents=True, exist_ok=True)
-    present = _csv_header(sources[0])
+    present = set(csv_header(sources[0]))
     phases = ", ".join(
         f'CAST(round(coalesce(TRY_CAST(s."{header}" AS DOUBLE), 0) * {NS_PER_US}) AS BIGINT) AS {column}'
         if header in present
@@ -98,10 +98,10 @@ def ranks_table(cluster: Path, saved: Path) -> Path:
     return target
 
 
-def _csv_header(path: Path) -> set[str]:
-    """The column names of the CSV at ``path`` (its first line)."""
+def csv_header(path: Path) -> list[str]:
+    """The column names of the CSV at ``path`` (its first line): what a query over it may select."""
     with path.open(newline="", encoding="utf-8", errors="replace") as handle:
-        return set(next(csv.reader(handle), []))
+        return next(csv.reader(handle), [])
 
 
 _COMPUTING_ALONE = (

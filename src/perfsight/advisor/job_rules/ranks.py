@@ -4,6 +4,8 @@ stage in every step) and the rank the others wait for at collectives.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pandas as pd
 
@@ -39,19 +41,13 @@ def slow_rank(result: JobResult, data_ranks: set[int] | None = None) -> list[Fin
     step_ns = median_step_ns(result)
     if used.empty or step_ns <= 0 or used["rank"].nunique() < 2:
         return []
-    best: tuple[float, int, str, np.ndarray] | None = None
+    best: tuple[float, float, int, str] | None = None  # effect, error, rank, phase
     for phase in PHASE_CATEGORY:  # three phases; everything inside is vectorised over ranks and steps
-        table = used.pivot_table(index=["stage", "step"], columns="rank", values=phase, aggfunc="first")
-        for _stage, block in table.groupby(level="stage"):
-            block = block.dropna(axis=1, how="all")
-            if block.shape[1] < 2:
-                continue
-            values = block.to_numpy(np.float64)
-            excess = values - _median_of_others(values)
-            for i in range(excess.shape[1]):  # a rank of the stage: a handful
+        for ranks, excess in _excess_by_stage(used, phase):
+            for i, candidate in enumerate(ranks):  # a rank of the stage: a handful
                 effect, error, consistent = robust_effect(excess[:, i].tolist())
                 if consistent and (best is None or effect - error > best[0] - best[1]):
-                    best = (effect, error, int(block.columns[i]), phase)
+                    best = (effect, error, candidate, phase)
     if best is None:
         return []
     effect, error, rank, phase = best
@@ -157,21 +153,28 @@ def slow_rank(result: JobResult, data_ranks: set[int] | None = None) -> list[Fin
     ]
 
 
+def _excess_by_stage(used: pd.DataFrame, column: str) -> Iterator[tuple[list[int], np.ndarray]]:
+    """Per stage of two ranks or more: its ranks, and per step (rows) and rank (columns) how far the
+    rank's ``column`` exceeds the median of the stage's other ranks at that step."""
+    table = used.pivot_table(index=["stage", "step"], columns="rank", values=column, aggfunc="first")
+    for _stage, block in table.groupby(level="stage"):
+        block = block.dropna(axis=1, how="all")
+        if block.shape[1] < 2:
+            continue
+        values = block.to_numpy(np.float64)
+        yield [int(r) for r in block.columns], values - _median_of_others(values)
+
+
 def _host_wait_excess_ns(used: pd.DataFrame, rank: int) -> float:
     """How much longer, per step, ``rank``'s device waited for its host than the other ranks of its
     stage (the median over steps of its excess over their median; 0 when unknown)."""
     if "host_wait_ns" not in used:
         return 0.0
-    stage = used.loc[used["rank"] == rank, "stage"]
-    if stage.empty:
-        return 0.0
-    block = used.loc[used["stage"] == stage.iloc[0]].pivot_table(
-        index="step", columns="rank", values="host_wait_ns", aggfunc="first"
-    )
-    values = block.to_numpy(np.float64)
-    excess = values - _median_of_others(values)
-    effect, _, _ = robust_effect(excess[:, list(block.columns).index(rank)].tolist())
-    return max(effect, 0.0)
+    for ranks, excess in _excess_by_stage(used, "host_wait_ns"):
+        if rank in ranks:
+            effect, _, _ = robust_effect(excess[:, ranks.index(rank)].tolist())
+            return max(effect, 0.0)
+    return 0.0
 
 
 def _flops(result: JobResult, rank: int) -> tuple[float, float]:
