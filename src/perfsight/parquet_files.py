@@ -11,6 +11,7 @@ spills do too (:func:`spill_options`, which keeps the statistics DuckDB reads th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -31,17 +32,24 @@ more than the few kilobytes it would save (a run's twenty-odd small analysis tab
 3.4 -> 2.0 ms)."""
 
 
-def writer_options(schema: pa.Schema, small: bool = False, statistics: bool = False) -> dict[str, Any]:
+def writer_options(
+    schema: pa.Schema, small: bool = False, statistics: bool | Sequence[str] = False
+) -> dict[str, Any]:
     """Keyword arguments for ``pq.write_table`` / ``pq.ParquetWriter``: :data:`COMPRESSION` (none
     for a ``small`` table, see :data:`SMALL_TABLE_BYTES`) and only text columns dictionary-encoded
     (names repeat; ids and times rarely do, and trying costs a third of the write).
 
     ``statistics``: each row group's min/max per column.  The cache goes without (nothing reads it
     by row-group filter: smaller files, written faster); a spill that DuckDB reads back keeps them
-    (see :func:`spill_options`)."""
-    text = [f.name for f in schema if pa.types.is_dictionary(f.type) or is_text(f.type)]
+    (see :func:`spill_options`); a list names the columns that keep them."""
+    text = text_columns(schema)
     compression = "none" if small else COMPRESSION
     return {"compression": compression, "use_dictionary": text, "write_statistics": statistics}
+
+
+def text_columns(schema: pa.Schema) -> list[str]:
+    """The columns of ``schema`` that hold text, plain or dictionary-encoded."""
+    return [f.name for f in schema if pa.types.is_dictionary(f.type) or is_text(f.type)]
 
 
 def spill_options(schema: pa.Schema) -> dict[str, Any]:

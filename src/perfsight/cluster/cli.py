@@ -68,6 +68,7 @@ def run_job(
         per_rank_outputs=PER_RANK_CHOICES[per_rank],
         memory_limit=memory_limit,
     )
-    write_cluster_outputs(result, root)
+    doc = cluster_summary(result)
+    write_cluster_outputs(result, root, doc)
     ranks = [d.summary for _, d in sorted(result.job.ranks.items()) if d.summary is not None]
-    return {"cluster": cluster_summary(result), "ranks": ranks}
+    return {"cluster": doc, "ranks": ranks}

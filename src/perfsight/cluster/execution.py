@@ -35,6 +35,7 @@ from perfsight.analysis.step_ops import SAMPLE_LEVELS
 from perfsight.cluster.alignment import Alignment
 from perfsight.cluster.matching import Matched
 from perfsight.cluster.rank import RankDigest, concat
+from perfsight.parquet_files import text_columns, writer_options
 
 STEP_OPS_TABLE = "step_ops"
 """The per-rank table (``perfsight.analysis.step_ops``) each digest carries."""
@@ -79,15 +80,13 @@ def step_ops(
         return np.concatenate(parts + ([] if comm is None else [columns.numpy(comm.column(name))]))
 
     def text(name: str) -> tuple[np.ndarray, np.ndarray]:
-        chunks = [] if own is None else own.column(name).cast(pa.string()).chunks
-        return _codes(
-            pa.chunked_array(chunks + ([] if comm is None else comm.column(name).chunks), pa.string())
-        )
+        chunks = [] if own is None else own.column(name).chunks
+        return _codes(chunks + ([] if comm is None else comm.column(name).chunks))
 
     level_codes, levels = text("level")
     level_rank = np.argsort(np.argsort(levels, kind="stable"), kind="stable")  # codes in text order
     rank, step = numbers("rank"), numbers("step")
-    by = np.lexsort((numbers("start_ns"), level_rank[level_codes], rank, step))
+    by = columns.lexsort((numbers("start_ns"), level_rank[level_codes], rank, step))
     rank, step, level_codes = rank[by], step[by], level_codes[by]
     out: dict[str, pa.Array] = {"step": pa.array(step), "rank": pa.array(rank)}
     out["stage"] = pa.array(_per_rank(rank, stage_of))
@@ -123,22 +122,24 @@ def step_ops(
 
 
 def write(table: pa.Table, path: Path) -> None:
-    """Write :func:`step_ops`' table as :data:`OUTPUT_FILE`: text columns as text, a row group of
-    :data:`ROW_GROUP_ROWS` rows at a time (the whole table is never decoded at once), with the
-    schema and pandas metadata that the pandas frame of the same rows is written with."""
+    """Write :func:`step_ops`' table as :data:`OUTPUT_FILE`, a row group of :data:`ROW_GROUP_ROWS`
+    rows at a time, read back with its text columns as plain text.
+
+    Why the text columns go in as they are held, dictionary-encoded: Parquet stores text as a
+    dictionary anyway, and decoding each row group to text only for the writer to build the same
+    dictionary again was most of this file's cost (1,024 ranks, 2.9 M rows: 1.9 -> 0.5 s of CPU,
+    docs/BENCHMARKS.md).  Arrow's own schema is not stored, so every reader (DuckDB, pyarrow,
+    pandas) sees text columns, not dictionaries; statistics are kept for the number columns, by
+    which the Marey view's queries skip the row groups of other steps and ranks."""
     if not table.num_rows:
         empty = pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
         empty.to_parquet(path, index=False, row_group_size=ROW_GROUP_ROWS)
         return
-    plain = [
-        pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in table.schema
-    ]
-    head = table.slice(0, 1).cast(pa.schema(plain)).to_pandas()
-    schema = pa.Schema.from_pandas(head, preserve_index=False)
-    with pq.ParquetWriter(path, schema) as writer:
+    numbers = [name for name in table.column_names if name not in text_columns(table.schema)]
+    options = writer_options(table.schema, statistics=numbers)
+    with pq.ParquetWriter(path, table.schema, store_schema=False, **options) as writer:
         for offset in range(0, table.num_rows, ROW_GROUP_ROWS):
-            part = table.slice(offset, ROW_GROUP_ROWS).cast(schema)
-            writer.write_table(part, row_group_size=ROW_GROUP_ROWS)
+            writer.write_table(table.slice(offset, ROW_GROUP_ROWS), row_group_size=ROW_GROUP_ROWS)
 
 
 def _own_numbers(own: pa.Table, name: str, shift: np.ndarray) -> np.ndarray:
@@ -218,14 +219,27 @@ def _dictionary(codes: np.ndarray, values: pa.Array | np.ndarray) -> pa.Dictiona
     return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=codes < 0), values)
 
 
-def _codes(values: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """A code per row (-1: null) and the distinct values (an object array) the codes index; the
-    text is hashed where it lies, never copied into one column first."""
-    encoded = pc.dictionary_encode(values).unify_dictionaries()
-    if not encoded.num_chunks:
+def _codes(chunks: list[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
+    """A code per row of ``chunks`` (text, plain or dictionary-encoded; -1: null) and the distinct
+    values (an object array) the codes index.
+
+    Why the dictionaries are unified and not the text hashed again: the ranks' own rows arrive
+    dictionary-encoded, a chunk per rank, and decoding 2.9 M names to text only to hash them back
+    into codes took 0.8 s of the cross-rank step at 1,024 ranks (docs/BENCHMARKS.md); a chunk's
+    codes are only renumbered into the shared dictionary (which may list a value no row uses)."""
+    coded = [_dictionary_chunk(chunk) for chunk in chunks]
+    if not coded:
         return np.zeros(0, np.int64), np.array([], dtype=object)
-    codes = np.concatenate([columns.int64(chunk.indices, -1) for chunk in encoded.chunks])
-    return codes, np.array(encoded.chunk(0).dictionary.to_pylist(), dtype=object)
+    unified = pa.chunked_array(coded).unify_dictionaries()
+    codes = np.concatenate([columns.int64(chunk.indices, -1) for chunk in unified.chunks])
+    return codes, np.array(unified.chunk(0).dictionary.to_pylist(), dtype=object)
+
+
+def _dictionary_chunk(chunk: pa.Array) -> pa.DictionaryArray:
+    """``chunk`` as a dictionary of ``int32`` codes into ``string`` values."""
+    if not pa.types.is_dictionary(chunk.type):
+        chunk = pc.dictionary_encode(chunk.cast(pa.string()))
+    return pa.DictionaryArray.from_arrays(chunk.indices.cast(pa.int32()), chunk.dictionary.cast(pa.string()))
 
 
 def _runs(*keys: np.ndarray) -> np.ndarray:
@@ -253,7 +267,19 @@ def _position_in_group(codes: np.ndarray) -> np.ndarray:
 
 
 def _per_rank(rank: np.ndarray, values: Mapping[int, int]) -> np.ndarray:
-    """``values`` of each row's rank (0 where it has none): one look-up per rank, not per row."""
-    ranks, at = np.unique(rank, return_inverse=True)
-    found = [values.get(int(r)) for r in ranks]
-    return np.array([0 if v is None else int(v) for v in found], np.int64)[at]
+    """``values`` of each row's rank (0 where it has none): one look-up per rank, not per row.
+
+    Ranks are numbered from 0 to the world size, so a table indexed by rank serves every row; it
+    replaced a sort of every row (``np.unique``: 0.4 s for 2.9 M rows at 1,024 ranks).  Rank
+    numbers spread wider than the rows and the known ranks could fill still go through the sort."""
+    if not len(rank):
+        return np.zeros(0, np.int64)
+    low, high = int(rank.min()), int(rank.max())
+    if high - low >= 4 * (len(rank) + len(values)) + 1024:
+        ranks, at = np.unique(rank, return_inverse=True)
+        return np.array([int(values.get(int(r)) or 0) for r in ranks], np.int64)[at]
+    table = np.zeros(high - low + 1, np.int64)
+    for known, value in values.items():
+        if low <= known <= high and value is not None:
+            table[known - low] = int(value)
+    return table[rank - low]
