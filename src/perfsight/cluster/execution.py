@@ -135,7 +135,8 @@ def write(table: pa.Table, path: Path) -> None:
         empty = pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
         empty.to_parquet(path, index=False, row_group_size=ROW_GROUP_ROWS)
         return
-    numbers = [name for name in table.column_names if name not in text_columns(table.schema)]
+    text = set(text_columns(table.schema))
+    numbers = [name for name in table.column_names if name not in text]
     options = writer_options(table.schema, statistics=numbers)
     with pq.ParquetWriter(path, table.schema, store_schema=False, **options) as writer:
         for offset in range(0, table.num_rows, ROW_GROUP_ROWS):
