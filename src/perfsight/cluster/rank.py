@@ -242,7 +242,7 @@ def run_rank(item: RankInput, task: RankTask) -> RankDigest | RankFailure:
     from perfsight.analysis.op_context import op_context
     from perfsight.analysis.step_ops import step_ops
     from perfsight.cluster import rank_chunks
-    from perfsight.ingest import TraceReadError, read_trace
+    from perfsight.ingest import TraceReadError, eventscan, read_trace
     from perfsight.pipeline import ANALYSES, analyse_and_write
 
     try:
@@ -250,7 +250,8 @@ def run_rank(item: RankInput, task: RankTask) -> RankDigest | RankFailure:
             budget = rank_chunks.rank_budget(path, task)
             if budget is not None:  # too large to read whole: chunk of steps by chunk, same digest
                 return rank_chunks.run_rank_bounded(path, item.trace, item.label, task, budget)
-            trace = read_trace(path, rank=task.options.rank)
+            with eventscan.pages_kept():  # this process reads rank after rank
+                trace = read_trace(path, rank=task.options.rank)
         trace.meta.sources = [item.trace]
     except (TraceReadError, OSError, ValueError) as exc:
         return RankFailure(item.trace, str(exc))

@@ -17,10 +17,12 @@ reader uses its pure-Python path (the writers their Arrow layout, the same bytes
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -415,6 +417,26 @@ one whose rows are being converted, the one waiting between them: ``chrome_event
 
 _IDLE: dict[tuple[tuple[ColumnSpec, ...], str], list[Scanner]] = {}
 
+_PAGES_KEPT: list[int] = [0]  # reads under pages_kept() now running
+
+
+@contextlib.contextmanager
+def pages_kept() -> Iterator[None]:
+    """Within this block, a scanner made idle keeps the pages its work buffers touched.
+
+    Why: after a read the idle scanners hand their pages back to the OS
+    (:meth:`Scanner.release_pages`), so that a single analysis does not hold them while it runs.
+    A cluster worker instead reads its next trace within a tenth of a second, and giving the
+    pages back only to fault them in again cost 2.5 ms of a 2 MB trace's 16 ms read (madvise
+    calls and 500 page faults a read; docs/BENCHMARKS.md).  The idle scanners then hold at most
+    :data:`KEEP_IDLE` work buffers' touched pages (about 20 MB each for any trace); a read outside
+    the block releases them again."""
+    _PAGES_KEPT[0] += 1
+    try:
+        yield
+    finally:
+        _PAGES_KEPT[0] -= 1
+
 
 def idle_scanner(columns: list[ColumnSpec], keep_phases: str) -> Scanner:
     """A scanner for ``columns``, taken from an earlier read in this process when one is idle.
@@ -436,7 +458,8 @@ def keep_idle(scanner: Scanner) -> None:
     """Keep ``scanner`` for a later read (:func:`idle_scanner`) unless it grew large or enough are kept."""
     idle = _IDLE.setdefault((tuple(scanner.columns), scanner.keep_phases), [])
     if scanner.work_bytes() <= KEEP_IDLE_BYTES and len(idle) < KEEP_IDLE:
-        scanner.release_pages()
+        if not _PAGES_KEPT[0]:  # see pages_kept
+            scanner.release_pages()
         idle.append(scanner)
 
 
