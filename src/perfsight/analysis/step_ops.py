@@ -141,7 +141,7 @@ def _candidates(slices: pa.Table, ix: TraceIndex, local: np.ndarray, whole: np.n
     column's dictionary, ``slice`` the whole trace's row)."""
     return pd.DataFrame(
         {
-            "name": slices.column("name").take(pa.array(local, pa.int64())).to_pandas(),
+            "name": _names(slices, local),
             "track": ix.track[local],
             "start_ns": ix.start[local],
             "dur_ns": _raw_dur(slices, ix)[local],
@@ -149,6 +149,11 @@ def _candidates(slices: pa.Table, ix: TraceIndex, local: np.ndarray, whole: np.n
             "slice": whole[local],
         }
     )
+
+
+def _names(slices: pa.Table, local: np.ndarray) -> pd.Series:
+    """The names of the rows ``local`` of ``slices`` (categorical when the column is a dictionary)."""
+    return slices.column("name").take(pa.array(local, pa.int64())).to_pandas()
 
 
 def _raw_dur(slices: pa.Table, ix: TraceIndex) -> NDArray[np.int64]:
@@ -161,7 +166,7 @@ def _micro_batch_blocks(
 ) -> pd.DataFrame:
     """The annotations named as micro-batch ranges (:data:`MICRO_BATCH_PATTERN`), with their phase
     and number; the pattern is matched once per distinct name."""
-    names = slices.column("name").take(pa.array(local, pa.int64())).to_pandas()
+    names = _names(slices, local)
     if not isinstance(names.dtype, pd.CategoricalDtype):
         names = names.astype("category")
     codes = names.cat.codes.to_numpy()
@@ -486,7 +491,7 @@ def _by_track(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     track = ops["track"].to_numpy()
     start = ops["start_ns"].to_numpy(np.int64)
     dur = ops["dur_ns"].to_numpy(np.int64)
-    order = np.lexsort((-dur, start, track))
+    order = columns.lexsort((-dur, start, track))
     start, end = start[order], start[order] + dur[order]
     return order, start, end, intervals.reach_before(track[order], end)
 
