@@ -21,6 +21,7 @@ import pytest
 
 import shared_data
 from _compare_outputs import TINY, job_is_the_same_within_a_tiny_limit
+from _jobs import PP_JOB, trained_jobs
 from perfsight.analysis.modules import module_ranges, module_statistic
 from perfsight.analysis.op_context import op_context
 from perfsight.analysis.step_ops import step_ops
@@ -105,15 +106,23 @@ def test_a_job_with_module_forwards_gives_the_same_outputs_within_a_tiny_limit(
     assert "Linear" in table.read_text()  # the module table was filled, not merely empty on both sides
 
 
+@pytest.fixture(scope="module")
+def pipeline_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real two-stage pipeline job of `make demo` (its ranks record Forward/Backward
+    micro-batch ranges); read-only."""
+    return trained_jobs(tmp_path_factory) / PP_JOB
+
+
 def _traces(*jobs: Path) -> list[Path]:
     return [p for job in jobs for p in sorted(job.rglob("*.json*")) if not p.name.startswith(".")]
 
 
 def test_each_cluster_extra_computed_step_by_step_equals_the_whole_traces(
-    pair: Path, generated: Path, modules_job: Path
+    pair: Path, generated: Path, modules_job: Path, pipeline_job: Path
 ) -> None:
-    placed = 0
-    for path in _traces(pair, generated, modules_job):
+    placed = micro_batches = 0
+    pipeline_traces = sorted(pipeline_job.rglob("kineto_trace_*.json"))
+    for path in _traces(pair, generated, modules_job) + pipeline_traces:
         trace = read_trace(path)
         ops = step_ops(trace)
         ranges = module_ranges(trace)
@@ -130,7 +139,9 @@ def test_each_cluster_extra_computed_step_by_step_equals_the_whole_traces(
         assert extras.comm().equals(comm_rows(trace)), path
         assert extras.span == time_span(trace), path
         placed += sum(1 for m in got["op_context"].column("module").to_pylist() if m)
+        micro_batches += got["step_ops"].column("level").to_pylist().count("micro_batch")
     assert placed  # some ops were placed in a module forward
+    assert micro_batches  # and the pipeline stages' Forward/Backward ranges were kept
 
 
 def _same_digest(bounded: RankDigest, whole: RankDigest) -> None:

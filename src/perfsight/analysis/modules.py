@@ -59,7 +59,7 @@ def range_rows(trace: Trace, rows: np.ndarray | None = None) -> pd.DataFrame:
     keep &= name_mask(slices.column("kind"), lambda k: pc.is_in(k, pa.array(MODULE_KINDS)))
     keep &= ~columns.numpy(slices.column("is_device"), null=False)
     if not keep.any():
-        return _empty_ranges().drop(columns=["depth", "parent"]).assign(row=pd.Series(dtype="int64"))
+        return _empty_ranges(without=("depth", "parent"), row=True)
     at = np.flatnonzero(keep)
     ranges = (
         slices.filter(pa.array(keep))
@@ -111,19 +111,27 @@ def name_mask(values: pa.ChunkedArray, test: Callable[[pa.Array], pa.Array]) -> 
     return np.concatenate(parts).astype(bool) if parts else np.zeros(0, bool)
 
 
-def _empty_ranges() -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "track": pd.Series(dtype="int64"),
-            "start_ns": pd.Series(dtype="int64"),
-            "end_ns": pd.Series(dtype="int64"),
-            "step": pd.Series(dtype="int64"),
-            "module": pd.Series(dtype="object"),
-            "depth": pd.Series(dtype="int64"),
-            "parent": pd.Series(dtype="object"),
-            "slice_depth": pd.Series(dtype="int64"),
-        }
-    )
+RANGE_COLUMNS = {
+    "track": np.int64,
+    "start_ns": np.int64,
+    "end_ns": np.int64,
+    "step": np.int64,
+    "module": object,
+    "depth": np.int64,
+    "parent": object,
+    "slice_depth": np.int64,
+}
+""":func:`module_ranges`' columns and types."""
+
+
+def _empty_ranges(without: tuple[str, ...] = (), row: bool = False) -> pd.DataFrame:
+    """No module forward, in :data:`RANGE_COLUMNS` (less ``without``; with :func:`range_rows`' ``row``).
+    Made from NumPy arrays: a frame of typed empty Series costs ~1 ms, on every rank of a job
+    without module forwards."""
+    empty = {name: np.zeros(0, kind) for name, kind in RANGE_COLUMNS.items() if name not in without}
+    if row:
+        empty["row"] = np.zeros(0, np.int64)
+    return pd.DataFrame(empty)
 
 
 def enclosing(

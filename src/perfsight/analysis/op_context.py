@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 
 from perfsight import columns
 from perfsight.analysis import modules
+from perfsight.analysis.index import dictionary_mask
 from perfsight.model import Trace
 
 OP_CONTEXT_SCHEMA = pa.schema(
@@ -118,12 +119,10 @@ def context_of(rank: int, facts: pa.Table, ranges: pd.DataFrame, context: Contex
     ops = facts.column("slice").to_numpy()
     if ops.size == 0:
         return OP_CONTEXT_SCHEMA.empty_table()
-    frame = facts.select(["kind", "name", "track", "start_ns", "dur_ns", "depth"]).to_pandas()
-    tracks = frame["track"].to_numpy(np.int64)
-    starts = frame["start_ns"].to_numpy(np.int64)
-    ends = starts + frame["dur_ns"].to_numpy(np.int64)
-    levels = frame["depth"].to_numpy(np.int64)
-    names = frame["name"]  # categorical from Arrow's dictionary: never a text object per op
+    tracks = columns.int64(facts.column("track"))
+    starts = columns.int64(facts.column("start_ns"))
+    ends = starts + columns.int64(facts.column("dur_ns"))
+    levels = columns.int64(facts.column("depth"))
 
     held = modules.enclosing(ranges, tracks, starts, levels)
     inner = modules.innermost(held)
@@ -133,7 +132,7 @@ def context_of(rank: int, facts: pa.Table, ranges: pd.DataFrame, context: Contex
 
     marks = context.optimizer
     in_optimizer = modules.innermost(modules.enclosing(marks, tracks, starts, levels)) >= 0
-    copy = frame["kind"].isin(MEMORY_COPY_KINDS).to_numpy() | names.isin(MEMORY_COPY_OPS).to_numpy()
+    copy = _one_of(facts.column("kind"), MEMORY_COPY_KINDS) | _one_of(facts.column("name"), MEMORY_COPY_OPS)
     op_class = np.where(in_optimizer, "optimizer", np.where(copy, "memory copy", "compute"))
 
     sharded = _holds(context.dispatch, tracks, starts, ends)
@@ -145,11 +144,17 @@ def context_of(rank: int, facts: pa.Table, ranges: pd.DataFrame, context: Contex
             "modules": pa.array(chain, pa.list_(pa.string())),
             "op_class": pa.array(op_class, pa.string()),
             "sharded": pa.array(sharded, pa.bool_()),
-            "redistribution": pa.array(names.isin(REDISTRIBUTE_OPS).to_numpy(), pa.bool_()),
+            "redistribution": pa.array(_one_of(facts.column("name"), REDISTRIBUTE_OPS), pa.bool_()),
             "input_dims": facts.column("input_dims"),
         },
         schema=OP_CONTEXT_SCHEMA,
     )
+
+
+def _one_of(text: pa.ChunkedArray, values: tuple[str, ...]) -> np.ndarray:
+    """Which rows of a text column hold one of ``values`` (tested once per distinct text)."""
+    value_set = pa.array(values, pa.string())
+    return dictionary_mask(text, lambda distinct: pc.is_in(distinct, value_set=value_set))
 
 
 def _chains(held: np.ndarray, labels: np.ndarray) -> pa.Array:

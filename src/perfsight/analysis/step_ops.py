@@ -31,13 +31,12 @@ step so that one shift puts all of them on the job's clock.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
-from pandas.api.types import union_categoricals
 
 from perfsight import columns, intervals
 from perfsight.analysis.index import TraceIndex
@@ -78,6 +77,56 @@ def step_ops(trace: Trace) -> pa.Table:
 
 
 @dataclasses.dataclass
+class Rows:
+    """Rows as NumPy columns of equal length, their names as codes into the names they use.
+
+    Why not a pandas frame: a rank of a thousand-rank job has a few thousand rows here, and
+    pandas' cost per call (an index per frame, dtype checks, a copy per filter) was most of this
+    table's time -- 22 ms a rank, about 11 s of a 1,024-rank job's two cores."""
+
+    columns: dict[str, np.ndarray]
+    codes: NDArray[np.int64] | None = None
+    """Each row's name: a position in ``names``, -1 for none; None where rows have no names."""
+    names: pa.Array | None = None
+    """The names the rows use (Arrow strings; a name may repeat across joined parts)."""
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values()))) if self.columns else 0
+
+    @property
+    def empty(self) -> bool:
+        return len(self) == 0
+
+    def __getitem__(self, column: str) -> np.ndarray:
+        return self.columns[column]
+
+    def __contains__(self, column: str) -> bool:
+        return column in self.columns
+
+    def take(self, rows: np.ndarray) -> Rows:
+        """The rows at positions ``rows``, in that order."""
+        codes = None if self.codes is None else self.codes[rows]
+        return Rows({name: values[rows] for name, values in self.columns.items()}, codes, self.names)
+
+    def none(self) -> Rows:
+        """The same columns without a row."""
+        return self.take(np.zeros(0, np.int64))
+
+    def assign(self, column: str, values: np.ndarray) -> Rows:
+        return Rows({**self.columns, column: values}, self.codes, self.names)
+
+    def drop(self, column: str) -> Rows:
+        return Rows({k: v for k, v in self.columns.items() if k != column}, self.codes, self.names)
+
+    def name_codes(self) -> pa.DictionaryArray:
+        """The names as int32 codes into string values (null where a row has none)."""
+        assert self.codes is not None and self.names is not None
+        return pa.DictionaryArray.from_arrays(
+            pa.array(self.codes, pa.int32(), mask=self.codes < 0), pc.cast(self.names, pa.string())
+        )
+
+
+@dataclasses.dataclass
 class StepOpsPart:
     """What :func:`step_ops` reads of one part of a rank's trace: the whole trace, or a chunk of
     whole steps (``perfsight.model_chunks``) read one at a time by the bounded-memory path.
@@ -87,35 +136,31 @@ class StepOpsPart:
     another part -- are left to :class:`StepOpsMerge`: a part keeps every candidate and the counts
     those choices read.  ``slice`` values are rows of the whole trace's slices."""
 
-    device: pd.DataFrame
+    device: Rows
     """Device op candidates (:func:`_outermost_part`)."""
-    host: pd.DataFrame
+    host: Rows
     """Host op candidates of every thread (:func:`_outermost_part`)."""
-    blocks: pd.DataFrame
-    flops: pd.DataFrame
-    memory: pd.DataFrame
+    blocks: Rows
+    flops: Rows
+    memory: Rows
     """Allocator events inside a step, every device (``device_type``, ``device_index`` kept)."""
-    memory_counts: pd.Series
+    memory_counts: dict[tuple[str, int], int]
     """Allocator events with an allocated total, per (device_type, device_index)."""
-    step_tracks: pd.Series
+    step_tracks: dict[int, int]
     """Step markers (``kind == "step"``) per track, among the slices inside a step."""
-    tracks: pd.Series
+    tracks: dict[int, int]
     """Slices inside a step per track."""
     has_slices: bool
     """Whether the part has any slice (a trace without any has no rows, memory events or not)."""
 
 
-CANDIDATE_COLUMNS = ["name", "track", "start_ns", "dur_ns", "step", "slice"]
-"""What a part keeps of each op candidate (``name`` categorical: a code per row, each name once)."""
+CANDIDATE_COLUMNS = ["track", "start_ns", "dur_ns", "step", "slice"]
+"""What a part keeps of each op candidate, besides its name (a code into the names it uses)."""
 
 
 def step_ops_part(trace: Trace, rows: np.ndarray | None = None) -> StepOpsPart:
     """The candidates and counts of ``trace`` (a whole trace, or a chunk whose slices are the
-    whole trace's ``rows``).
-
-    The rows are chosen on NumPy columns and only the chosen ones become pandas frames: a rank of a
-    thousand-rank job has a few thousand slices, and pandas' cost per call (a frame of every slice,
-    its filters, a text copy of every kind) was most of this function's 40 ms there."""
+    whole trace's ``rows``), chosen and kept on NumPy columns."""
     slices = trace.slices
     whole = np.arange(slices.num_rows, dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
     ix = TraceIndex(slices)  # this function's own: a chunk's columns are read once, here
@@ -136,24 +181,39 @@ def step_ops_part(trace: Trace, rows: np.ndarray | None = None) -> StepOpsPart:
     )
 
 
-def _candidates(slices: pa.Table, ix: TraceIndex, local: np.ndarray, whole: np.ndarray) -> pd.DataFrame:
-    """The rows ``local`` of ``slices`` as :data:`CANDIDATE_COLUMNS` (``name`` categorical over the
-    column's dictionary, ``slice`` the whole trace's row)."""
-    return pd.DataFrame(
+def _candidates(slices: pa.Table, ix: TraceIndex, local: np.ndarray, whole: np.ndarray) -> Rows:
+    """The rows ``local`` of ``slices`` as :data:`CANDIDATE_COLUMNS` and names (``slice``: the whole
+    trace's row)."""
+    codes, names = _names(slices, local)
+    return Rows(
         {
-            "name": _names(slices, local),
             "track": ix.track[local],
             "start_ns": ix.start[local],
             "dur_ns": _raw_dur(slices, ix)[local],
             "step": ix.step[local],
             "slice": whole[local],
-        }
+        },
+        codes,
+        names,
     )
 
 
-def _names(slices: pa.Table, local: np.ndarray) -> pd.Series:
-    """The names of the rows ``local`` of ``slices`` (categorical when the column is a dictionary)."""
-    return slices.column("name").take(pa.array(local, pa.int64())).to_pandas()
+def _names(slices: pa.Table, local: np.ndarray) -> tuple[NDArray[np.int64], pa.Array]:
+    """The names of the rows ``local`` of ``slices``: a code per row (-1: none) into the names
+    these rows use, no text per row.  Only the used names are kept: a chunk's part is kept until
+    the whole trace is read, and the column's dictionary holds every name of the trace."""
+    column = slices.column("name")
+    if column.num_chunks == 1 and pa.types.is_dictionary(column.type):
+        chunk = column.chunk(0)
+        codes, values = columns.numpy(chunk.indices, -1)[local].astype(np.int64), chunk.dictionary
+    else:  # plain text, or dictionaries per chunk: encode the taken rows
+        taken = columns.combined(columns.decoded(column.take(pa.array(local, pa.int64()))))
+        encoded = pc.dictionary_encode(taken)
+        codes, values = columns.int64(encoded.indices, -1), encoded.dictionary
+    known = codes >= 0
+    used, at = np.unique(codes[known], return_inverse=True)
+    codes[known] = at
+    return codes, values.take(pa.array(used, pa.int64()))
 
 
 def _raw_dur(slices: pa.Table, ix: TraceIndex) -> NDArray[np.int64]:
@@ -161,36 +221,37 @@ def _raw_dur(slices: pa.Table, ix: TraceIndex) -> NDArray[np.int64]:
     return ix.derived("raw dur", lambda: columns.int64(slices.column("dur_ns")))
 
 
-def _micro_batch_blocks(
-    slices: pa.Table, ix: TraceIndex, local: np.ndarray, whole: np.ndarray
-) -> pd.DataFrame:
+_MICRO_BATCH = re.compile(MICRO_BATCH_PATTERN)
+
+
+def _micro_batch_blocks(slices: pa.Table, ix: TraceIndex, local: np.ndarray, whole: np.ndarray) -> Rows:
     """The annotations named as micro-batch ranges (:data:`MICRO_BATCH_PATTERN`), with their phase
     and number; the pattern is matched once per distinct name."""
-    names = _names(slices, local)
-    if not isinstance(names.dtype, pd.CategoricalDtype):
-        names = names.astype("category")
-    codes = names.cat.codes.to_numpy()
-    used, at = np.unique(codes, return_inverse=True)  # the names these rows have, not the trace's
-    found = pd.Series(names.cat.categories[used].astype(str)).str.extract(MICRO_BATCH_PATTERN)
-    matched = found[0].notna().to_numpy()[at]
-    picked = local[matched]
-    return pd.DataFrame(
+    codes, names = _names(slices, local)
+    found = [None if text is None else _MICRO_BATCH.search(text) for text in names.to_pylist()]
+    found.append(None)  # code -1 (no name) reads the last entry
+    matched = np.array([m is not None for m in found], bool)[codes]
+    phase = np.array([m.group(1).lower() if m else "" for m in found], object)
+    number = np.array([int(m.group(2)) if m else -1 for m in found], np.int64)
+    picked, picked_codes = local[matched], codes[matched]
+    return Rows(
         {
-            "name": names[matched].reset_index(drop=True),
             "start_ns": ix.start[picked],
             "dur_ns": _raw_dur(slices, ix)[picked],
             "step": ix.step[picked],
             "slice": whole[picked],
-            "phase": found[0].str.lower().to_numpy()[at[matched]],
-            "micro_batch": found[1].to_numpy()[at[matched]].astype(int),
-        }
+            "phase": phase[picked_codes],
+            "micro_batch": number[picked_codes],
+        },
+        picked_codes,
+        names,
     )
 
 
-def _track_counts(tracks: np.ndarray) -> pd.Series:
-    """How many rows each track has (what ``Series.value_counts`` gives, by track)."""
+def _track_counts(tracks: np.ndarray) -> dict[int, int]:
+    """How many rows each track has."""
     values, counts = np.unique(tracks, return_counts=True)
-    return pd.Series(counts.astype(np.int64), index=pd.Index(values, name="track"), name="count")
+    return dict(zip(values.tolist(), counts.tolist(), strict=True))
 
 
 class StepOpsMerge:
@@ -207,13 +268,13 @@ class StepOpsMerge:
     def add(self, part: StepOpsPart) -> None:
         self.has_device |= not part.device.empty
         self.has_slices |= part.has_slices
-        self.has_accelerator |= any(kind != "cpu" for kind, _ in part.memory_counts.index)
+        self.has_accelerator |= any(kind != "cpu" for kind, _ in part.memory_counts)
         self.parts.append(part)
         for kept in self.parts:  # what the whole trace will not choose is dropped now
             if self.has_device:
-                kept.host = kept.host.iloc[:0]
+                kept.host = kept.host.none()
             if self.has_accelerator and not kept.memory.empty:
-                kept.memory = kept.memory[kept.memory["device_type"] != "cpu"]
+                kept.memory = kept.memory.take(np.flatnonzero(kept.memory["device_type"] != "cpu"))
 
     def table(self, rank: int, encoded: tuple[str, ...] = ()) -> pa.Table:
         """The rank's :data:`STEP_OPS_SCHEMA` table, as :func:`step_ops` gives it for the whole trace;
@@ -231,7 +292,11 @@ class StepOpsMerge:
         if self.has_device:
             candidates = [p.device for p in parts]
         else:
-            candidates = [p.host[p.host["track"] == self._main_track()] for p in parts]
+            main = self._main_track()
+            candidates = [
+                p.host.take(np.flatnonzero(p.host["track"] == main)) if main is not None else p.host.none()
+                for p in parts
+            ]
         levels = [
             _level("flops", _by_slice([p.flops for p in parts]), rank, name="flops"),
             _level("memory", self._memory_rows(), rank, name="memory", category="memory"),
@@ -260,61 +325,62 @@ class StepOpsMerge:
 
     def _main_track(self) -> int | None:
         """The thread that runs the training step: the one holding most step markers, else most
-        slices (the smallest track among equals, as ``Series.mode`` picks)."""
+        slices (the smallest track among equals)."""
         for counts in ([p.step_tracks for p in self.parts], [p.tracks for p in self.parts]):
             total = _summed(counts)
-            if not total.empty:
-                return int(total[total == total.max()].index.min())
+            if total:
+                most = max(total.values())
+                return min(track for track, count in total.items() if count == most)
         return None
 
-    def _memory_rows(self) -> pd.DataFrame:
-        """The busiest device's events inside a step (an accelerator's when the trace has any)."""
+    def _memory_rows(self) -> Rows:
+        """The busiest device's events inside a step (an accelerator's when the trace has any; the
+        first in (device type, index) order among equals)."""
         counts = _summed([p.memory_counts for p in self.parts])
-        if counts.empty:
-            return pd.DataFrame()
         if self.has_accelerator:
-            counts = counts[[kind != "cpu" for kind, _ in counts.index]]
-        busiest = counts.sort_index().idxmax()
-        m = pd.concat([p.memory for p in self.parts if not p.memory.empty], ignore_index=True)
-        return m[(m["device_type"] == busiest[0]) & (m["device_index"] == busiest[1])]
+            counts = {device: count for device, count in counts.items() if device[0] != "cpu"}
+        events = [p.memory for p in self.parts if not p.memory.empty]
+        if not counts or not events:
+            return Rows({})
+        busiest = max(counts, key=counts.__getitem__)  # the first of the most, in key order
+        m = _joined(events)
+        return m.take(np.flatnonzero((m["device_type"] == busiest[0]) & (m["device_index"] == busiest[1])))
 
 
-def _level(
-    level: str, rows: pd.DataFrame, rank: int, name: str | None = None, category: str = "compute"
-) -> pa.Table:
+def _level(level: str, rows: Rows, rank: int, name: str | None = None, category: str = "compute") -> pa.Table:
     """One level's rows as :data:`STEP_OPS_SCHEMA` columns (the text as codes), ordered by step,
     start and slice (stable)."""
     if rows.empty:
         return _LEVEL_SCHEMA.empty_table()
-    rows = rows.sort_values(["step", "start_ns", "slice"], kind="stable")
+    rows = rows.take(
+        columns.lexsort(
+            (rows["slice"].astype(np.int64), rows["start_ns"].astype(np.int64), rows["step"].astype(np.int64))
+        )
+    )
     n = len(rows)
-    step = rows["step"].to_numpy(np.int64)
+    step = rows["step"].astype(np.int64)
     first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
     order = np.arange(n) - np.repeat(first, np.diff(np.r_[first, n]))
-    start = rows["start_ns"].to_numpy(np.int64)
-    value = rows["value"].to_numpy(np.float64) if "value" in rows else np.full(n, np.nan)
+    start = rows["start_ns"].astype(np.int64)
+    value = rows["value"].astype(np.float64) if "value" in rows else np.full(n, np.nan)
 
-    def text(column: str, default: str) -> pa.Array:
-        if column in rows:
-            return _text_codes(pa.array(rows[column], from_pandas=True))
-        return pa.DictionaryArray.from_arrays(
-            pa.array(np.zeros(n, np.int32)), pa.array([default], pa.string())
-        )
+    def constant(text: str) -> pa.DictionaryArray:
+        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([text], pa.string()))
 
-    micro = rows["micro_batch"].to_numpy(np.int64) if "micro_batch" in rows else np.full(n, -1)
+    micro = rows["micro_batch"].astype(np.int64) if "micro_batch" in rows else np.full(n, -1)
     return pa.table(
         {
             "rank": pa.array(np.full(n, rank), pa.int32()),
             "step": pa.array(step, pa.int32()),
-            "level": text("", level),
+            "level": constant(level),
             "order": pa.array(order, pa.int32()),
-            "name": text("name" if name is None else "", name or ""),
-            "category": text("", category),
-            "phase": text("phase", ""),
+            "name": rows.name_codes() if name is None else constant(name),
+            "category": constant(category),
+            "phase": _text_codes(pa.array(rows["phase"], pa.string())) if "phase" in rows else constant(""),
             "micro_batch": pa.array(micro, pa.int32()),
-            "slice": pa.array(rows["slice"].to_numpy(np.int64), pa.int64()),
+            "slice": pa.array(rows["slice"].astype(np.int64), pa.int64()),
             "start_ns": pa.array(start, pa.int64()),
-            "end_ns": pa.array(start + rows["dur_ns"].to_numpy(np.int64), pa.int64()),
+            "end_ns": pa.array(start + rows["dur_ns"].astype(np.int64), pa.int64()),
             "value": pa.array(value, pa.float64(), mask=np.isnan(value)),
         },
         schema=_LEVEL_SCHEMA,
@@ -367,49 +433,53 @@ def _joined_text(chunks: list[pa.DictionaryArray], order: np.ndarray, encoded: b
     )
 
 
-def _summed(counts: list[pd.Series]) -> pd.Series:
-    """Counts of several parts added up by key (a few keys: tracks, or devices), sorted by key."""
+def _summed(counts: list[dict]) -> dict:
+    """Counts of several parts added up by key (a few keys: tracks, or devices), in key order."""
     total: dict = {}
     for part in counts:
-        for key, count in zip(part.index, part.to_numpy(), strict=True):
-            total[key] = total.get(key, 0) + int(count)
-    if not total:
-        return pd.Series(dtype="int64")
-    keys = sorted(total)
-    index = pd.MultiIndex.from_tuples(keys) if isinstance(keys[0], tuple) else pd.Index(keys)
-    return pd.Series([total[k] for k in keys], index=index, dtype="int64")
+        for key, count in part.items():
+            total[key] = total.get(key, 0) + count
+    return dict(sorted(total.items()))
 
 
-def _by_slice(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """The parts' rows in the whole trace's slice order (the order the whole trace's rows have);
-    their categorical names joined into one categorical (no text per row)."""
-    frames = [f for f in frames if not f.empty]
-    if not frames:
-        return pd.DataFrame()
-    names = None
-    if "name" in frames[0] and all(isinstance(f["name"].dtype, pd.CategoricalDtype) for f in frames):
-        names = union_categoricals([f["name"] for f in frames], ignore_order=True)
-        frames = [f.drop(columns=["name"]) for f in frames]
-    whole = pd.concat(frames, ignore_index=True)
-    if names is not None:
-        whole["name"] = names
-    return whole.sort_values("slice", kind="stable")
+def _joined(parts: list[Rows]) -> Rows:
+    """The parts' rows one after the other (each part's name codes moved past the names of the
+    parts before it: a name two parts use appears twice among the names, never in a row)."""
+    if len(parts) == 1:
+        return parts[0]
+    joined = {name: np.concatenate([p[name] for p in parts]) for name in parts[0].columns}
+    if parts[0].codes is None:
+        return Rows(joined)
+    at = np.cumsum([0] + [len(p.names) for p in parts[:-1]])
+    codes = np.concatenate(
+        [np.where(p.codes >= 0, p.codes + offset, -1) for p, offset in zip(parts, at, strict=True)]
+    )
+    return Rows(joined, codes, pa.concat_arrays([pc.cast(p.names, pa.string()) for p in parts]))
 
 
-def _flops_rows(trace: Trace, ix: TraceIndex, in_step: np.ndarray, whole: np.ndarray) -> pd.DataFrame:
+def _by_slice(parts: list[Rows]) -> Rows:
+    """The parts' rows in the whole trace's slice order (the order the whole trace's rows have)."""
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        return Rows({})
+    whole = _joined(parts)
+    return whole.take(np.argsort(whole["slice"], kind="stable"))
+
+
+def _flops_rows(trace: Trace, ix: TraceIndex, in_step: np.ndarray, whole: np.ndarray) -> Rows:
     """One row per outermost operator with a FLOPs count, in a step: its interval and FLOPs
     (``whole``: the whole trace's row of each of ``trace``'s slices), in slice order."""
     from perfsight.analysis.flops import op_flops
 
     counted = op_flops(trace)
     if counted.num_rows == 0:
-        return pd.DataFrame()
+        return Rows({})
     local = counted.column("slice").to_numpy()
     flops = counted.column("flops").to_numpy()
     keep = np.flatnonzero(in_step[local])
     keep = keep[np.argsort(local[keep], kind="stable")]
     picked = local[keep]
-    return pd.DataFrame(
+    return Rows(
         {
             "start_ns": ix.start[picked],
             "dur_ns": _raw_dur(trace.slices, ix)[picked],
@@ -420,31 +490,29 @@ def _flops_rows(trace: Trace, ix: TraceIndex, in_step: np.ndarray, whole: np.nda
     )
 
 
-def _memory_candidates(trace: Trace) -> tuple[pd.DataFrame, pd.Series]:
+def _memory_candidates(trace: Trace) -> tuple[Rows, dict[tuple[str, int], int]]:
     """Every device's allocator events inside a step of ``trace`` (its time and the allocated
     total after it, bytes), and the events with an allocated total per device; the merge keeps
     the busiest device's.  A chunk's events lie in its own steps' windows (``model_chunks``), so
-    its own step table places them as the whole one does.  NumPy on the events, one frame made at
-    the end: a rank of a thousand-rank job has a few thousand, and pandas' per-call cost was most
-    of the time."""
+    its own step table places them as the whole one does."""
     memory = trace.memory
-    empty = pd.Series(dtype="int64")
     if memory.num_rows == 0:
-        return pd.DataFrame(), empty
+        return Rows({}), {}
     allocated = memory.column("allocated_bytes")
     valid = np.flatnonzero(columns.numpy(pc.is_valid(allocated), False))
     if valid.size == 0:
-        return pd.DataFrame(), empty
+        return Rows({}), {}
     kinds = pc.dictionary_encode(memory.column("device_type").cast(pa.string())).combine_chunks()
     names = np.asarray(kinds.dictionary.to_pylist(), dtype=object)
     kind = columns.int64(kinds.indices)[valid]
     index = columns.int64(memory.column("device_index"))[valid]
-    pairs, counted = np.unique(np.stack([kind, index]), axis=1, return_counts=True)
-    labels = pd.MultiIndex.from_arrays([names[pairs[0]], pairs[1]], names=["device_type", "device_index"])
-    counts = pd.Series(counted.astype(np.int64), index=labels).sort_index()
+    low, span = int(index.min()), int(index.max()) - int(index.min()) + 1
+    pairs, counted = np.unique(kind * span + (index - low), return_counts=True)  # a number per device
+    devices = zip(names[pairs // span].tolist(), (pairs % span + low).tolist(), strict=True)
+    counts = dict(sorted(zip(devices, counted.tolist(), strict=True)))
     steps = trace.steps
     if steps.num_rows == 0:
-        return pd.DataFrame(), counts
+        return Rows({}), counts
     step_start = columns.int64(steps.column("start_ns"))
     by_start = np.argsort(step_start, kind="stable")
     step_start = step_start[by_start]
@@ -455,22 +523,23 @@ def _memory_candidates(trace: Trace) -> tuple[pd.DataFrame, pd.Series]:
     inside = at >= 0
     inside[inside] = ts[inside] < step_end[at[inside]]
     if not inside.any():
-        return pd.DataFrame(), counts
-    rows = pd.DataFrame(
+        return Rows({}), counts
+    n = int(inside.sum())
+    rows = Rows(
         {
-            "device_type": pd.Categorical(names[kind[inside]]),
+            "device_type": names[kind[inside]],
             "device_index": index[inside].astype(np.int32),
-            "slice": np.full(int(inside.sum()), -1, np.int64),
+            "slice": np.full(n, -1, np.int64),
             "step": step_number[at[inside]],
             "start_ns": ts[inside],
-            "dur_ns": np.zeros(int(inside.sum()), np.int64),
+            "dur_ns": np.zeros(n, np.int64),
             "value": columns.int64(allocated, null=0)[valid][inside].astype(np.float64),
         }
     )
     return rows, counts
 
 
-def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
+def _outermost(ops: Rows) -> Rows:
     """The ops not inside an earlier op of their track: an op starting before the latest end of the
     ops started before it on its track is nested (a track's ops nest, they do not cross; device
     work does not nest, so every kernel is kept).  Rows of :func:`_outermost_part` marked as not
@@ -480,31 +549,31 @@ def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
     order, start, end, reach = _by_track(ops)
     kept = ~(start < reach)
     if "candidate" in ops:
-        kept &= ops["candidate"].to_numpy(bool)[order]
-        ops = ops.drop(columns=["candidate"])
-    return ops.iloc[order[kept]]
+        kept &= ops["candidate"][order]
+        ops = ops.drop("candidate")
+    return ops.take(order[kept])
 
 
-def _by_track(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _by_track(ops: Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The row order by track, start and longest first (stable), and in that order each op's start,
     end and the latest end of the ops before it on its track (:func:`perfsight.intervals.reach_before`)."""
-    track = ops["track"].to_numpy()
-    start = ops["start_ns"].to_numpy(np.int64)
-    dur = ops["dur_ns"].to_numpy(np.int64)
+    track = ops["track"]
+    start = ops["start_ns"].astype(np.int64)
+    dur = ops["dur_ns"].astype(np.int64)
     order = columns.lexsort((-dur, start, track))
     start, end = start[order], start[order] + dur[order]
     return order, start, end, intervals.reach_before(track[order], end)
 
 
-def _outermost_part(ops: pd.DataFrame) -> pd.DataFrame:
+def _outermost_part(ops: Rows) -> Rows:
     """What a part keeps for :func:`_outermost` over the whole trace: its ops not nested in an
     earlier op of the part (``candidate``), and the nested ones that end after every earlier op
     of the part (a crossing op, not a candidate: it can still hold an op of a later part).  An op
     nested in the part is nested in the whole; an op dropped here ends no later than one kept, so
     the whole trace's latest end before any op is the same over the kept rows."""
     if ops.empty:
-        return ops.assign(candidate=pd.Series(dtype=bool))
+        return ops.assign("candidate", np.zeros(0, bool))
     order, start, end, reach = _by_track(ops)
     nested = start < reach
     kept = ~nested | (end > reach)
-    return ops.iloc[order[kept]].assign(candidate=~nested[kept])
+    return ops.take(order[kept]).assign("candidate", ~nested[kept])

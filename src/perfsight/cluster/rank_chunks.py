@@ -258,7 +258,7 @@ class RankExtras:
         device = _facts(trace, rows, part.device)
         host = None if self.has_device else _facts(trace, rows, part.host)  # only without device ops
         if self.has_device:
-            part.host = part.host.iloc[:0]
+            part.host = part.host.none()
         self.parts.append(part)
         self.facts.append((device, host))
         self.ranges.append(modules.range_rows(trace, rows))
@@ -341,9 +341,9 @@ class _Parts:
                 yield pickle.load(file)  # noqa: S301 -- our own file, written above
 
 
-def _facts(trace: Trace, rows: np.ndarray, candidates: pd.DataFrame) -> pa.Table:
+def _facts(trace: Trace, rows: np.ndarray, candidates: step_ops.Rows) -> pa.Table:
     """:func:`op_context.op_facts` of a chunk's op candidates (the crossing rows are never ops)."""
-    picked = candidates.loc[candidates["candidate"].astype(bool), "slice"].to_numpy(np.int64)
+    picked = candidates["slice"][candidates["candidate"]].astype(np.int64)
     return op_context.op_facts(trace, np.searchsorted(rows, picked), rows)
 
 
