@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from perfsight import columns, intervals
-from perfsight.analysis.index import TraceIndex
+from perfsight.analysis.index import TraceIndex, index_of
 from perfsight.model import Trace
 
 STEP_OPS_SCHEMA = pa.schema(
@@ -163,7 +163,8 @@ def step_ops_part(trace: Trace, rows: np.ndarray | None = None) -> StepOpsPart:
     whole trace's ``rows``), chosen and kept on NumPy columns."""
     slices = trace.slices
     whole = np.arange(slices.num_rows, dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
-    ix = TraceIndex(slices)  # this function's own: a chunk's columns are read once, here
+    # a chunk's columns are read once, here; a whole trace's index is the one its analyses share
+    ix = index_of(trace) if rows is None else TraceIndex(slices)
     in_step = ix.step >= 0
     device = in_step & ix.kind_mask(OP_KINDS_DEVICE, is_device=True)
     host = in_step & ix.kind_mask(OP_KINDS_HOST, is_device=False)

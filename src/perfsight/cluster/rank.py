@@ -238,12 +238,9 @@ def run_rank(item: RankInput, task: RankTask) -> RankDigest | RankFailure:
     Runs in a worker process or on a Dask worker, so it returns plain data: a digest, or a failure
     that names the input and what is wrong with it.
     """
-    from perfsight.analysis.modules import module_ranges, module_statistic
-    from perfsight.analysis.op_context import op_context
-    from perfsight.analysis.step_ops import step_ops
+    from perfsight.analysis import index
     from perfsight.cluster import rank_chunks
     from perfsight.ingest import TraceReadError, eventscan, read_trace
-    from perfsight.pipeline import ANALYSES, analyse_and_write
 
     try:
         with _local_copy(item) as path:
@@ -255,6 +252,20 @@ def run_rank(item: RankInput, task: RankTask) -> RankDigest | RankFailure:
         trace.meta.sources = [item.trace]
     except (TraceReadError, OSError, ValueError) as exc:
         return RankFailure(item.trace, str(exc))
+    try:
+        return _digest(item, task, trace)
+    finally:
+        index.release(trace)
+
+
+def _digest(item: RankInput, task: RankTask, trace: Trace) -> RankDigest | RankFailure:
+    """The digest of a rank read whole.  The trace's index (:mod:`perfsight.analysis.index`) is
+    shared by the analyses and the step ops: the caller releases it once both are done."""
+    from perfsight.analysis.modules import module_ranges, module_statistic
+    from perfsight.analysis.op_context import op_context
+    from perfsight.analysis.step_ops import step_ops
+    from perfsight.pipeline import ANALYSES, analyse_and_write
+
     if task.out_root is None:
         tables = _cluster_tables(trace, task.options, ANALYSES)
         summary = None
@@ -304,16 +315,11 @@ def time_span(trace: Trace) -> tuple[int, int] | None:
 
 def _cluster_tables(trace: Trace, options: Options, analyses: dict) -> dict[str, pa.Table]:
     """Only the analyses the cross-rank step reads, in pipeline order (a fraction of the full set)."""
-    from perfsight.analysis import index
-
     done: dict[str, pa.Table] = {}
     needed = set(CLUSTER_TABLES) | {"memory_curve"}
-    try:
-        for name, run in analyses.items():
-            if name in needed:
-                done[name] = run(trace, options, done)
-    finally:
-        index.release(trace)
+    for name, run in analyses.items():
+        if name in needed:
+            done[name] = run(trace, options, done)
     return {name: done[name] for name in CLUSTER_TABLES}
 
 
