@@ -21,7 +21,7 @@ import pytest
 
 import shared_data
 from _compare_outputs import TINY, job_is_the_same_within_a_tiny_limit
-from _jobs import PP_JOB, trained_jobs
+from _jobs import PP_JOB, run_example, trained_jobs
 from perfsight.analysis.modules import module_ranges, module_statistic
 from perfsight.analysis.op_context import op_context
 from perfsight.analysis.step_ops import step_ops
@@ -76,6 +76,13 @@ def test_a_real_nccl_pair_gives_the_same_job_outputs_within_a_tiny_limit(pair: P
     job_is_the_same_within_a_tiny_limit(pair, tmp_path, least_chunks=1)
 
 
+def test_a_pipeline_job_gives_the_same_outputs_chunk_by_chunk(
+    long_pipeline_job: Path, tmp_path: Path
+) -> None:
+    """The pipeline chart's Forward/Backward blocks come from every chunk of a stage's rank."""
+    job_is_the_same_within_a_tiny_limit(long_pipeline_job, tmp_path, least_chunks=2)
+
+
 def test_the_printed_job_summary_says_which_ranks_were_read_in_chunks(
     generated: Path, tmp_path: Path
 ) -> None:
@@ -111,6 +118,17 @@ def pipeline_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The real two-stage pipeline job of `make demo` (its ranks record Forward/Backward
     micro-batch ranges); read-only."""
     return trained_jobs(tmp_path_factory) / PP_JOB
+
+
+@pytest.fixture(scope="module")
+def long_pipeline_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real two-stage pipeline job profiled over 12 steps of 8 micro-batches: within the tiny
+    limit each rank is cut into several chunks, with micro-batch ranges in more than one."""
+    job = tmp_path_factory.mktemp("long_pipeline") / "pp"
+    run_example(
+        "train_pp.py", job, "--stages", "2", "--overload-stage", "1", "--active", "12", "--micro-batches", "8"
+    )
+    return job
 
 
 def _traces(*jobs: Path) -> list[Path]:
