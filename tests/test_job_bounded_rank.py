@@ -4,7 +4,8 @@ the job every output, and the cross-rank step every per-rank fact, the whole-tra
 Inputs: the real two-rank NCCL pair (``two_ranks_ws128``), a generated four-rank job large enough
 for several chunks per rank (``benchmarks/gen_cluster_job.py``), and a real two-rank gloo job
 profiled with plain ``torch.profiler`` and its Python tracer, whose ``nn.Module`` forwards
-exercise the module table and the ops' module context.
+exercise the module table and the ops' module context; and real two-stage pipeline jobs
+(``examples/train_pp.py``), whose Forward/Backward micro-batch ranges feed the pipeline chart.
 """
 
 from __future__ import annotations
@@ -72,6 +73,24 @@ def modules_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return job
 
 
+@pytest.fixture(scope="module")
+def pipeline_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real two-stage pipeline job of `make demo` (its ranks record Forward/Backward
+    micro-batch ranges); read-only."""
+    return trained_jobs(tmp_path_factory) / PP_JOB
+
+
+@pytest.fixture(scope="module")
+def long_pipeline_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real two-stage pipeline job profiled over 12 steps of 8 micro-batches: within the tiny
+    limit each rank is cut into several chunks, with micro-batch ranges in more than one."""
+    job = tmp_path_factory.mktemp("long_pipeline") / "pp"
+    run_example(
+        "train_pp.py", job, "--stages", "2", "--overload-stage", "1", "--active", "12", "--micro-batches", "8"
+    )
+    return job
+
+
 def test_a_real_nccl_pair_gives_the_same_job_outputs_within_a_tiny_limit(pair: Path, tmp_path: Path) -> None:
     job_is_the_same_within_a_tiny_limit(pair, tmp_path, least_chunks=1)
 
@@ -111,24 +130,6 @@ def test_a_job_with_module_forwards_gives_the_same_outputs_within_a_tiny_limit(
     job_is_the_same_within_a_tiny_limit(modules_job, tmp_path, least_chunks=1)
     table = tmp_path / "out" / "cluster_analysis_output" / "module_statistic.csv"
     assert "Linear" in table.read_text()  # the module table was filled, not merely empty on both sides
-
-
-@pytest.fixture(scope="module")
-def pipeline_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The real two-stage pipeline job of `make demo` (its ranks record Forward/Backward
-    micro-batch ranges); read-only."""
-    return trained_jobs(tmp_path_factory) / PP_JOB
-
-
-@pytest.fixture(scope="module")
-def long_pipeline_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real two-stage pipeline job profiled over 12 steps of 8 micro-batches: within the tiny
-    limit each rank is cut into several chunks, with micro-batch ranges in more than one."""
-    job = tmp_path_factory.mktemp("long_pipeline") / "pp"
-    run_example(
-        "train_pp.py", job, "--stages", "2", "--overload-stage", "1", "--active", "12", "--micro-batches", "8"
-    )
-    return job
 
 
 def _traces(*jobs: Path) -> list[Path]:
