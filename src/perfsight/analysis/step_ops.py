@@ -212,7 +212,7 @@ def _names(slices: pa.Table, local: np.ndarray) -> tuple[NDArray[np.int64], pa.A
         encoded = pc.dictionary_encode(taken)
         codes, values = columns.int64(encoded.indices, -1), encoded.dictionary
     known = codes >= 0
-    used, at = np.unique(codes[known], return_inverse=True)
+    used, at = columns.sorted_codes(codes[known])
     codes[known] = at
     return codes, values.take(pa.array(used, pa.int64()))
 
@@ -353,16 +353,12 @@ def _level(level: str, rows: Rows, rank: int, name: str | None = None, category:
     start and slice (stable)."""
     if rows.empty:
         return _LEVEL_SCHEMA.empty_table()
-    rows = rows.take(
-        columns.lexsort(
-            (rows["slice"].astype(np.int64), rows["start_ns"].astype(np.int64), rows["step"].astype(np.int64))
-        )
-    )
+    step, start = rows["step"].astype(np.int64), rows["start_ns"].astype(np.int64)
+    by = columns.lexsort((rows["slice"].astype(np.int64), start, step))
+    rows, step, start = rows.take(by), step[by], start[by]
     n = len(rows)
-    step = rows["step"].astype(np.int64)
     first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
     order = np.arange(n) - np.repeat(first, np.diff(np.r_[first, n]))
-    start = rows["start_ns"].astype(np.int64)
     value = rows["value"].astype(np.float64) if "value" in rows else np.full(n, np.nan)
 
     def constant(text: str) -> pa.DictionaryArray:
