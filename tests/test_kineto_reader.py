@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
@@ -265,13 +266,15 @@ def native_scanner(tmp_path_factory: pytest.TempPathFactory):
     """The native scanner, built into a temporary folder when the install did not build it."""
     if os.environ.get("PERFSIGHT_NATIVE") == "0":
         pytest.skip("the native scanner is switched off (PERFSIGHT_NATIVE=0)")
+    installed = Path(eventscan.__file__).parent
+    folder = installed
     if not eventscan.available():
         folder = tmp_path_factory.mktemp("native")
         problem = _build_native.build(target=folder / _build_native.LIBRARY.name)
         if problem or not eventscan.use_library(folder):
             pytest.skip(f"native scanner cannot be built here: {problem}")
-    yield
-    eventscan.use_library(Path(eventscan.__file__).parent)
+    yield folder  # where the library in use was loaded from
+    eventscan.use_library(installed)
 
 
 def _raw(path: Path, native: bool) -> tuple[pa.Table, StreamReport]:
@@ -341,6 +344,8 @@ def _awkward_events() -> list[object]:
                 "grid": [1, 2, 3],
                 "block": [],
                 "est. achieved occupancy %": 12.5,
+                "est. achieved occupancy ?": 99.5,  # the same first 16 bytes and length, not asked for
+                "External id ": 5,  # one byte more than a key asked for
                 "device": None,
                 "correlation": 9223372036854775807,
                 "stream": 1e2,
@@ -377,6 +382,39 @@ def test_awkward_events_read_the_same_on_both_paths(tmp_path: Path, native_scann
     assert rows[3]["args.correlation"] == 2**63 - 1 and rows[5]["args.bytes"] is None
     assert [r["ph"] for r in rows] == ["M", "X", "X", "X", "X", "X", "i", "X"]
     assert report.header == {"traceName": "t"}
+
+
+@pytest.fixture(scope="module")
+def byte_loop_scanner(tmp_path_factory: pytest.TempPathFactory, native_scanner: None) -> Path:
+    """A second build of the native scanner, with its SIMD loops replaced by the byte-by-byte ones
+    (``ES_NO_SIMD``: what a CPU without SSE2 runs); its folder."""
+    if _build_native.compiler() is None or sys.platform == "win32":
+        pytest.skip("no C compiler")
+    folder = tmp_path_factory.mktemp("byte_loops")
+    problem = _build_native.build(target=folder / _build_native.LIBRARY.name, defines=["ES_NO_SIMD"])
+    if problem:
+        pytest.fail(f"the byte-loop build failed: {problem}")
+    return folder
+
+
+def test_the_simd_and_byte_loop_builds_read_the_same_rows(
+    tmp_path: Path, native_scanner: Path, byte_loop_scanner: Path
+) -> None:
+    """Every real trace, the awkward events and a gzip cut mid-way: the build that scans 16 bytes at
+    a time and the one that scans byte by byte give the same rows and the same report."""
+    awkward = tmp_path / "awkward.json"
+    awkward.write_text(json.dumps({"traceEvents": _awkward_events() * 50}, indent=2))
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(gzip.compress(awkward.read_bytes()[: awkward.stat().st_size * 2 // 3]))
+    for path in [*ALL_TRACES, awkward, cut]:
+        simd, simd_report = _raw(path, native=True)
+        try:
+            assert eventscan.use_library(byte_loop_scanner)
+            loops, loops_report = _raw(path, native=True)
+        finally:
+            eventscan.use_library(native_scanner)
+        assert simd.num_rows and simd.equals(loops), path.name
+        assert dataclasses.astuple(simd_report) == dataclasses.astuple(loops_report), path.name
 
 
 @pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])

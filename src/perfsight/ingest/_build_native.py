@@ -15,6 +15,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -40,8 +41,9 @@ def compiler() -> list[str] | None:
     return None
 
 
-def build(target: Path = LIBRARY, source: Path = SOURCE) -> str | None:
-    """Build ``target`` from ``source``; None on success, else one line saying why not."""
+def build(target: Path = LIBRARY, source: Path = SOURCE, defines: Sequence[str] = ()) -> str | None:
+    """Build ``target`` from ``source``; None on success, else one line saying why not.
+    ``defines``: preprocessor macros (the tests build ``ES_NO_SIMD``, the portable byte loops)."""
     if sys.platform == "win32":
         return "no native build on Windows"
     command = compiler()
@@ -52,7 +54,8 @@ def build(target: Path = LIBRARY, source: Path = SOURCE) -> str | None:
         partial = Path(scratch) / target.name
         try:
             done = subprocess.run(
-                [*command, *FLAGS, f'-DES_SOURCE_HASH="{source_hash(source)}"', "-o", str(partial)]
+                [*command, *FLAGS, *(f"-D{name}" for name in defines)]
+                + [f'-DES_SOURCE_HASH="{source_hash(source)}"', "-o", str(partial)]
                 + [str(source)],
                 capture_output=True,
                 text=True,

@@ -20,6 +20,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* SSE2 (every x86-64 CPU has it) runs the two loops that see every byte -- plain string bytes
+ * and whitespace -- 16 bytes at a time; elsewhere, or built with -DES_NO_SIMD (the tests build
+ * both), the same loops go byte by byte, with the same results. */
+#if defined(__SSE2__) && !defined(ES_NO_SIMD) && (defined(__GNUC__) || defined(__clang__))
+#include <emmintrin.h>
+#define ES_SIMD 1
+#endif
+
 #ifndef ES_SOURCE_HASH
 #define ES_SOURCE_HASH "unknown"
 #endif
@@ -85,6 +93,19 @@ typedef struct {
     uint32_t gen;
 } slot_t;
 
+/* A key as two words: its first 16 bytes, zero-padded (see key_words), with its length and the
+ * column it feeds (-1: none, -2: the event's own "args").  A key of the spec is found by these
+ * words in a hash table, and the key at each place of the last object of a scope is remembered:
+ * the events of a trace name their keys in the same order, so comparing two words with the key
+ * met at the same place last time most often settles it. */
+typedef struct {
+    uint64_t head, tail;
+    int32_t len; /* 0: an empty entry */
+    int32_t slot;
+} key_words_t;
+
+#define SEEN_KEYS 32 /* places remembered per scope; later keys of a long object are looked up */
+
 typedef struct {
     const uint8_t *b;
     int64_t n;
@@ -97,6 +118,9 @@ typedef struct {
     uint64_t touched; /* bit i: slot i holds a value of the current event (MAX_COLUMNS <= 64) */
     int32_t bad_key; /* an escaped key: its meaning needs a general decoder */
     int64_t lone;    /* lone surrogate escapes seen in the current event */
+    key_words_t seen[2][SEEN_KEYS]; /* per scope and place in the object: the key met there last */
+    key_words_t words[2][HASH_SIZE]; /* per scope: the spec's keys (and "args") by word_hash */
+    const uint8_t *long_keys[2][HASH_SIZE]; /* the spec's text of each key longer than 16 bytes */
 } scan_t;
 
 /* ---------- validation ---------- */
@@ -114,8 +138,40 @@ static void init_tables(void) {
 
 static inline int is_ws(uint8_t c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
+/* The first byte at or after p that is not whitespace, or n.  Most calls meet no whitespace or a
+ * single space (after ':' and ','); an indented document's line breaks are runs of several. */
 static inline int64_t skip_ws(const uint8_t *b, int64_t p, int64_t n) {
+    if (p >= n || !is_ws(b[p])) return p;
+    if (++p >= n || !is_ws(b[p])) return p;
+#ifdef ES_SIMD
+    while (p + 16 <= n) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(b + p));
+        __m128i ws = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\n'))),
+                                  _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\r')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))));
+        int other = ~_mm_movemask_epi8(ws) & 0xFFFF;
+        if (other) return p + __builtin_ctz((unsigned)other);
+        p += 16;
+    }
+#endif
     while (p < n && is_ws(b[p])) p++;
+    return p;
+}
+
+/* The first byte at or after p that ends a run of plain string bytes -- a quote, a backslash, a
+ * control or a non-ASCII byte (str_class != 0) -- or n. */
+static inline int64_t plain_run(const uint8_t *b, int64_t p, int64_t n) {
+#ifdef ES_SIMD
+    while (p + 16 <= n) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(b + p));
+        /* signed bytes: a control byte (0x00-0x1F) and a non-ASCII one (0x80-0xFF) are < 0x20 */
+        __m128i special = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                                       _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+        int mask = _mm_movemask_epi8(special);
+        if (mask) return p + __builtin_ctz((unsigned)mask);
+        p += 16;
+    }
+#endif
+    while (p < n && str_class[b[p]] == 0) p++;
     return p;
 }
 
@@ -154,12 +210,10 @@ static inline int64_t hex4(const uint8_t *b, int64_t p) {
     return (a | c | d | e) < 0 ? -1 : (int64_t)(a << 12 | c << 8 | d << 4 | e);
 }
 
-/* b[p] == '"'; returns the offset after the closing quote.  Counts in *lone the \u escapes of
- * surrogates that are not a high-low pair (valid JSON; decoded as U+FFFD by the caller). */
-static int64_t scan_string(const uint8_t *b, int64_t p, int64_t n, int32_t *escaped, int64_t *lone) {
-    p++;
+/* scan_string from b[p] on, a byte of the string that is not plain (str_class != 0) or n. */
+static int64_t scan_string_rest(const uint8_t *b, int64_t p, int64_t n, int32_t *escaped, int64_t *lone) {
     for (;;) {
-        while (p < n && str_class[b[p]] == 0) p++;
+        p = plain_run(b, p, n);
         if (p >= n) return NEED_MORE;
         switch (str_class[b[p]]) {
         case 1:
@@ -206,6 +260,15 @@ static int64_t scan_string(const uint8_t *b, int64_t p, int64_t n, int32_t *esca
     }
 }
 
+/* b[p] == '"'; returns the offset after the closing quote.  Counts in *lone the \u escapes of
+ * surrogates that are not a high-low pair (valid JSON; decoded as U+FFFD by the caller).
+ * Inline for the common string, plain bytes up to its quote; the rest out of line. */
+static inline int64_t scan_string(const uint8_t *b, int64_t p, int64_t n, int32_t *escaped, int64_t *lone) {
+    p = plain_run(b, p + 1, n);
+    if (p < n && b[p] == '"') return p + 1;
+    return scan_string_rest(b, p, n, escaped, lone);
+}
+
 static int64_t scan_number(const uint8_t *b, int64_t p, int64_t n) {
     if (b[p] == '-') p++;
     if (p >= n) return NEED_MORE;
@@ -247,19 +310,6 @@ static inline uint32_t key_hash(const uint8_t *k, int64_t len) {
     return (h ^ (h >> 15)) & (HASH_SIZE - 1);
 }
 
-static int build_keys(scan_t *s) {
-    const spec_t *sp = s->spec;
-    if (sp->nkeys > HASH_SIZE / 4) return 0;
-    for (int32_t k = 0; k < sp->nkeys; k++) {
-        int scope = sp->key_scopes[k];
-        if (scope < 0 || scope > 1 || sp->key_columns[k] < 0 || sp->key_columns[k] >= sp->ncolumns) return 0;
-        uint32_t h = key_hash(sp->keys[k], sp->key_lens[k]);
-        while (s->table[scope][h]) h = (h + 1) & (HASH_SIZE - 1);
-        s->table[scope][h] = (int16_t)(k + 1);
-    }
-    return 1;
-}
-
 /* a[0..len) == b[0..len), eight bytes at a time: keys are short, and libc's memcmp, called once
  * per key of every event, cost 3 % of reading a trace in its call alone. */
 static inline int same_bytes(const uint8_t *a, const uint8_t *b, int64_t len) {
@@ -285,6 +335,105 @@ static inline int find_key(const scan_t *s, int scope, const uint8_t *key, int64
     }
 }
 
+/* The column a key feeds (find_key), or -2 for the event's own "args" (scope 0). */
+static inline int find_key_or_args(const scan_t *s, int scope, const uint8_t *key, int64_t len) {
+    int slot = find_key(s, scope, key, len);
+    if (slot < 0 && scope == 0 && len == 4 && memcmp(key, "args", 4) == 0) slot = -2;
+    return slot;
+}
+
+static inline uint64_t load_word(const uint8_t *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+/* The first `len` (0-8) bytes of a word as loaded from memory, the others zero. */
+static inline uint64_t first_bytes(uint64_t w, int64_t len) {
+    if (len >= 8) return w;
+    if (len <= 0) return 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return w & ~(~(uint64_t)0 >> (8 * len));
+#else
+    return w & (((uint64_t)1 << (8 * len)) - 1);
+#endif
+}
+
+/* The key at k[0..len) as two words; the 16 bytes from k must be readable. */
+static inline void key_words(const uint8_t *k, int64_t len, uint64_t *head, uint64_t *tail) {
+    *head = first_bytes(load_word(k), len);
+    *tail = first_bytes(load_word(k + 8), len - 8);
+}
+
+static inline uint32_t word_hash(uint64_t head, int64_t len) {
+    return (uint32_t)(((head ^ (uint64_t)len) * 0x9E3779B97F4A7C15ull) >> 56) & (HASH_SIZE - 1);
+}
+
+/* Enter the key k[0..len) of `scope` (feeding `slot`) into s->words; 0 when the table is full. */
+static int add_key_words(scan_t *s, int scope, const uint8_t *k, int64_t len, int32_t slot) {
+    uint8_t padded[16] = {0};
+    memcpy(padded, k, (size_t)(len < 16 ? len : 16));
+    uint64_t head, tail;
+    key_words(padded, len, &head, &tail);
+    uint32_t h = word_hash(head, len);
+    for (int probes = 0; s->words[scope][h].len; probes++, h = (h + 1) & (HASH_SIZE - 1)) {
+        if (probes == HASH_SIZE) return 0;
+        key_words_t *e = &s->words[scope][h];
+        if (e->len == len && e->head == head && e->tail == tail &&
+            (len <= 16 || same_bytes(s->long_keys[scope][h] + 16, k + 16, len - 16)))
+            return 1; /* named twice: the first wins, as in find_key */
+    }
+    s->words[scope][h] = (key_words_t){head, tail, (int32_t)len, slot};
+    s->long_keys[scope][h] = k;
+    return 1;
+}
+
+/* find_key_or_args by words, for a key with 16 readable bytes from its start. */
+static inline int find_key_words(const scan_t *s, int scope, const uint8_t *key, int64_t len, uint64_t head,
+                                 uint64_t tail) {
+    for (uint32_t h = word_hash(head, len);; h = (h + 1) & (HASH_SIZE - 1)) {
+        const key_words_t *e = &s->words[scope][h];
+        if (!e->len) return -1;
+        if (e->len == len && e->head == head && e->tail == tail &&
+            (len <= 16 || same_bytes(s->long_keys[scope][h] + 16, key + 16, len - 16)))
+            return e->slot;
+    }
+}
+
+/* The column the key at key[0..len) of this scope feeds (-1: none, -2: "args"); `room` bytes are
+ * readable from key on.  `at`: the key's place in its object. */
+static inline int lookup_key(scan_t *s, int scope, int at, const uint8_t *key, int64_t len, int64_t room) {
+    if (room < 16 || len == 0) return find_key_or_args(s, scope, key, len);
+    uint64_t head, tail;
+    key_words(key, len, &head, &tail);
+    key_words_t *seen = at < SEEN_KEYS ? &s->seen[scope][at] : NULL;
+    if (seen && seen->len == len && seen->head == head && seen->tail == tail && len <= 16) return seen->slot;
+    int slot = find_key_words(s, scope, key, len, head, tail);
+    if (seen) *seen = (key_words_t){head, tail, (int32_t)len, slot};
+    return slot;
+}
+
+static int build_keys(scan_t *s) {
+    const spec_t *sp = s->spec;
+    if (sp->nkeys > HASH_SIZE / 4) return 0;
+    for (int32_t k = 0; k < sp->nkeys; k++) {
+        int scope = sp->key_scopes[k];
+        if (scope < 0 || scope > 1 || sp->key_columns[k] < 0 || sp->key_columns[k] >= sp->ncolumns) return 0;
+        uint32_t h = key_hash(sp->keys[k], sp->key_lens[k]);
+        while (s->table[scope][h]) h = (h + 1) & (HASH_SIZE - 1);
+        s->table[scope][h] = (int16_t)(k + 1);
+    }
+    /* after the table above: each key's column as find_key gives it (the first of a key named
+     * twice), and "args" only where the spec does not name it itself */
+    for (int32_t k = 0; k < sp->nkeys; k++) {
+        int scope = sp->key_scopes[k];
+        if (sp->key_lens[k] > 0 &&
+            !add_key_words(s, scope, sp->keys[k], sp->key_lens[k], find_key(s, scope, sp->keys[k], sp->key_lens[k])))
+            return 0;
+    }
+    return add_key_words(s, 0, (const uint8_t *)"args", 4, find_key_or_args(s, 0, (const uint8_t *)"args", 4));
+}
+
 static int64_t scan_container(scan_t *s, int64_t p, int depth, int is_object, int scope) {
     const uint8_t *b = s->b;
     int64_t n = s->n;
@@ -293,7 +442,7 @@ static int64_t scan_container(scan_t *s, int64_t p, int depth, int is_object, in
     p = skip_ws(b, p + 1, n);
     if (p >= n) return NEED_MORE;
     if (b[p] == close) return p + 1;
-    for (;;) {
+    for (int at = 0;; at++) {
         int slot = -1;
         if (is_object) {
             if (b[p] != '"') return INVALID;
@@ -302,9 +451,7 @@ static int64_t scan_container(scan_t *s, int64_t p, int depth, int is_object, in
             if (key_end < 0) return key_end;
             if (scope >= 0) {
                 if (key_escaped) s->bad_key = 1;
-                int64_t klen = key_end - p - 2;
-                slot = find_key(s, scope, b + p + 1, klen);
-                if (slot < 0 && scope == 0 && klen == 4 && memcmp(b + p + 1, "args", 4) == 0) slot = -2;
+                slot = lookup_key(s, scope, at, b + p + 1, key_end - p - 2, n - p - 1);
             }
             p = skip_ws(b, key_end, n);
             if (p >= n) return NEED_MORE;
@@ -677,10 +824,9 @@ static int convert(const uint8_t *b, const spec_t *sp, column_t *c, const slot_t
 }
 
 /* Mark rows [c->filled, upto) of column c as null (a column only sees rows with its key). */
-static void fill_to(scan_t *s, int32_t i, int64_t upto) {
+static void fill_gap(scan_t *s, int32_t i, int64_t upto) {
     column_t *c = &s->spec->columns[i];
     int64_t from = s->filled[i];
-    if (from >= upto) return;
     memset(c->valid + from, 0, (size_t)(upto - from));
     int32_t *offsets = NULL, end = 0;
     switch (c->kind) {
@@ -696,8 +842,13 @@ static void fill_to(scan_t *s, int32_t i, int64_t upto) {
     s->filled[i] = upto;
 }
 
+/* fill_gap where there is a gap: most columns of a Kineto event were written on the row before. */
+static inline void fill_to(scan_t *s, int32_t i, int64_t upto) {
+    if (s->filled[i] < upto) fill_gap(s, i, upto);
+}
+
 /* Row `row` of column i is written (valid or not): close its offsets. */
-static void finish_row(scan_t *s, int32_t i, int64_t row, int valid) {
+static inline void finish_row(scan_t *s, int32_t i, int64_t row, int valid) {
     column_t *c = &s->spec->columns[i];
     fill_to(s, i, row);
     c->valid[row] = (uint8_t)valid;
