@@ -28,6 +28,14 @@
 #define ES_SIMD 1
 #endif
 
+/* For the small helpers every byte goes through: gcc left skip_ws out of line once it held a
+ * SIMD loop, and the call cost more than the loop. */
+#if defined(__GNUC__) || defined(__clang__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
+#endif
+
 #ifndef ES_SOURCE_HASH
 #define ES_SOURCE_HASH "unknown"
 #endif
@@ -140,7 +148,7 @@ static inline int is_ws(uint8_t c) { return c == ' ' || c == '\n' || c == '\r' |
 
 /* The first byte at or after p that is not whitespace, or n.  Most calls meet no whitespace or a
  * single space (after ':' and ','); an indented document's line breaks are runs of several. */
-static inline int64_t skip_ws(const uint8_t *b, int64_t p, int64_t n) {
+static ALWAYS_INLINE int64_t skip_ws(const uint8_t *b, int64_t p, int64_t n) {
     if (p >= n || !is_ws(b[p])) return p;
     if (++p >= n || !is_ws(b[p])) return p;
 #ifdef ES_SIMD
@@ -159,7 +167,7 @@ static inline int64_t skip_ws(const uint8_t *b, int64_t p, int64_t n) {
 
 /* The first byte at or after p that ends a run of plain string bytes -- a quote, a backslash, a
  * control or a non-ASCII byte (str_class != 0) -- or n. */
-static inline int64_t plain_run(const uint8_t *b, int64_t p, int64_t n) {
+static ALWAYS_INLINE int64_t plain_run(const uint8_t *b, int64_t p, int64_t n) {
 #ifdef ES_SIMD
     while (p + 16 <= n) {
         __m128i v = _mm_loadu_si128((const __m128i *)(b + p));
