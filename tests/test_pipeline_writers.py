@@ -87,3 +87,26 @@ def test_a_shared_writer_that_fails_on_either_thread_fails_the_whole_write() -> 
     for pieces in ([fail, functools.partial(time.sleep, 0.2)], [functools.partial(time.sleep, 0.2), fail]):
         with pytest.raises(OSError, match="disk full"), background_writer("test-writer") as background:
             run_shared(background, pieces)
+
+
+def test_shared_writers_with_costs_start_with_the_two_largest_one_on_each_thread() -> None:
+    """Given their costs, the largest piece is the writer thread's first and the next largest this
+    thread's first, so neither is left to run alone at the end; each piece still runs once."""
+    from perfsight.export.staging import run_shared
+
+    ran: list[tuple[str, str]] = []
+    writer_took_one = threading.Event()
+
+    def piece(name: str) -> None:
+        ran.append((name, threading.current_thread().name))
+        if threading.current_thread().name == "test-writer":
+            writer_took_one.set()
+        else:
+            writer_took_one.wait(10)
+
+    costs = {"small": 1.0, "largest": 9.0, "medium": 2.0, "second": 8.0, "third": 3.0}
+    with background_writer("test-writer") as background:
+        run_shared(background, [functools.partial(piece, name) for name in costs], costs=list(costs.values()))
+    assert sorted(name for name, _ in ran) == sorted(costs)
+    first = {thread: name for name, thread in reversed(ran)}
+    assert first == {"test-writer": "largest", threading.main_thread().name: "second"}

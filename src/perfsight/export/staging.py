@@ -23,10 +23,12 @@ import queue
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 STAGING_PREFIX = ".perfsight-partial-"
 
@@ -142,7 +144,9 @@ class BackgroundWriter:
             raise interrupted
 
 
-def run_shared(background: BackgroundWriter, tasks: list[Callable[[], Any]]) -> None:
+def run_shared(
+    background: BackgroundWriter, tasks: list[Callable[[], Any]], costs: Sequence[float] | None = None
+) -> None:
     """Run every one of ``tasks`` (in no promised order) on this thread and on ``background``'s,
     whichever is free, and return once all are done; raise what the first failed one raised.
 
@@ -152,7 +156,14 @@ def run_shared(background: BackgroundWriter, tasks: list[Callable[[], Any]]) -> 
     queued on ``background`` (which takes them from the front, after what it already had); this
     thread takes back, from the end, each one the writer has not started.  A task that must follow
     another waits for it itself (a future's ``result()``); nothing here orders them.
+
+    ``costs`` (one rough estimate per task, any unit): the tasks are queued largest first from
+    both ends, so the two threads meet on the smallest.  Why: in the order given, two 30 ms CSV
+    writers met in the middle of df_index_resolver's list, and one thread wrote the last of them
+    alone while the other had finished (25 ms of a 0.6 s analysis).
     """
+    if costs is not None:
+        tasks = balanced_order(tasks, costs)
     futures = [background.submit(task) for task in tasks]
     for task, future in zip(reversed(tasks), reversed(futures), strict=True):
         if future.cancel():  # not started by the writer thread: run it here
@@ -160,6 +171,13 @@ def run_shared(background: BackgroundWriter, tasks: list[Callable[[], Any]]) -> 
     for future in futures:
         if not future.cancelled():
             future.result()  # raises what the writer thread raised
+
+
+def balanced_order(tasks: list[T], costs: Sequence[float]) -> list[T]:
+    """``tasks`` by decreasing cost at the front and, taken from the end, at the back: the largest
+    ones are started first by whichever thread takes them, the smallest are left for the end."""
+    largest_first = [tasks[i] for i in sorted(range(len(tasks)), key=lambda i: -costs[i])]
+    return largest_first[0::2] + largest_first[1::2][::-1]
 
 
 @contextlib.contextmanager

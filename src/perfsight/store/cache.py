@@ -91,7 +91,10 @@ def _write_bytes(path: Path, data: bytes) -> None:
 def _write_parquet(path: Path, table: pa.Table) -> None:
     """``table`` as Parquet (see :func:`perfsight.parquet_files.writer_options`)."""
     tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp, **writer_options(table.schema, small=table.nbytes < SMALL_TABLE_BYTES))
+    # the buffers' size, not ``nbytes``: that walks every buffer of a dictionary column's chunks
+    # (1 ms for a rank's thirty tables, here and in the pipeline's ordering of its writers)
+    small = table.get_total_buffer_size() < SMALL_TABLE_BYTES
+    pq.write_table(table, tmp, **writer_options(table.schema, small=small))
     tmp.replace(path)
 
 
@@ -231,13 +234,12 @@ def save_tables(folder: str | Path, tables: Mapping[str, pa.Table]) -> Path:
 
 
 def table_writers(folder: str | Path, tables: Mapping[str, pa.Table]) -> list[Callable[[], None]]:
-    """What :func:`save_tables` does, as one writer per table, smallest table first (the folder is
-    made here).  Why: the pipeline shares its writers between two threads
-    (``export.staging.run_shared``), and thirty tables written as one piece of work were the
-    longest piece of a small trace's run."""
-    paths = {name: _analysis_path(folder, name) for name in tables}
-    by_size = sorted(tables, key=lambda name: tables[name].nbytes)
-    return [functools.partial(_write_parquet, paths[name], tables[name]) for name in by_size]
+    """What :func:`save_tables` does, as one writer per table (the folder is made here).  Why: the
+    pipeline shares its writers between two threads (``export.staging.run_shared``, which orders
+    them by size), and thirty tables written as one piece of work were the longest piece of a
+    small trace's run."""
+    paths = _analysis_paths(folder, tables)
+    return [functools.partial(_write_parquet, paths[name], table) for name, table in tables.items()]
 
 
 def save_table_batches(folder: str | Path, name: str, schema: pa.Schema, batches: Iterable[pa.Table]) -> Path:
@@ -248,11 +250,19 @@ def save_table_batches(folder: str | Path, name: str, schema: pa.Schema, batches
 
 
 def _analysis_path(folder: str | Path, name: str) -> Path:
-    if not name or "/" in name or "\\" in name or name.startswith("."):
-        raise ValueError(f"analysis table name {name!r} is not a plain file name")
+    return _analysis_paths(folder, [name])[name]
+
+
+def _analysis_paths(folder: str | Path, names: Iterable[str]) -> dict[str, Path]:
+    """Where each analysis table of ``names`` is saved under ``folder`` (made here, once)."""
     target = Path(folder) / ANALYSIS_DIR
+    paths = {}
+    for name in names:
+        if not name or "/" in name or "\\" in name or name.startswith("."):
+            raise ValueError(f"analysis table name {name!r} is not a plain file name")
+        paths[name] = target / f"{name}.parquet"
     target.mkdir(parents=True, exist_ok=True)
-    return target / f"{name}.parquet"
+    return paths
 
 
 def load_tables(
