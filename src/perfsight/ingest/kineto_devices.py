@@ -145,9 +145,9 @@ def _distinct_pairs(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The distinct (pid, code) pairs in (pid, code) order as a 2 x k array, each row's pair
     number and each pair's row count.  Why not ``np.unique(axis=1)``: it sorts the rows as
-    structured records, 4 of the 9 s of reading a 1 GB trace; here one sort of the pids (few
+    structured records, 4 of the 9 s of reading a 1 GB trace; here one hash of the pids (few
     distinct) and a count over the dense (pid, code) grid do the same work."""
-    pids, pid_number = np.unique(pid, return_inverse=True)
+    pids, pid_number = columns.sorted_codes(pid)  # hashed: 6.6 -> 1.7 ms for 123k slices
     key = pid_number.reshape(-1) * codes + code
     if len(pids) * codes > 4 * len(key) + 1024:  # a sparse grid (a hostile trace): sort the keys
         present, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
