@@ -120,7 +120,8 @@ typedef struct {
     const spec_t *spec;
     slot_t slots[MAX_COLUMNS];
     int64_t filled[MAX_COLUMNS]; /* rows [0, filled) of each column are written */
-    uint8_t is_label[MAX_COLUMNS];
+    uint64_t labels; /* bit i: column i holds the text of an id column (K_ID's label) */
+    uint64_t sized;  /* bit i: a value of column i needs room (has_room), in it or in its label */
     int16_t table[2][HASH_SIZE]; /* per scope: key hash -> spec key index + 1 (0 = empty) */
     uint32_t gen;
     uint64_t touched; /* bit i: slot i holds a value of the current event (MAX_COLUMNS <= 64) */
@@ -898,7 +899,7 @@ static int commit(scan_t *s, int64_t start, int64_t end, int64_t row, result_t *
         r->full_column = -1;
         return -1;
     }
-    for (uint64_t m = s->touched; m; m &= m - 1) {
+    for (uint64_t m = s->touched & s->sized; m; m &= m - 1) {
         int32_t i = lowest_bit(m);
         const slot_t *sl = &s->slots[i];
         const column_t *c = &sp->columns[i];
@@ -912,10 +913,9 @@ static int commit(scan_t *s, int64_t start, int64_t end, int64_t row, result_t *
         }
     }
     int slow = s->bad_key;
-    for (uint64_t m = s->touched; m; m &= m - 1) {
+    for (uint64_t m = s->touched & ~s->labels; m; m &= m - 1) { /* labels: after their id column */
         int32_t i = lowest_bit(m);
         const slot_t *sl = &s->slots[i];
-        if (s->is_label[i]) continue; /* labels: after their id column */
         column_t *c = &sp->columns[i];
         int valid = 0;
         if (!slow && sl->type != T_NULL) {
@@ -959,7 +959,9 @@ int64_t es_scan(const uint8_t *b, int64_t n, int64_t pos, const spec_t *spec, re
     }
     for (int32_t i = 0; i < spec->ncolumns; i++) {
         column_t *c = &spec->columns[i];
-        if (c->kind == K_ID && c->label >= 0) s->is_label[c->label] = 1;
+        if (c->kind == K_ID && c->label >= 0) s->labels |= (uint64_t)1 << c->label;
+        if (c->kind != K_INT && c->kind != K_TIME && c->kind != K_FLOAT && (c->kind != K_ID || c->label >= 0))
+            s->sized |= (uint64_t)1 << i; /* its value takes room in a heap (its own or its label's) */
         if (c->offsets) c->offsets[0] = 0;
         if (c->inner) c->inner[0] = 0;
         /* a column with a value was filled to the last row; one without is all null and empty
