@@ -508,3 +508,32 @@ def test_randomly_damaged_traces_never_crash_the_native_scanner(
         for name in RAW_SCHEMA.names:
             assert fast.column(name).to_pylist()[:both] == slow.column(name).to_pylist()[:both], (case, name)
         assert fast_report.header == slow_report.header, case
+
+
+@pytest.mark.parametrize(
+    "odd_phases",
+    [[], ["XX"], [""], [None], ["", "XX"]],
+    ids=["one letter each", "two letters", "empty", "null", "one byte a row on average"],
+)
+def test_the_cut_into_parts_reads_each_phase_whatever_the_others_are(odd_phases: list[str | None]) -> None:
+    """A batch is cut into slices, memory events and metadata by its one-letter phases (read in
+    place where every phase is one letter); a phase of another length (from the portable path)
+    is neither and leaves the others as they are."""
+    from perfsight.ingest.kineto import Parts
+
+    events = [
+        {"ph": "X", "name": "aten::mm", "cat": "cpu_op", "pid": 1, "tid": 2, "ts_ns": 10, "dur_ns": 5},
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 2, "ts_ns": 11, "args.Bytes": 64},
+        {"ph": "i", "name": "not memory", "pid": 1, "tid": 2, "ts_ns": 12},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args.name": "main"},
+        {"ph": "M", "name": "process_name", "pid": 1, "args.name": "trainer"},
+        {"ph": "X", "name": "[memory]", "cat": "cpu_op", "pid": 1, "tid": 2, "ts_ns": 13, "dur_ns": 1},
+    ]
+    for phase in odd_phases:
+        events.insert(2, {"ph": phase, "name": "thread_name", "pid": 1, "tid": 3, "ts_ns": 12})
+    parts = Parts()
+    parts.add(pa.Table.from_pylist(events, schema=RAW_SCHEMA))
+    assert [t.column("name").to_pylist() for t in parts.complete] == [["aten::mm", "[memory]"]]
+    assert [t.column("Bytes").to_pylist() for t in parts.memory] == [[64]]
+    assert [t.column("label").to_pylist() for t in parts.thread_names] == [["main"]]
+    assert [t.column("label").to_pylist() for t in parts.process_labels] == [["trainer"]]
