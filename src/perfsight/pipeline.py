@@ -338,7 +338,8 @@ def _write_tables(
         db = functools.partial(sqlite_db.write_db, out / f"perfsight_{result.trace.rank}.db", db_tables)
         writers.append((_WriteCost.text(*db_tables.values()), db))
     writers.append((_WriteCost.parquet(slices) / 4, write_findings))  # the rules read the rank's tables
-    writers += [(_WriteCost.of(table), table) for table in cache.table_writers(rank_dir / CACHE_DIR, tables)]
+    table_writers = cache.table_writers(rank_dir / CACHE_DIR, tables)
+    writers += [(_WriteCost.of(cached), cached) for cached in table_writers]
     run_shared(background, [writer for _, writer in writers], costs=[cost for cost, _ in writers])
     heap.return_freed_memory()  # the writers' transients
     for future in waiting:

@@ -163,7 +163,7 @@ def run_shared(
     alone while the other had finished (25 ms of a 0.6 s analysis).
     """
     if costs is not None:
-        tasks = balanced_order(tasks, costs)
+        tasks = _balanced_order(tasks, costs)
     futures = [background.submit(task) for task in tasks]
     for task, future in zip(reversed(tasks), reversed(futures), strict=True):
         if future.cancel():  # not started by the writer thread: run it here
@@ -173,7 +173,7 @@ def run_shared(
             future.result()  # raises what the writer thread raised
 
 
-def balanced_order(tasks: list[T], costs: Sequence[float]) -> list[T]:
+def _balanced_order(tasks: list[T], costs: Sequence[float]) -> list[T]:
     """``tasks`` by decreasing cost at the front and, taken from the end, at the back: the largest
     ones are started first by whichever thread takes them, the smallest are left for the end."""
     largest_first = [tasks[i] for i in sorted(range(len(tasks)), key=lambda i: -costs[i])]

@@ -362,7 +362,9 @@ def _phases(ph: pa.ChunkedArray) -> np.ndarray:
     Anything else (nulls, longer phases from the portable path) is compared as before."""
     array = columns.one_array(ph)
     n = len(array)
-    offsets = np.frombuffer(array.buffers()[1], np.int32, n + 1, array.offset * 4) if n else None
+    offsets = None
+    if n and pa.types.is_string(array.type):  # int32 offsets, then the text
+        offsets = np.frombuffer(array.buffers()[1], np.int32, n + 1, array.offset * 4)
     if offsets is not None and array.null_count == 0 and bool(np.all(np.diff(offsets) == 1)):
         return np.frombuffer(array.buffers()[2], np.uint8, n, int(offsets[0])).copy()
     letters = np.zeros(n, np.uint8)
