@@ -49,7 +49,7 @@ enum { T_NONE = 0, T_STR = 1, T_NUM = 2, T_ARR = 3, T_OBJ = 4, T_TRUE = 5, T_FAL
 
 #define MAX_DEPTH 512
 #define MAX_COLUMNS 64
-#define HASH_SIZE 256 /* open addressing; more than 4x the keys a spec may name */
+#define HASH_SIZE 256 /* key words, open addressing: more than 4x the keys a spec may name */
 #define NEED_MORE (-2)
 #define INVALID (-1)
 
@@ -122,7 +122,6 @@ typedef struct {
     int64_t filled[MAX_COLUMNS]; /* rows [0, filled) of each column are written */
     uint64_t labels; /* bit i: column i holds the text of an id column (K_ID's label) */
     uint64_t sized;  /* bit i: a value of column i needs room (has_room), in it or in its label */
-    int16_t table[2][HASH_SIZE]; /* per scope: key hash -> spec key index + 1 (0 = empty) */
     uint32_t gen;
     uint64_t touched; /* bit i: slot i holds a value of the current event (MAX_COLUMNS <= 64) */
     int32_t bad_key; /* an escaped key: its meaning needs a general decoder */
@@ -313,12 +312,6 @@ static int64_t scan_literal(const uint8_t *b, int64_t p, int64_t n, const char *
 
 static int64_t scan_value(scan_t *s, int64_t p, int depth, int32_t *type, int32_t *escaped);
 
-static inline uint32_t key_hash(const uint8_t *k, int64_t len) {
-    uint32_t h = (uint32_t)len * 0x9E3779B1u;
-    if (len) h ^= (uint32_t)k[0] * 0x85EBCA77u ^ (uint32_t)k[len - 1] * 0xC2B2AE3Du ^ (uint32_t)k[len / 2] * 31u;
-    return (h ^ (h >> 15)) & (HASH_SIZE - 1);
-}
-
 /* a[0..len) == b[0..len), eight bytes at a time: keys are short, and libc's memcmp, called once
  * per key of every event, cost 3 % of reading a trace in its call alone. */
 static inline int same_bytes(const uint8_t *a, const uint8_t *b, int64_t len) {
@@ -332,23 +325,6 @@ static inline int same_bytes(const uint8_t *a, const uint8_t *b, int64_t len) {
     for (; i < len; i++)
         if (a[i] != b[i]) return 0;
     return 1;
-}
-
-/* The column a key of this scope feeds, -1 for keys nobody asked for. */
-static inline int find_key(const scan_t *s, int scope, const uint8_t *key, int64_t len) {
-    const spec_t *sp = s->spec;
-    for (uint32_t h = key_hash(key, len);; h = (h + 1) & (HASH_SIZE - 1)) {
-        int k = s->table[scope][h] - 1;
-        if (k < 0) return -1;
-        if (sp->key_lens[k] == len && same_bytes(sp->keys[k], key, len)) return sp->key_columns[k];
-    }
-}
-
-/* The column a key feeds (find_key), or -2 for the event's own "args" (scope 0). */
-static inline int find_key_or_args(const scan_t *s, int scope, const uint8_t *key, int64_t len) {
-    int slot = find_key(s, scope, key, len);
-    if (slot < 0 && scope == 0 && len == 4 && memcmp(key, "args", 4) == 0) slot = -2;
-    return slot;
 }
 
 static inline uint64_t load_word(const uint8_t *p) {
@@ -368,8 +344,14 @@ static inline uint64_t first_bytes(uint64_t w, int64_t len) {
 #endif
 }
 
-/* The key at k[0..len) as two words; the 16 bytes from k must be readable. */
-static inline void key_words(const uint8_t *k, int64_t len, uint64_t *head, uint64_t *tail) {
+/* The key at k[0..len) as two words: its first 16 bytes, zero-padded; `room` bytes are readable
+ * from k (fewer than 16: the key is copied first). */
+static inline void key_words(const uint8_t *k, int64_t len, int64_t room, uint64_t *head, uint64_t *tail) {
+    uint8_t padded[16] = {0};
+    if (room < 16) {
+        memcpy(padded, k, (size_t)(len < 16 ? len : 16));
+        k = padded;
+    }
     *head = first_bytes(load_word(k), len);
     *tail = first_bytes(load_word(k + 8), len - 8);
 }
@@ -380,24 +362,23 @@ static inline uint32_t word_hash(uint64_t head, int64_t len) {
 
 /* Enter the key k[0..len) of `scope` (feeding `slot`) into s->words; 0 when the table is full. */
 static int add_key_words(scan_t *s, int scope, const uint8_t *k, int64_t len, int32_t slot) {
-    uint8_t padded[16] = {0};
-    memcpy(padded, k, (size_t)(len < 16 ? len : 16));
     uint64_t head, tail;
-    key_words(padded, len, &head, &tail);
+    key_words(k, len, 0, &head, &tail);
     uint32_t h = word_hash(head, len);
     for (int probes = 0; s->words[scope][h].len; probes++, h = (h + 1) & (HASH_SIZE - 1)) {
         if (probes == HASH_SIZE) return 0;
         key_words_t *e = &s->words[scope][h];
         if (e->len == len && e->head == head && e->tail == tail &&
             (len <= 16 || same_bytes(s->long_keys[scope][h] + 16, k + 16, len - 16)))
-            return 1; /* named twice: the first wins, as in find_key */
+            return 1; /* named twice: the first wins */
     }
     s->words[scope][h] = (key_words_t){head, tail, (int32_t)len, slot};
     s->long_keys[scope][h] = k;
     return 1;
 }
 
-/* find_key_or_args by words, for a key with 16 readable bytes from its start. */
+/* The column the key at key[0..len) (as key_words) of this scope feeds: -1 for keys nobody asked
+ * for, -2 for the event's own "args". */
 static inline int find_key_words(const scan_t *s, int scope, const uint8_t *key, int64_t len, uint64_t head,
                                  uint64_t tail) {
     for (uint32_t h = word_hash(head, len);; h = (h + 1) & (HASH_SIZE - 1)) {
@@ -412,9 +393,9 @@ static inline int find_key_words(const scan_t *s, int scope, const uint8_t *key,
 /* The column the key at key[0..len) of this scope feeds (-1: none, -2: "args"); `room` bytes are
  * readable from key on.  `at`: the key's place in its object. */
 static inline int lookup_key(scan_t *s, int scope, int at, const uint8_t *key, int64_t len, int64_t room) {
-    if (room < 16 || len == 0) return find_key_or_args(s, scope, key, len);
+    if (len == 0) return -1; /* no column is named by an empty key (build_keys) */
     uint64_t head, tail;
-    key_words(key, len, &head, &tail);
+    key_words(key, len, room, &head, &tail);
     key_words_t *seen = at < SEEN_KEYS ? &s->seen[scope][at] : NULL;
     if (seen && seen->len == len && seen->head == head && seen->tail == tail && len <= 16) return seen->slot;
     int slot = find_key_words(s, scope, key, len, head, tail);
@@ -422,25 +403,19 @@ static inline int lookup_key(scan_t *s, int scope, int at, const uint8_t *key, i
     return slot;
 }
 
+/* The spec's keys by scope, as words (a key named twice: its first column), then the event's
+ * "args" where the spec does not name it itself; 0 for a spec that cannot be scanned. */
 static int build_keys(scan_t *s) {
     const spec_t *sp = s->spec;
     if (sp->nkeys > HASH_SIZE / 4) return 0;
     for (int32_t k = 0; k < sp->nkeys; k++) {
         int scope = sp->key_scopes[k];
-        if (scope < 0 || scope > 1 || sp->key_columns[k] < 0 || sp->key_columns[k] >= sp->ncolumns) return 0;
-        uint32_t h = key_hash(sp->keys[k], sp->key_lens[k]);
-        while (s->table[scope][h]) h = (h + 1) & (HASH_SIZE - 1);
-        s->table[scope][h] = (int16_t)(k + 1);
-    }
-    /* after the table above: each key's column as find_key gives it (the first of a key named
-     * twice), and "args" only where the spec does not name it itself */
-    for (int32_t k = 0; k < sp->nkeys; k++) {
-        int scope = sp->key_scopes[k];
-        if (sp->key_lens[k] > 0 &&
-            !add_key_words(s, scope, sp->keys[k], sp->key_lens[k], find_key(s, scope, sp->keys[k], sp->key_lens[k])))
+        if (scope < 0 || scope > 1 || sp->key_columns[k] < 0 || sp->key_columns[k] >= sp->ncolumns ||
+            sp->key_lens[k] <= 0)
             return 0;
+        if (!add_key_words(s, scope, sp->keys[k], sp->key_lens[k], sp->key_columns[k])) return 0;
     }
-    return add_key_words(s, 0, (const uint8_t *)"args", 4, find_key_or_args(s, 0, (const uint8_t *)"args", 4));
+    return add_key_words(s, 0, (const uint8_t *)"args", 4, -2);
 }
 
 static int64_t scan_container(scan_t *s, int64_t p, int depth, int is_object, int scope) {
