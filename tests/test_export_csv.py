@@ -354,3 +354,18 @@ def test_a_table_mixing_ranks_is_refused(tmp_path: Path) -> None:
     mixed = kernels.set_column(0, "rank", pa.array([0, 1] + [0] * (kernels.num_rows - 2), pa.int32()))
     with pytest.raises(ValueError, match="ranks"):
         ms.write_kernel_details(tmp_path, mixed)
+
+
+def test_a_file_with_no_rows_is_its_header_alone_as_a_built_empty_table_writes_it(
+    nccl_files: tuple[Trace, dict[str, pa.Table], Path], tmp_path: Path
+) -> None:
+    # nccl_data records no allocator events: its memory files have no rows, and are written
+    # without building their columns; the bytes must be those of the built, empty table
+    _, tables, folder = nccl_files
+    empty_files = (("memory_curve", ms.MEMORY_RECORD), ("operator_memory", ms.OPERATOR_MEMORY))
+    for table_name, file_name in empty_files:
+        assert tables[table_name].num_rows == 0
+        built = ms.write_table_csv(tmp_path / file_name, ms.build(ms.FILES[file_name], tables[table_name]))
+        written = (folder / file_name).read_bytes()
+        assert written == built.read_bytes(), file_name
+        assert next(csv.reader(written.decode().splitlines())) == list(ms.FILES[file_name])

@@ -281,8 +281,10 @@ def _in_order(table: pa.Table, keys: list[tuple[str, str]]) -> bool:
 
 
 def _write(folder: str | Path, file_name: str, table: pa.Table, sort_keys: list[tuple[str, str]]) -> Path:
-    _one_rank(_ranks(table) if table.num_rows else set(), file_name)
-    if sort_keys and table.num_rows and not _in_order(table, sort_keys):
+    if not table.num_rows:  # the header alone: building no rows still costs a millisecond a file
+        return _write_csv(Path(folder) / file_name, list(FILES[file_name]), [], quoted=False)
+    _one_rank(_ranks(table), file_name)
+    if sort_keys and not _in_order(table, sort_keys):
         table = table.sort_by(sort_keys)
     return write_table_csv(Path(folder) / file_name, build(FILES[file_name], table))
 
