@@ -249,38 +249,47 @@ class Runs:
 def measure_once(
     tool: str,
     trace: Path,
-    work_dir: Path | None,
+    work_dir: Path,
     timeout_s: float,
     runs: Runs,
     env: dict[str, str] | None = None,
     python: str | None = None,
     resident: bool = False,
 ) -> None:
-    """Copy ``trace`` into a fresh directory and measure ``tool`` on it in a fresh process
-    (with ``env`` as its environment when given: ``bench_before_after.py`` points PYTHONPATH at
-    another version of perfsight).  ``resident``: the child's ``--resident`` run, which adds to
-    ``runs.resident_above_mb`` only."""
-    with tempfile.TemporaryDirectory(prefix=f"bench-{tool}-", dir=work_dir) as tmp:
-        input_dir = Path(tmp) / "input"
-        input_dir.mkdir()
-        copy = input_dir / trace.name
-        shutil.copyfile(trace, copy)
-        command = [
-            python or sys.executable,
-            str(Path(__file__).resolve()),
-            "--child",
-            tool,
-            str(copy),
-            str(Path(tmp) / "out"),
-            *(["--resident"] if resident else []),
-        ]
-        try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=timeout_s, check=False, env=env
-            )
-        except subprocess.TimeoutExpired:
-            runs.errors.append(f"timed out after {timeout_s:.0f} s")
-            return
+    """Copy ``trace`` into a fresh folder under ``work_dir`` and measure ``tool`` on it in a fresh
+    process (with ``env`` as its environment when given: ``bench_before_after.py`` points
+    PYTHONPATH at another version of perfsight).  ``resident``: the child's ``--resident`` run,
+    which adds to ``runs.resident_above_mb`` only.
+
+    The folder (the copy and the outputs) is left in ``work_dir``, which the caller removes once
+    every run is done.  Why not at once: on an ext4 file system without a journal (the benchmark
+    machine's), creating a file skips every inode of its group deleted in the last one to six
+    minutes, reading each one's inode-table entry (``recently_deleted``, ``fs/ext4/ialloc.c``).
+    Removing a run's ~70 output files a second before the next run created its own made each of
+    those files cost about 0.3 ms of kernel time instead of 0.03: some 60 ms of system time in a
+    perfsight run's timed region that a user's analysis does not pay (docs/BENCHMARKS.md).  HTA
+    writes no file while it is timed."""
+    tmp = tempfile.mkdtemp(prefix=f"bench-{tool}-", dir=work_dir)
+    input_dir = Path(tmp) / "input"
+    input_dir.mkdir()
+    copy = input_dir / trace.name
+    shutil.copyfile(trace, copy)
+    command = [
+        python or sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        tool,
+        str(copy),
+        str(Path(tmp) / "out"),
+        *(["--resident"] if resident else []),
+    ]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, check=False, env=env
+        )
+    except subprocess.TimeoutExpired:
+        runs.errors.append(f"timed out after {timeout_s:.0f} s")
+        return
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     if not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -457,6 +466,38 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _measure_all(
+    args: argparse.Namespace, traces: list[Path], work_dir: Path
+) -> tuple[list[str], dict[Path, dict[str, Runs]]]:
+    """Every run of both tools on ``traces`` (and the big trace with ``--big``), their folders under
+    ``work_dir``: the report's tables and the runs behind them."""
+    results: dict[Path, dict[str, Runs]] = {}
+    for trace in traces:
+        results[trace] = {tool: Runs() for tool in TOOLS}
+        for repeat in range(args.repeats):
+            for tool in TOOLS:
+                print(f"[{trace.name}] {tool} run {repeat + 1}/{args.repeats}", file=sys.stderr, flush=True)
+                python = args.hta_python if tool == "hta" else sys.executable
+                for resident in (False, True):
+                    runs = results[trace][tool]
+                    measure_once(tool, trace, work_dir, args.timeout, runs, python=python, resident=resident)
+
+    sections = [comparison_table(results)]
+    all_results = dict(results)
+    if args.big:
+        big = args.big_trace.resolve() if args.big_trace else work_dir / "synthetic_rank0.pt.trace.json"
+        generator_s = None
+        if not args.big_trace:
+            print(f"generating {args.big_size_mb:.0f} MiB trace", file=sys.stderr, flush=True)
+            generator_s = generate_big(big, args.big_size_mb, args.seed)
+        big_runs = Runs()
+        print(f"[{big.name}] perfsight", file=sys.stderr, flush=True)
+        measure_once("perfsight", big, work_dir, args.timeout, big_runs)
+        sections.append(big_table(big, generator_s, big_runs))
+        all_results[big] = {"perfsight": big_runs}
+    return sections, all_results
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
@@ -472,33 +513,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.work_dir.mkdir(parents=True, exist_ok=True)
 
     load_at_start = os.getloadavg()
-    results: dict[Path, dict[str, Runs]] = {}
-    for trace in traces:
-        results[trace] = {tool: Runs() for tool in TOOLS}
-        for repeat in range(args.repeats):
-            for tool in TOOLS:
-                print(f"[{trace.name}] {tool} run {repeat + 1}/{args.repeats}", file=sys.stderr, flush=True)
-                python = args.hta_python if tool == "hta" else sys.executable
-                for resident in (False, True):
-                    runs = results[trace][tool]
-                    measure_once(
-                        tool, trace, args.work_dir, args.timeout, runs, python=python, resident=resident
-                    )
-
-    sections = [comparison_table(results)]
-    all_results = dict(results)
-    if args.big:
-        with tempfile.TemporaryDirectory(prefix="bench-big-", dir=args.work_dir) as tmp:
-            big = args.big_trace.resolve() if args.big_trace else Path(tmp) / "synthetic_rank0.pt.trace.json"
-            generator_s = None
-            if not args.big_trace:
-                print(f"generating {args.big_size_mb:.0f} MiB trace", file=sys.stderr, flush=True)
-                generator_s = generate_big(big, args.big_size_mb, args.seed)
-            big_runs = Runs()
-            print(f"[{big.name}] perfsight", file=sys.stderr, flush=True)
-            measure_once("perfsight", big, args.work_dir, args.timeout, big_runs)
-            sections.append(big_table(big, generator_s, big_runs))
-            all_results[big] = {"perfsight": big_runs}
+    # every run's folder stays until all runs are done (see measure_once: why)
+    with tempfile.TemporaryDirectory(prefix="bench-vs-hta-", dir=args.work_dir) as session:
+        sections, all_results = _measure_all(args, traces, Path(session))
     notes = failure_notes(all_results)
 
     header = [
