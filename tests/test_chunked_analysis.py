@@ -147,6 +147,9 @@ SCENARIO_RULES = {"memory_churn": "memory_churn", "host_syncs": "host_syncs", "s
 """Real two-rank gloo jobs profiled by perfsight's collector (examples/scenarios/), each with the
 bottleneck whose rule reads a per-row table (allocations, operator calls) or the data-loading slices."""
 
+JOB_ATTEMPTS = 3
+"""Times a scenario job is profiled before its bottleneck must have shown on one of its ranks."""
+
 
 @pytest.fixture(scope="module")
 def scenario_jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
@@ -180,10 +183,6 @@ def test_a_profiled_jobs_findings_from_chunks_name_its_bottleneck_as_the_whole_t
     # work slowed unevenly (a few steps on two shared cores), and once in a loaded CI run missed on
     # both ranks of host_syncs (a scenario the advisor's acceptance leaves out as not fast).
     assert named_by, name
-
-
-JOB_ATTEMPTS = 3
-"""Times a scenario job is profiled before its bottleneck must have shown on one of its ranks."""
 
 
 def test_a_mindinsight_runs_data_pipeline_tables_equal_the_whole_trace_analysis(tmp_path: Path) -> None:
