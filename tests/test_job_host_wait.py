@@ -1,14 +1,17 @@
-"""A job's ranks seen side by side: how long each rank's device waited for its host.
+"""A job's ranks seen side by side: how long each rank's device waited for its host, and how long
+it sat idle once its work was launched.
 
-The cluster step trace carries each rank's host wait (``device_idle``) per step, in the CSV users
-open and in the slow-card finding: a rank whose free time stands out because its host launches its
-work later is told to look at its host, with the wait measured.
+The cluster step trace carries both parts of each rank's free time (``device_idle``) per step, in
+the CSV users open and in the slow-card finding: a rank whose free time stands out because its host
+launches its work later is told to look at its host, one whose device starts launched work later
+is told to look at its card, each with the time measured.
 
 Real data: the two-rank A100 NCCL pair, checked step by step against a split computed in plain
 Python from the raw JSON (``test_device_idle.split_from_raw``), and the two Ascend ranks of
 ``ascend_pt/level1`` against each rank's own analysis.  The slow host: a two-rank job written here,
 whose numbers are worked out on paper -- the same kernels on both ranks, launched every 20 us on
-rank 0 and every 60 us on rank 1.
+rank 0 and every 60 us on rank 1; the slow card: the same job with rank 1's launch calls all made
+at its step's start, its kernels keeping their spacing.
 """
 
 from __future__ import annotations
@@ -22,17 +25,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
-from conftest import read_real
+from _server_helpers import TWO_RANKS, copy_into, wait_ready
+from conftest import kineto_file, read_real
 from perfsight import advisor
 from perfsight.analysis.device_idle import device_idle
 from perfsight.analysis.step_trace import step_trace
 from perfsight.cluster.job import analyse_job, write_cluster_outputs
 from perfsight.ingest import read_trace
+from perfsight.server import create_app
 from shared_data import ASCEND, KINETO, require
 from test_device_idle import split_from_raw
 
 HOST_WAIT = "Free(Waiting for Host)(us)"
+AFTER_LAUNCH = "Free(After Launch)(us)"
 STEP_CSV = "cluster_step_trace_time.csv"
 
 
@@ -52,13 +59,17 @@ def test_each_ranks_host_wait_per_step_is_the_raw_jsons(tmp_path: Path) -> None:
     result = analyse_job(job, executor="serial", per_rank_outputs=False)
     write_cluster_outputs(result, tmp_path / "out")
     want: dict[tuple[int, int], int] = {}
+    after: dict[tuple[int, int], int] = {}  # the device idle once its work was launched
     for path in sorted(job.glob("*.json.gz")):
         trace = read_real(path)
         split = split_from_raw(path, trace, step_trace(trace))
         want.update({(trace.rank, step): parts[1] for step, parts in split.items()})
-    assert len(want) == 4 and all(v > 0 for v in want.values())
+        after.update({(trace.rank, step): parts[2] for step, parts in split.items()})
+    assert len(want) == 4 and all(v > 0 for v in want.values()) and all(v > 0 for v in after.values())
     got = {(int(r["rank"]), int(r["step"])): int(r["host_wait_ns"]) for _, r in result.steps.iterrows()}
     assert got == want
+    got = {(int(r["rank"]), int(r["step"])): int(r["after_launch_ns"]) for _, r in result.steps.iterrows()}
+    assert got == after
     rows = _csv_rows(tmp_path / "out")
     in_csv = {
         (int(r["Index"]), int(r["Step"])): _host_wait_ns(r)
@@ -66,12 +77,33 @@ def test_each_ranks_host_wait_per_step_is_the_raw_jsons(tmp_path: Path) -> None:
         if r["Type"] == "rank" and r["Step"] != "average"
     }
     assert in_csv == want
+    in_csv = {
+        (int(r["Index"]), int(r["Step"])): round(float(r[AFTER_LAUNCH]) * 1000)
+        for r in rows
+        if r["Type"] == "rank" and r["Step"] != "average"
+    }
+    assert in_csv == after
     averages = {
         int(r["Index"]): _host_wait_ns(r) for r in rows if r["Type"] == "rank" and r["Step"] == "average"
     }
     used = result.steps.loc[result.steps["averaged"]]
     for rank, mean in used.groupby("rank")["host_wait_ns"].mean().items():
         assert averages[int(rank)] == round(mean)
+
+
+def test_the_job_overview_shows_each_ranks_split_of_its_free_time(tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    for name in TWO_RANKS:
+        copy_into(base, kineto_file(name), f"job/{Path(name).name}")
+    result = analyse_job(base / "job", executor="serial", per_rank_outputs=False)
+    used = result.steps.loc[result.steps["averaged"]].groupby("rank")
+    with TestClient(create_app(base, cache_dir=tmp_path / "cache")) as client:
+        assert wait_ready(client, "job")["status"] == "ready"
+        ranks = client.get("/api/job/overview", params={"run": "job"}).json()["ranks"]
+    assert len(ranks) == 2
+    for row in ranks:  # the averaged steps' mean, as the CSV's average row gives it (in us)
+        for part in ("host_wait_ns", "after_launch_ns"):
+            assert row[part] > 0 and abs(row[part] - used[part].mean().loc[row["rank"]]) <= 1, (row, part)
 
 
 def test_ascend_ranks_host_wait_is_each_ranks_own_analysis(tmp_path: Path) -> None:
@@ -169,17 +201,28 @@ def test_a_rank_whose_host_launches_later_is_told_to_look_at_its_host(tmp_path: 
     assert evidence["of which the device waiting for its host to launch work, per step"] == 9 * 40_000
 
 
-def test_a_rank_whose_device_waits_after_the_launch_is_not_blamed_on_its_host_launching(
-    tmp_path: Path,
-) -> None:
-    result = analyse_job(_job(tmp_path / "job", True), executor="serial", per_rank_outputs=False)
-    assert result.steps.loc[result.steps["rank"] == 1, "host_wait_ns"].eq(0).all()
+def test_a_rank_whose_device_waits_after_the_launch_is_told_to_look_at_its_card(tmp_path: Path) -> None:
+    job = _job(tmp_path / "job", True)
+    result = analyse_job(job, executor="serial", per_rank_outputs=False)
+    # rank 1's calls all come first: its 9 gaps of 45 us a step follow their launch calls; rank 0's
+    # gaps of 5 us have their last 2 us after the call
+    steps = result.steps.set_index("rank")
+    assert steps.loc[1, "host_wait_ns"].eq(0).all()
+    assert steps.loc[1, "after_launch_ns"].eq(9 * 45_000).all()
+    assert steps.loc[0, "after_launch_ns"].eq(9 * 2_000).all()
     card = _slow_card(advisor.job_findings(result))
     assert card["culprit"] == {"kind": "rank", "name": "1"} and card["category"] == "host"
     assert "for its host to launch work" not in card["suggestion"]
-    assert "of which the device waiting for its host to launch work, per step" not in {
-        e["metric"] for e in card["evidence"]
-    }
+    told = "sits idle 0.387 ms a step longer than the others' after its work was launched"
+    assert told in card["suggestion"]
+    evidence = {e["metric"]: e["value"] for e in card["evidence"]}
+    assert "of which the device waiting for its host to launch work, per step" not in evidence
+    assert evidence["of which the device idle after its work was launched, per step"] == 9 * 43_000
+    # the same per-step split in the file a user opens
+    write_cluster_outputs(result, tmp_path / "out")
+    rows = [r for r in _csv_rows(tmp_path / "out") if r["Type"] == "rank" and r["Step"] != "average"]
+    in_csv = {(int(r["Index"]), round(float(r[AFTER_LAUNCH]) * 1000)) for r in rows}
+    assert in_csv == {(0, 18_000), (1, 405_000)}
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,7 @@ from perfsight import layout
 from perfsight.export.cluster_csv import STEP_TRACE_COLUMNS
 from perfsight.server import create_app
 
-HOST_WAIT_COLUMN = STEP_TRACE_COLUMNS["host_wait_ns"]
+IDLE_COLUMNS = (STEP_TRACE_COLUMNS["host_wait_ns"], STEP_TRACE_COLUMNS["after_launch_ns"])
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +96,8 @@ def test_an_analysis_older_than_the_job_totals_asks_to_be_analysed_again(
     step_trace = folder / "cluster_step_trace_time.csv"
     with step_trace.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
-    columns = [c for c in rows[0] if c != HOST_WAIT_COLUMN]  # nor this column
-    assert len(columns) == len(rows[0]) - 1
+    columns = [c for c in rows[0] if c not in IDLE_COLUMNS]  # nor these columns
+    assert len(columns) == len(rows[0]) - len(IDLE_COLUMNS)
     with step_trace.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, columns, extrasaction="ignore")
         writer.writeheader()
@@ -113,8 +113,9 @@ def test_an_analysis_older_than_the_job_totals_asks_to_be_analysed_again(
             detail = response.json()["detail"]
             assert name in detail and "perfsight analyse" in detail, detail
             assert str(tmp_path) not in detail
-        # the job's other pages are read as before, the ranks' host wait as none
+        # the job's other pages are read as before, the ranks' split of free time as none
         overview = client.get("/api/job/overview", params={"run": DDP_JOB})
         assert overview.status_code == 200
-        assert [r["host_wait_ns"] for r in overview.json()["ranks"]] == [0] * DDP_RANKS
+        for part in ("host_wait_ns", "after_launch_ns"):
+            assert [r[part] for r in overview.json()["ranks"]] == [0] * DDP_RANKS
         assert client.get("/api/job/communication/ops", params={"run": DDP_JOB}).status_code == 200

@@ -301,12 +301,16 @@ def test_the_gpu_jobs_ranks_show_how_long_each_device_waited_for_its_host(
     page.goto(ui_server.page_url("job", JOB_RUN))
     page.wait_for_selector(JOB_RANK_ROWS)
     ranks = {r["rank"]: r for r in ui_server.get("job/overview", run=JOB_RUN)["ranks"]}
-    assert set(ranks) == {0, 1} and all(r["host_wait_ns"] > 0 for r in ranks.values())
+    assert set(ranks) == {0, 1}
+    assert all(r["host_wait_ns"] > 0 and r["after_launch_ns"] > 0 for r in ranks.values())
     headers = page.locator('[data-testid="job-ranks"] th').all_inner_texts()
-    at = next(i for i, h in enumerate(headers) if h.startswith("of which waiting for the host"))
-    assert headers[at - 1].startswith("Free")  # read as a part of the free time beside it
-    shown = dict(zip(column(page, JOB_RANK_ROWS, 0), column(page, JOB_RANK_ROWS, at), strict=True))
-    assert shown == {str(rank): fmt_ms(r["host_wait_ns"]) for rank, r in ranks.items()}
+    at = next(i for i, h in enumerate(headers) if h.startswith("Free: host wait"))
+    assert headers[at - 1].startswith("Free (")  # read as parts of the free time beside them
+    assert headers[at + 1].startswith("Free: after launch")
+    rank_cells = column(page, JOB_RANK_ROWS, 0)
+    for offset, part in ((0, "host_wait_ns"), (1, "after_launch_ns")):
+        shown = dict(zip(rank_cells, column(page, JOB_RANK_ROWS, at + offset), strict=True))
+        assert shown == {str(rank): fmt_ms(r[part]) for rank, r in ranks.items()}, part
     # the findings card: the ranks a job's finding was seen on (its title gives the worst one's numbers)
     findings = ui_server.get("job/findings", run=JOB_RUN)["findings"]
     launch = next(f for f in findings if f["rule"] == "host_wait")

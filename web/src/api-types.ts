@@ -2041,6 +2041,11 @@ export interface components {
              * @description the part of free_ns the device waited for its host to launch work (device_idle)
              */
             host_wait_ns: number;
+            /**
+             * After Launch Ns
+             * @description the part of free_ns the device sat idle once its work was launched: launch latency or a dependency (device_idle)
+             */
+            after_launch_ns: number;
             /** Stage Ns */
             stage_ns: number;
             /** Bubble Ns */
@@ -4565,7 +4570,7 @@ export interface operations {
             query: {
                 /** @description run id from /api/runs */
                 run: string;
-                sort?: "rank" | "stage" | "duration_ns" | "computing_ns" | "communication_not_overlapped_ns" | "overlapped_ns" | "free_ns" | "bubble_ns" | "iteration_interval_ns" | "fp_bp_ns" | "tail_ns" | "communication_ns" | "receive_not_overlapped_ns" | "host_wait_ns" | "lateness_ns";
+                sort?: "rank" | "stage" | "duration_ns" | "computing_ns" | "communication_not_overlapped_ns" | "overlapped_ns" | "free_ns" | "bubble_ns" | "iteration_interval_ns" | "fp_bp_ns" | "tail_ns" | "communication_ns" | "receive_not_overlapped_ns" | "host_wait_ns" | "after_launch_ns" | "lateness_ns";
                 order?: "asc" | "desc";
                 /** @description first rank row of the page */
                 offset?: number;
@@ -4633,7 +4638,7 @@ export interface operations {
                 /** @description "average" or a step number */
                 step?: string;
                 stage?: number | null;
-                sort?: "rank" | "stage" | "duration_ns" | "computing_ns" | "communication_not_overlapped_ns" | "overlapped_ns" | "free_ns" | "bubble_ns" | "iteration_interval_ns" | "fp_bp_ns" | "tail_ns" | "communication_ns" | "receive_not_overlapped_ns" | "host_wait_ns" | "lateness_ns";
+                sort?: "rank" | "stage" | "duration_ns" | "computing_ns" | "communication_not_overlapped_ns" | "overlapped_ns" | "free_ns" | "bubble_ns" | "iteration_interval_ns" | "fp_bp_ns" | "tail_ns" | "communication_ns" | "receive_not_overlapped_ns" | "host_wait_ns" | "after_launch_ns" | "lateness_ns";
                 order?: "asc" | "desc";
                 /** @description first rank row of the page */
                 offset?: number;

@@ -266,6 +266,17 @@ HOST_WAIT_FIX = (
     "CPU 频率或功耗设置、线程绑定到与该卡不同的 NUMA 节点),或执行了其他卡没有的主机侧工作。",
 )
 """The fix of a slow card whose free time is mostly its device waiting for its host (placed)."""
+AFTER_LAUNCH_FIX = (
+    "its device sits idle {after_launch_ms} ms a step longer than the others' after its work was "
+    "launched: its host issued the work in time and the card started it later (launch latency, a "
+    "wait on another stream's event or on a copy between host and device). Compare its timeline "
+    "with another rank's around those gaps, and check the card: its PCIe link's generation and width "
+    "(nvidia-smi -q), other processes using the device, its driver.",
+    "其设备每迭代比其他卡多空闲 {after_launch_ms} ms,且发生在任务已下发之后:主机按时下发,该卡却更晚开始执行"
+    "(下发时延、等待其他流的事件或主机与设备间的拷贝)。对照其他卡的时间线查看这些空闲,并检查该卡:"
+    "PCIe 链路的代数与宽度(nvidia-smi -q)、占用该设备的其他进程、驱动。",
+)
+"""The fix of a slow card whose free time is mostly its device idle after the launch (placed)."""
 BOUND_ZH = {"compute": "计算", "scheduling": "调度", "communication": "通信"}
 
 

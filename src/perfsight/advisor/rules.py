@@ -153,7 +153,9 @@ RULES: dict[str, Rule] = {
             "the category follows the phase (data / compute / host); computing time over the same "
             "FLOPs (within same_flops) is the card or host (host, one severity lower: the machine, "
             "not the program).  Free time whose excess is at least host_wait_part waiting for the "
-            "host to launch work (device_idle's host wait) is the rank's host launching slower.  "
+            "host to launch work (device_idle's host wait) is the rank's host launching slower; at least "
+            "host_wait_part idle after the launch (device_idle's after_launch) is its card starting "
+            "launched work later.  "
             "Lateness at collectives is shown only when it exceeds the clock-alignment residual.",
         ),
         Rule(

@@ -58,10 +58,14 @@ PHASES = [
     "receive_not_overlapped_ns",
     "preparing_ns",
     "host_wait_ns",
+    "after_launch_ns",
 ]
-"""Per-step phases, in ns, in the order of cluster_step_trace_time.csv.  ``host_wait_ns`` is the part
-of ``free_ns`` the device spent waiting for its host to launch work (``perfsight.analysis.device_idle``):
-a rank whose free time stands out because its host is slower shows it there."""
+"""Per-step phases, in ns, in the order of cluster_step_trace_time.csv.  ``host_wait_ns`` and
+``after_launch_ns`` are the parts of ``free_ns`` the device spent waiting for its host to launch
+work, and idle once its work was launched (``perfsight.analysis.device_idle``): a rank whose free
+time stands out shows there whether its host issued the work late or its device started it late."""
+IDLE_PARTS = ["host_wait_ns", "after_launch_ns"]
+"""The phases taken from each rank's ``device_idle`` table (0 for ranks that launch no device work)."""
 
 PERFSIGHT_SOURCE = "perfsight"
 VENDOR_SOURCE = "MindSpore ascend_cluster_analyse file"
@@ -141,9 +145,9 @@ def rank_steps(digests: Mapping[int, RankDigest], stage_of: Mapping[int, int]) -
     )
     idle = concat(ordered, "device_idle")
     if idle.num_rows:
-        out = out.merge(idle.select([*keys, "host_wait_ns"]).to_pandas(), on=keys, how="left")
+        out = out.merge(idle.select([*keys, *IDLE_PARTS]).to_pandas(), on=keys, how="left")
     else:  # no rank has device work launched from a host (CPU jobs, a vendor's file alone)
-        out["host_wait_ns"] = 0
+        out = out.assign(**dict.fromkeys(IDLE_PARTS, 0))
     vendor = concat([d for d in ordered if vendor_cluster.TABLE in d.tables], vendor_cluster.TABLE)
     out = _from_vendor_file(out, vendor)
     complete = concat(ordered, "steps").select([*keys, "complete"]).to_pandas()

@@ -39,6 +39,7 @@ STEP_TRACE_COLUMNS = {
     "receive_not_overlapped_ns": "Receive(Not Overlapped)(us)",
     "preparing_ns": "Preparing(us)",
     "host_wait_ns": "Free(Waiting for Host)(us)",
+    "after_launch_ns": "Free(After Launch)(us)",
 }
 """Phase column (ns) -> CSV header (us), in file order (see perfsight.cluster.step_trace.PHASES)."""
 

@@ -459,7 +459,7 @@ class ErrorBody(BaseModel):
 JobRankSort = Literal[
     "rank", "stage", "duration_ns", "computing_ns", "communication_not_overlapped_ns", "overlapped_ns",
     "free_ns", "bubble_ns", "iteration_interval_ns", "fp_bp_ns", "tail_ns", "communication_ns",
-    "receive_not_overlapped_ns", "host_wait_ns", "lateness_ns",
+    "receive_not_overlapped_ns", "host_wait_ns", "after_launch_ns", "lateness_ns",
 ]  # fmt: skip
 
 
@@ -481,6 +481,10 @@ class JobRank(BaseModel):
     free_ns: int
     host_wait_ns: int = Field(
         description="the part of free_ns the device waited for its host to launch work (device_idle)"
+    )
+    after_launch_ns: int = Field(
+        description="the part of free_ns the device sat idle once its work was launched: launch latency "
+        "or a dependency (device_idle)"
     )
     stage_ns: int
     bubble_ns: int

@@ -15,7 +15,7 @@ import * as fmt from "../format";
 import { t } from "../i18n";
 import { OVERLAP_COLORS, STAGE_COLORS } from "../palette";
 import { href } from "../router";
-import { RANK_PAGE, rankLink, waitsForHost } from "./job";
+import { RANK_PAGE, rankLink, splitsFreeTime } from "./job";
 
 const ms = (v: unknown) => fmt.ms(v as number | null);
 
@@ -60,7 +60,7 @@ export async function jobStepsPage(ctx: PageContext): Promise<void> {
     ...(first.pipeline ? [num("bubble_ns", c.bubble), num("receive_not_overlapped_ns", c.receive)] : []),
     num("computing_ns", c.computing),
     num("free_ns", c.free),
-    ...(waitsForHost(first.ranks) ? [num("host_wait_ns", c.hostWait)] : []),
+    ...(splitsFreeTime(first.ranks) ? [num("host_wait_ns", c.hostWait), num("after_launch_ns", c.afterLaunch)] : []),
   ];
 
   const barsEl = chartBox("chart-job-steps", true);

@@ -35,11 +35,11 @@ function parts(): Part[] {
   return list;
 }
 
-/** Whether the host-wait column says anything: some rank's device waited for its host to launch
- * work (a job whose ranks launch no device work -- CPU-only, or a vendor's summary file alone --
- * would show a column of zeros). */
-export function waitsForHost(rows: JobRank[]): boolean {
-  return rows.some((r) => r.host_wait_ns > 0);
+/** Whether the columns splitting free time say anything: some rank's device waited for its host to
+ * launch work, or sat idle after the launch (a job whose ranks launch no device work -- CPU-only, or
+ * a vendor's summary file alone -- would show columns of zeros). */
+export function splitsFreeTime(rows: JobRank[]): boolean {
+  return rows.some((r) => r.host_wait_ns > 0 || r.after_launch_ns > 0);
 }
 
 export function rankLink(run: string, rank: number): string {
@@ -117,7 +117,12 @@ export async function jobPage(ctx: PageContext): Promise<void> {
     { key: "communication_not_overlapped_ns", label: j.columns.commNotOverlapped, sortable: true, numeric: true, format: ms },
     { key: "overlapped_ns", label: j.columns.overlapped, sortable: true, numeric: true, format: ms },
     { key: "free_ns", label: j.columns.free, sortable: true, numeric: true, format: ms },
-    ...(waitsForHost(job.ranks) ? [{ key: "host_wait_ns", label: j.columns.hostWait, sortable: true, numeric: true, format: ms }] : []),
+    ...(splitsFreeTime(job.ranks)
+      ? [
+          { key: "host_wait_ns", label: j.columns.hostWait, sortable: true, numeric: true, format: ms },
+          { key: "after_launch_ns", label: j.columns.afterLaunch, sortable: true, numeric: true, format: ms },
+        ]
+      : []),
     ...(pipeline ? [{ key: "bubble_ns", label: j.columns.bubble, sortable: true, numeric: true, format: ms }] : []),
     { key: "lateness_ns", label: j.columns.lateness, sortable: true, numeric: true, format: ms },
     { key: "slow", label: j.columns.verdict, format: (v) => (v ? j.slow : j.ok) },

@@ -21,7 +21,7 @@ from perfsight.advisor.finding import (
 )
 from perfsight.advisor.job_input import JobResult
 from perfsight.advisor.job_rules.view import averaged_steps, max_residual_ns, median_step_ns
-from perfsight.advisor.messages import HOST_WAIT_FIX, PHASE_FIXES, PHASES
+from perfsight.advisor.messages import AFTER_LAUNCH_FIX, HOST_WAIT_FIX, PHASE_FIXES, PHASES
 from perfsight.advisor.rules import RULES, threshold
 
 PHASE_CATEGORY = {"iteration_interval_ns": "data", "computing_ns": "compute", "free_ns": "host"}
@@ -68,8 +68,11 @@ def slow_rank(result: JobResult, data_ranks: set[int] | None = None) -> list[Fin
     if same_work:  # the same FLOPs, done slower: the card or its host, not the program
         category = "host"
         severity = SEVERITIES[min(SEVERITIES.index(severity) + 1, len(SEVERITIES) - 1)]
-    host_wait = _host_wait_excess_ns(used, rank) if phase == "free_ns" else 0.0
-    launching_slower = host_wait >= threshold(rule, "host_wait_part") * effect
+    host_wait = _free_part_excess_ns(used, rank, "host_wait_ns") if phase == "free_ns" else 0.0
+    after_launch = _free_part_excess_ns(used, rank, "after_launch_ns") if phase == "free_ns" else 0.0
+    part = threshold(rule, "host_wait_part") * effect
+    launching_slower = host_wait >= part
+    starting_later = not launching_slower and after_launch >= part
     residual = max_residual_ns(result)
     table = result.slow_ranks.table.set_index("rank")
     lateness = float(table["lateness_ns"].get(rank, np.nan)) if "lateness_ns" in table else np.nan
@@ -101,6 +104,16 @@ def slow_rank(result: JobResult, data_ranks: set[int] | None = None) -> list[Fin
                 RULES[rule].sources[0],
             )
         )
+    if phase == "free_ns" and after_launch > 0:
+        evidence.append(
+            Evidence(
+                "of which the device idle after its work was launched, per step",
+                int(after_launch),
+                "ns",
+                int(part),
+                RULES[rule].sources[0],
+            )
+        )
     if np.isfinite(lateness) and lateness - centre > residual:
         late = f"; it reaches collectives {ms(lateness - centre)} ms after the median rank"
         late_zh = f";到达集合通信比中位数晚 {ms(lateness - centre)} ms"
@@ -125,6 +138,8 @@ def slow_rank(result: JobResult, data_ranks: set[int] | None = None) -> list[Fin
     fix_en, fix_zh = PHASE_FIXES["same_work" if same_work else category]
     if launching_slower:
         fix_en, fix_zh = (text.format(host_wait_ms=ms(host_wait)) for text in HOST_WAIT_FIX)
+    if starting_later:
+        fix_en, fix_zh = (text.format(after_launch_ms=ms(after_launch)) for text in AFTER_LAUNCH_FIX)
     return [
         Finding(
             rule=rule,
@@ -165,12 +180,13 @@ def _excess_by_stage(used: pd.DataFrame, column: str) -> Iterator[tuple[list[int
         yield [int(r) for r in block.columns], values - _median_of_others(values)
 
 
-def _host_wait_excess_ns(used: pd.DataFrame, rank: int) -> float:
-    """How much longer, per step, ``rank``'s device waited for its host than the other ranks of its
-    stage (the median over steps of its excess over their median; 0 when unknown)."""
-    if "host_wait_ns" not in used:
+def _free_part_excess_ns(used: pd.DataFrame, rank: int, part: str) -> float:
+    """How much longer, per step, ``rank``'s device spent in ``part`` of its free time (waiting for
+    its host, or idle after the launch) than the other ranks of its stage (the median over steps of
+    its excess over their median; 0 when unknown)."""
+    if part not in used:
         return 0.0
-    for ranks, excess in _excess_by_stage(used, "host_wait_ns"):
+    for ranks, excess in _excess_by_stage(used, part):
         if rank in ranks:
             effect, _, _ = robust_effect(excess[:, ranks.index(rank)].tolist())
             return max(effect, 0.0)
