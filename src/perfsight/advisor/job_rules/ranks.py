@@ -25,6 +25,11 @@ from perfsight.advisor.messages import AFTER_LAUNCH_FIX, HOST_WAIT_FIX, PHASE_FI
 from perfsight.advisor.rules import RULES, threshold
 
 PHASE_CATEGORY = {"iteration_interval_ns": "data", "computing_ns": "compute", "free_ns": "host"}
+FREE_PARTS = {
+    "host_wait_ns": "of which the device waiting for its host to launch work, per step",
+    "after_launch_ns": "of which the device idle after its work was launched, per step",
+}
+"""The parts of a slow card's free time that name a cause (device_idle's), with their evidence text."""
 
 
 def slow_rank(result: JobResult, data_ranks: set[int] | None = None) -> list[Finding]:
@@ -68,11 +73,11 @@ def slow_rank(result: JobResult, data_ranks: set[int] | None = None) -> list[Fin
     if same_work:  # the same FLOPs, done slower: the card or its host, not the program
         category = "host"
         severity = SEVERITIES[min(SEVERITIES.index(severity) + 1, len(SEVERITIES) - 1)]
-    host_wait = _free_part_excess_ns(used, rank, "host_wait_ns") if phase == "free_ns" else 0.0
-    after_launch = _free_part_excess_ns(used, rank, "after_launch_ns") if phase == "free_ns" else 0.0
-    part = threshold(rule, "host_wait_part") * effect
-    launching_slower = host_wait >= part
-    starting_later = not launching_slower and after_launch >= part
+    excess = {c: _free_part_excess_ns(used, rank, c) if phase == "free_ns" else 0.0 for c in FREE_PARTS}
+    host_wait, after_launch = excess["host_wait_ns"], excess["after_launch_ns"]
+    part_ns = threshold(rule, "host_wait_part") * effect  # what a part must reach to be the cause
+    launching_slower = host_wait >= part_ns
+    starting_later = not launching_slower and after_launch >= part_ns
     residual = max_residual_ns(result)
     table = result.slow_ranks.table.set_index("rank")
     lateness = float(table["lateness_ns"].get(rank, np.nan)) if "lateness_ns" in table else np.nan
@@ -94,26 +99,11 @@ def slow_rank(result: JobResult, data_ranks: set[int] | None = None) -> list[Fin
             RULES[rule].sources[0],
         ),
     ]
-    if phase == "free_ns" and host_wait > 0:
-        evidence.append(
-            Evidence(
-                "of which the device waiting for its host to launch work, per step",
-                int(host_wait),
-                "ns",
-                int(threshold(rule, "host_wait_part") * effect),
-                RULES[rule].sources[0],
-            )
-        )
-    if phase == "free_ns" and after_launch > 0:
-        evidence.append(
-            Evidence(
-                "of which the device idle after its work was launched, per step",
-                int(after_launch),
-                "ns",
-                int(part),
-                RULES[rule].sources[0],
-            )
-        )
+    evidence += [
+        Evidence(FREE_PARTS[column], int(value), "ns", int(part_ns), RULES[rule].sources[0])
+        for column, value in excess.items()
+        if value > 0
+    ]
     if np.isfinite(lateness) and lateness - centre > residual:
         late = f"; it reaches collectives {ms(lateness - centre)} ms after the median rank"
         late_zh = f";到达集合通信比中位数晚 {ms(lateness - centre)} ms"
