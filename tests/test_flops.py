@@ -24,7 +24,7 @@ from perfsight.analysis.flops import (
     peak_flops_per_s,
 )
 from perfsight.ingest import read_trace
-from perfsight.model import DeviceInfo, Trace
+from perfsight.model import CONCRETE_INPUT_OPS, DeviceInfo, Trace
 
 flop_counter = pytest.importorskip("torch.utils.flop_counter")
 
@@ -55,6 +55,7 @@ def test_matrix_products_match_pytorch_counts(name: str, dims: list, expected: i
 
 
 def test_convolution_assumes_stride_one_without_padding() -> None:
+    """Traces without ``Concrete Inputs`` (PyTorch before 2.1) keep the old approximation."""
     x, w = [2, 3, 32, 32], [16, 3, 3, 3]
     expected = flop_counter.conv_flop_count(x, w, [2, 16, 30, 30])  # 30 = 32 - 3 + 1
     assert expected == 2 * 2 * 30 * 30 * 16 * 3 * 9
@@ -74,6 +75,41 @@ def test_convolution_backward_is_twice_the_forward_at_the_recorded_output_size()
         flops_of("aten::convolution_backward", [grad_out, x, w, [], [], [], [], [], [], [], []])
         == 2 * forward
     )
+
+
+CONV2D_ARGS = ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "1"]  # stride 2, padding 1, dilation 1
+BACKWARD_ARGS = ["", "", "", "[16]", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"]
+
+
+def test_recorded_stride_and_padding_give_pytorchs_output_size() -> None:
+    x, w = [2, 3, 32, 32], [16, 3, 3, 3]
+    expected = flop_counter.conv_flop_count(x, w, [2, 16, 16, 16])  # (32 + 2 - 2 - 1) // 2 + 1
+    assert flops_of("aten::conv2d", [x, w, [16], [], [], [], []], CONV2D_ARGS) == expected
+    # a conv2d whose padding was a string records none: no count here, its inner convolution counts
+    same = ["", "", "", "[1, 1]", "", "[1, 1]", "1"]
+    assert flops_of("aten::conv2d", [x, w, [16], [], [], [], []], same) is None
+
+
+def test_backward_counts_the_gradients_its_output_mask_asks_for() -> None:
+    """A grouped convolution's weight gradient is computed group by group: the forward's
+    multiply-adds again.  (``torch.utils.flop_counter`` counts it as if ungrouped, ``groups``
+    times too many, so this is worked out by hand.)"""
+    grad_out, x, w = [2, 16, 16, 16], [2, 16, 32, 32], [16, 4, 3, 3]  # stride 2, groups 4
+    forward = 2 * 2 * (16 * 16) * 16 * 4 * 9
+    dims = [grad_out, x, w, [], [], [], [], [], [], [], []]
+    grouped = [*BACKWARD_ARGS[:9], "4"]
+    assert flops_of("aten::convolution_backward", dims, [*grouped, "[True, True, True]"]) == 2 * forward
+    # the first layer: no gradient for its input
+    assert flops_of("aten::convolution_backward", dims, [*grouped, "[False, True, True]"]) == forward
+    assert flops_of("aten::convolution_backward", dims, [*grouped, "[False, False, True]"]) == 0
+
+
+def test_transposed_convolution_works_at_every_input_position() -> None:
+    x, w = [2, 8, 16, 16], [8, 4, 3, 3]  # ConvTranspose2d(8, 4, 3, stride=2): w is [Cin, Cout, K]
+    expected = flop_counter.conv_flop_count(x, w, [2, 4, 32, 32], transposed=True)
+    assert expected == 2 * 2 * (16 * 16) * 8 * 4 * 9
+    args = ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "1", "[1, 1]"]
+    assert flops_of("aten::conv_transpose2d", [x, w, [4], [], [], [], [], []], args) == expected
 
 
 def test_attention_is_four_b_h_sq_sk_d_and_backward_two_and_a_half_times() -> None:
@@ -297,3 +333,9 @@ def test_generic_amd_name_is_identified_by_compute_units() -> None:
         "AMD Instinct MI250 (AMD Radeon Graphics, 104 CUs"
     )
     assert flops_by_step(trace)["peak_flops_per_s"].to_pylist()[0] == 45.25e12
+
+
+def test_the_trace_keeps_scalar_arguments_for_every_convolution_formula() -> None:
+    """The reader drops ``Concrete Inputs`` outside ``CONCRETE_INPUT_OPS``: a convolution formula
+    whose operator is not in it would silently fall back to the stride-1 approximation."""
+    assert {name for name in FLOP_FORMULAS if "conv" in name} == CONCRETE_INPUT_OPS

@@ -63,6 +63,24 @@ annotations are not work)."""
 HOST_OP_KINDS = (SliceKind.CPU_OP.value, SliceKind.COMMUNICATION.value)
 """Host slices (``is_device`` false) that are operators (a collective's host op is one)."""
 
+CONCRETE_INPUT_OPS = frozenset(
+    {
+        "aten::conv1d",
+        "aten::conv2d",
+        "aten::conv3d",
+        "aten::conv_transpose1d",
+        "aten::conv_transpose2d",
+        "aten::conv_transpose3d",
+        "aten::convolution",
+        "aten::_convolution",
+        "aten::convolution_backward",
+    }
+)
+"""Operators whose scalar arguments (Kineto's ``Concrete Inputs``: stride, padding, dilation,
+transposed, groups) the slice table keeps: a convolution's FLOPs depend on them.  A trace recorded
+with shapes carries them on every operator, and nothing else reads them, so other rows' are
+dropped as the trace is read: kept on every row they would only grow the slice table."""
+
 _DICT = pa.dictionary(pa.int32(), pa.string())
 
 SLICE_SCHEMA = pa.schema(
@@ -83,6 +101,9 @@ SLICE_SCHEMA = pa.schema(
         pa.field("step", pa.int32(), nullable=False),  # training step number, NO_ID if outside
         pa.field("input_dims", pa.list_(pa.list_(pa.int64()))),  # one shape per input; [] = not a tensor
         pa.field("input_types", pa.list_(pa.string())),  # one dtype name per input
+        # one recorded scalar argument per input ("[2, 2]", "False", "" for a tensor), kept only
+        # for CONCRETE_INPUT_OPS
+        pa.field("concrete_inputs", pa.list_(pa.string())),
         pa.field("grid", pa.list_(pa.int64())),  # [x, y, z] for kernels
         pa.field("block", pa.list_(pa.int64())),
         pa.field("occupancy_pct", pa.float32()),  # estimated achieved occupancy

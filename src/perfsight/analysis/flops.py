@@ -13,11 +13,18 @@ Formulas (multiply-add = 2 FLOPs; shapes as PyTorch records them):
   ``matmul``: ``2 * prod(broadcast batch) * m * k * n`` (1-D operands count as 1 row/column).
 * ``linear`` ``x [..., in]``, ``w [out, in]``: ``2 * prod(x[:-1]) * in * out``.
 * convolutions ``x [N, Cin, *S]``, ``w [Cout, Cin/groups, *K]``:
-  ``2 * N * prod(out spatial) * Cout * (Cin/groups) * prod(K)``.  Stride, padding and
-  dilation are not in the trace, so the output size assumes stride 1, no padding,
-  dilation 1 (``S - K + 1``; ``S`` where that is < 1).  ``convolution_backward`` reads
-  the output size from ``grad_output`` (exact) and counts 2x the forward (input and
-  weight gradients).  Transposed convolutions are counted as ordinary ones.
+  ``2 * N * prod(out spatial) * Cout * (Cin/groups) * prod(K)``, the output size from the
+  stride, padding and dilation the trace records as the call's ``Concrete Inputs``
+  (``floor((S + 2P - D(K - 1) - 1) / stride) + 1``, as PyTorch computes it).  A transposed
+  convolution (``w [Cin, Cout/groups, *K]``) does that work at every *input* position:
+  ``2 * N * prod(S) * Cin * (Cout/groups) * prod(K)``, as ``torch.utils.flop_counter`` counts
+  it.  ``convolution_backward`` reads the output size from ``grad_output`` and counts the
+  forward once for each gradient its ``output_mask`` asks (input, weight; twice when the mask
+  is not recorded).  A trace without ``Concrete Inputs`` (PyTorch before 2.1, or recorded
+  without shapes) gets the old approximation: stride 1, no padding, dilation 1
+  (``S - K + 1``; ``S`` where that is < 1), transposed counted as ordinary.  A ``conv2d``
+  whose padding was a string (``"same"``) records no padding: it gets no count, and the
+  ``aten::convolution`` inside it, which records the padding in numbers, counts instead.
 * scaled dot-product attention ``q [B, H, Sq, D]``, ``k [B, H, Sk, D]``, ``v [..., Dv]``:
   ``2*B*H*Sq*Sk*D + 2*B*H*Sq*Sk*Dv`` (= ``4*B*H*Sq*Sk*D``), causal masks ignored;
   ``_flash_attention_*``/``_efficient_attention_*`` use the ``[B, S, H, D]`` layout;
@@ -38,6 +45,7 @@ This module must not read files, and must not guess a device: no device in
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -166,34 +174,153 @@ def _linear(dims: Shapes) -> float | None:
     return 2.0 * _prod(x[:-1]) * x[-1] * out
 
 
-def _conv_forward(
-    x: list[int] | None, w: list[int] | None, out_spatial: list[int] | None = None
-) -> float | None:
-    if x is None or w is None or len(w) < 3:
+def _batch_and_spatial(x: list[int] | None, n_spatial: int) -> tuple[int, list[int]] | None:
+    """A convolution input's batch size and spatial sizes (an unbatched input has batch 1)."""
+    if x is None:
         return None
-    n_spatial = len(w) - 2
     if len(x) == n_spatial + 2:
-        batch, spatial = x[0], x[2:]
-    elif len(x) == n_spatial + 1:  # unbatched input
-        batch, spatial = 1, x[1:]
-    else:
+        return x[0], x[2:]
+    if len(x) == n_spatial + 1:
+        return 1, x[1:]
+    return None
+
+
+def _conv_work(batch: int, positions: Sequence[int], w: list[int]) -> float:
+    """Multiply-adds of a weight ``[C, C'/groups, *K]`` applied at ``positions`` per sample."""
+    return 2.0 * batch * _prod(positions) * w[0] * w[1] * _prod(w[2:])
+
+
+@dataclasses.dataclass(frozen=True)
+class _ConvGeometry:
+    """A convolution's recorded stride, padding and dilation (one value per spatial dimension,
+    or one for all), and whether it is transposed."""
+
+    stride: list[int]
+    padding: list[int]
+    dilation: list[int]
+    transposed: bool
+
+    def output_size(self, spatial: list[int], kernel: list[int]) -> list[int] | None:
+        n = len(spatial)
+        stride, padding, dilation = (_per_dim(v, n) for v in (self.stride, self.padding, self.dilation))
+        if stride is None or padding is None or dilation is None or min(stride) < 1:
+            return None
+        out = [
+            (s + 2 * p - d * (k - 1) - 1) // st + 1
+            for s, k, st, p, d in zip(spatial, kernel, stride, padding, dilation, strict=True)
+        ]
+        return out if min(out) >= 1 else None
+
+
+def _per_dim(values: list[int], n: int) -> list[int] | None:
+    if len(values) == n:
+        return values
+    return values * n if len(values) == 1 else None
+
+
+def _conv_forward(x: list[int] | None, w: list[int] | None, geometry: _ConvGeometry | None) -> float | None:
+    """A convolution's FLOPs; without ``geometry``, stride 1, no padding, dilation 1."""
+    if w is None or len(w) < 3:
         return None
+    shape = _batch_and_spatial(x, len(w) - 2)
+    if shape is None:
+        return None
+    batch, spatial = shape
     kernel = w[2:]
-    if out_spatial is None:
-        out_spatial = [s - k + 1 if s - k + 1 >= 1 else s for s, k in zip(spatial, kernel, strict=True)]
-    return 2.0 * batch * _prod(out_spatial) * w[0] * w[1] * _prod(kernel)
+    if geometry is None:
+        positions = [s - k + 1 if s - k + 1 >= 1 else s for s, k in zip(spatial, kernel, strict=True)]
+    elif geometry.transposed:  # each input position is scattered over the kernel
+        positions = spatial
+    else:
+        positions = geometry.output_size(spatial, kernel)
+        if positions is None:
+            return None
+    return _conv_work(batch, positions, w)
 
 
-def _conv(dims: Shapes) -> float | None:
-    return _conv_forward(_shape(dims, 0), _shape(dims, 1))
-
-
-def _conv_backward(dims: Shapes) -> float | None:
+def _conv_backward(dims: Shapes, geometry: _ConvGeometry | None, mask: object) -> float | None:
+    """Gradients of a convolution: the forward's work once per gradient asked (input, weight),
+    the forward's positions read from ``grad_output`` (or from the input, when transposed)."""
     grad_out, x, w = _shape(dims, 0), _shape(dims, 1), _shape(dims, 2)
-    if grad_out is None or w is None:
+    if grad_out is None or w is None or len(w) < 3:
         return None
-    forward = _conv_forward(x, w, out_spatial=grad_out[-(len(w) - 2) :])
-    return None if forward is None else 2.0 * forward
+    shape = _batch_and_spatial(x, len(w) - 2)
+    if shape is None:
+        return None
+    batch, spatial = shape
+    positions = spatial if geometry is not None and geometry.transposed else grad_out[-(len(w) - 2) :]
+    gradients = sum(bool(m) for m in mask[:2]) if isinstance(mask, list) and len(mask) == 3 else 2
+    return gradients * _conv_work(batch, positions, w)
+
+
+def _scalar(text: str) -> int | bool | list[int | bool] | None:
+    """One ``Concrete Inputs`` value: ``"[2, 2]"``, ``"1"``, ``"False"``, ``"[True, False]"``;
+    None for a tensor's ``""`` or anything else (a string argument such as ``"same"``)."""
+    text = text.strip()
+    if text in ("True", "False"):
+        return text == "True"
+    if text.startswith("[") and text.endswith("]"):
+        items = [_scalar(item) for item in text[1:-1].split(",")] if text[1:-1].strip() else []
+        if any(item is None or isinstance(item, list) for item in items):
+            return None
+        return items  # type: ignore[return-value]
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _ints(value: object) -> list[int] | None:
+    if isinstance(value, list) and value and all(type(v) is int for v in value):
+        return value
+    return None
+
+
+_CONV_ARGUMENTS: dict[str, tuple[int, int, int, int | bool]] = {
+    # name: positions of stride, padding and dilation, and of transposed (or whether it is)
+    "aten::conv1d": (3, 4, 5, False),
+    "aten::conv2d": (3, 4, 5, False),
+    "aten::conv3d": (3, 4, 5, False),
+    "aten::conv_transpose1d": (3, 4, 7, True),
+    "aten::conv_transpose2d": (3, 4, 7, True),
+    "aten::conv_transpose3d": (3, 4, 7, True),
+    "aten::convolution": (3, 4, 5, 6),
+    "aten::_convolution": (3, 4, 5, 6),
+    "aten::convolution_backward": (4, 5, 6, 7),
+}
+"""Where each convolution's ATen schema puts the arguments its output size depends on."""
+
+_BACKWARD_OUTPUT_MASK = 10
+"""``convolution_backward``'s ``output_mask``: which of input, weight and bias gradients it computes."""
+
+
+def _geometry(name: str, scalars: Sequence[str]) -> _ConvGeometry | None:
+    stride_at, padding_at, dilation_at, transposed_at = _CONV_ARGUMENTS[name]
+    values = [_scalar(s) for s in scalars]
+    at = (stride_at, padding_at, dilation_at, transposed_at if type(transposed_at) is int else 0)
+    if max(at) >= len(values):
+        return None
+    stride, padding, dilation = (_ints(values[i]) for i in (stride_at, padding_at, dilation_at))
+    transposed = transposed_at if isinstance(transposed_at, bool) else values[transposed_at]
+    if stride is None or padding is None or dilation is None or not isinstance(transposed, bool):
+        return None
+    return _ConvGeometry(stride, padding, dilation, transposed)
+
+
+def _convolution(name: str, dims: Shapes, scalars: Sequence[str] | None) -> float | None:
+    """A convolution call's FLOPs: exact from its ``Concrete Inputs``; the stride-1 approximation
+    when the trace has none; None when they are there but unusable (the inner ops count)."""
+    geometry = None if scalars is None else _geometry(name, scalars)
+    if scalars is not None and geometry is None:
+        return None
+    if name == "aten::convolution_backward":
+        recorded = scalars is not None and len(scalars) > _BACKWARD_OUTPUT_MASK
+        return _conv_backward(dims, geometry, _scalar(scalars[_BACKWARD_OUTPUT_MASK]) if recorded else None)
+    return _conv_forward(_shape(dims, 0), _shape(dims, 1), geometry)
+
+
+def _conv(name: str) -> Callable[[Shapes], float | None]:
+    return lambda dims: _convolution(name, dims, None)
 
 
 def _attention(q: list[int] | None, k: list[int] | None, v: list[int] | None, layout: str) -> float | None:
@@ -225,12 +352,15 @@ FLOP_FORMULAS: dict[str, Callable[[Shapes], float | None]] = {
     "aten::baddbmm": lambda d: _bmm(_shape(d, 1), _shape(d, 2)),
     "aten::matmul": lambda d: _matmul(_shape(d, 0), _shape(d, 1)),
     "aten::linear": _linear,
-    "aten::conv1d": _conv,
-    "aten::conv2d": _conv,
-    "aten::conv3d": _conv,
-    "aten::convolution": _conv,
-    "aten::_convolution": _conv,
-    "aten::convolution_backward": _conv_backward,
+    "aten::conv1d": _conv("aten::conv1d"),
+    "aten::conv2d": _conv("aten::conv2d"),
+    "aten::conv3d": _conv("aten::conv3d"),
+    "aten::convolution": _conv("aten::convolution"),
+    "aten::_convolution": _conv("aten::_convolution"),
+    "aten::convolution_backward": _conv("aten::convolution_backward"),
+    "aten::conv_transpose1d": _conv("aten::conv_transpose1d"),
+    "aten::conv_transpose2d": _conv("aten::conv_transpose2d"),
+    "aten::conv_transpose3d": _conv("aten::conv_transpose3d"),
     "aten::scaled_dot_product_attention": _sdpa("bhsd", False),
     "aten::_scaled_dot_product_attention_math": _sdpa("bhsd", False),
     "aten::_scaled_dot_product_flash_attention": _sdpa("bhsd", False),
@@ -264,18 +394,24 @@ _MAX_INPUTS = {
     "aten::convolution": 9,
     "aten::_convolution": 13,
     "aten::convolution_backward": 11,
+    "aten::conv_transpose1d": 8,
+    "aten::conv_transpose2d": 8,
+    "aten::conv_transpose3d": 8,
 }
 """Arguments in each operator's ATen schema.  Some Kineto versions record more shapes than
 the operator takes (other calls' shapes appended); such a record is not trusted."""
 
 
-def flops_of(name: str, dims: Shapes | None) -> float | None:
-    """FLOPs of one call of ``name`` with input shapes ``dims``; None if unrecognised or malformed."""
+def flops_of(name: str, dims: Shapes | None, scalars: Sequence[str] | None = None) -> float | None:
+    """FLOPs of one call of ``name`` with input shapes ``dims`` and, for a convolution, the
+    recorded scalar arguments ``scalars`` (Kineto's ``Concrete Inputs``); None if unrecognised or
+    malformed."""
     formula = FLOP_FORMULAS.get(name)
-    if formula is None or dims is None or len(dims) > _MAX_INPUTS.get(name, len(dims)):
+    most = _MAX_INPUTS.get(name, len(dims or ()))
+    if formula is None or dims is None or len(dims) > most or (scalars is not None and len(scalars) > most):
         return None
     try:
-        value = formula(dims)
+        value = _convolution(name, dims, scalars) if name in _CONV_ARGUMENTS else formula(dims)
     except (TypeError, ValueError, IndexError):
         return None
     return value if value is not None and value >= 0 else None
@@ -295,10 +431,11 @@ def _per_unique(keys: pa.Array, fn: Callable[[str], T]) -> tuple[list[T], np.nda
 _SEP = "\x1f"
 
 
-def _pair_flops(key: str) -> float:
-    name, _, dims = key.partition(_SEP)
+def _call_flops(key: str) -> float:
+    name, _, rest = key.partition(_SEP)
+    dims, _, scalars = rest.partition(_SEP)
     try:
-        value = flops_of(name, orjson.loads(dims))
+        value = flops_of(name, orjson.loads(dims), orjson.loads(scalars))
     except orjson.JSONDecodeError:
         return np.nan
     return np.nan if value is None else value
@@ -326,11 +463,12 @@ def _row_flops(trace: Trace) -> np.ndarray:
     rows = np.flatnonzero(recognised_mask(trace))
     if not len(rows):
         return out
-    sub = slices.select(["name", "input_dims"]).take(pa.array(rows))
+    sub = slices.select(["name", "input_dims", "concrete_inputs"]).take(pa.array(rows))
     dims = json_text(sub.column("input_dims"))
+    scalars = pc.fill_null(json_text(sub.column("concrete_inputs")), "null")  # only convolutions have them
     name_text = columns.decoded(columns.combined(sub.column("name")))
-    keys = pc.binary_join_element_wise(name_text, dims, _SEP)
-    values, at = _per_unique(keys, _pair_flops)
+    keys = pc.binary_join_element_wise(name_text, dims, scalars, _SEP)
+    values, at = _per_unique(keys, _call_flops)
     out[rows] = np.append(np.asarray(values, dtype=np.float64), np.nan)[at]
     return out
 

@@ -327,6 +327,7 @@ def slice_events(
 SLICE_LIST_ARGS = (
     ("Input Dims", "input_dims"),
     ("Input type", "input_types"),
+    ("Concrete Inputs", "concrete_inputs"),
     ("grid", "grid"),
     ("block", "block"),
 )

@@ -59,6 +59,7 @@ ARG_FIELDS: dict[str, pa.DataType] = {
     "stream": pa.int64(),
     "Input Dims": _DIMS,
     "Input type": pa.list_(pa.string()),
+    "Concrete Inputs": pa.list_(pa.string()),  # kept for model.CONCRETE_INPUT_OPS only
     "grid": pa.list_(pa.int64()),
     "block": pa.list_(pa.int64()),
     "est. achieved occupancy %": pa.float64(),

@@ -34,6 +34,7 @@ from perfsight.intervals import outermost
 from perfsight.model import (
     COMM_SCHEMA,
     COMMUNICATION_HOST_OP_NAME,
+    CONCRETE_INPUT_OPS,
     MEMORY_SCHEMA,
     NO_ID,
     DeviceInfo,
@@ -158,7 +159,7 @@ def read_into(path: Path, parts: Parts, rank: int | None) -> tuple[RunMetadata, 
 
 _SLICE_ARGS = (
     "External id", "external id", "correlation", "device", "stream", "Input Dims", "Input type",
-    "grid", "block", "est. achieved occupancy %", "bytes",
+    "Concrete Inputs", "grid", "block", "est. achieved occupancy %", "bytes",
 )  # fmt: skip
 COMM_ARGS = (
     "Collective name", "In msg nelems", "Out msg nelems", "dtype", "Process Group Name",
@@ -274,6 +275,7 @@ class Parts:
                 "dur_ns": np.where(usable_dur, int_column(dur, 0), 0),
             }
             columns.update({key: x.column(f"args.{key}") for key in _SLICE_ARGS})
+            columns["Concrete Inputs"] = concrete_inputs_kept(columns["name"], columns["Concrete Inputs"])
             self.complete.append(pa.table(columns))
             has = pc.or_(
                 pc.is_valid(raw.column("args.Collective name")), pc.is_valid(raw.column("args.In msg nelems"))
@@ -391,6 +393,16 @@ def by_dictionary(column: pa.ChunkedArray, per_value: np.ndarray) -> np.ndarray:
 
 def dictionary_values(column: pa.ChunkedArray) -> pa.Array:
     return columns.combined(column).dictionary
+
+
+def concrete_inputs_kept(names: pa.ChunkedArray, values: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
+    """``values`` (the ``Concrete Inputs`` of a batch's slices) kept only on rows named in
+    ``CONCRETE_INPUT_OPS``, the only rows whose scalar arguments an analysis reads."""
+    if values.null_count == len(values):
+        return values
+    wanted = pc.is_in(dictionary_values(names), value_set=pa.array(sorted(CONCRETE_INPUT_OPS)))
+    keep = by_dictionary(names, _bools(wanted))
+    return pc.if_else(pa.array(keep), values, pa.scalar(None, values.type))
 
 
 def _metadata(path: Path, header: dict[str, Any], rank: int | None, warnings: list[str]) -> RunMetadata:
@@ -605,6 +617,7 @@ def last_step_incomplete(steps: pa.Table) -> pa.Table:
 SLICE_ARG_COLUMNS = {
     "input_dims": "Input Dims",
     "input_types": "Input type",
+    "concrete_inputs": "Concrete Inputs",
     "grid": "grid",
     "block": "block",
     "occupancy_pct": "est. achieved occupancy %",
