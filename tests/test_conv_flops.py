@@ -7,6 +7,7 @@ than its work: the MFU of a ResNet-like model was wrong by that much."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -104,3 +105,35 @@ def test_only_convolutions_keep_their_scalar_arguments(
     )
     convolution = slices.filter(pc.equal(slices.column("name").cast("string"), "aten::convolution"))
     assert all(row is not None for row in convolution.column("concrete_inputs").to_pylist())
+
+
+@pytest.mark.parametrize(
+    ("recorded", "counted"),
+    [
+        ("garbage", "approximated"),  # not a list: as if not recorded
+        ([None, 1, {"a": 1}, None, None, None, None], "not counted"),  # nulls and objects
+        (["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "1"] * 1000, "not counted"),  # longer than the schema
+        (["", "", "", "[0, 0]", "[1, 1]", "[1, 1]", "1"], "not counted"),  # stride 0
+        (["", "", "", "[2, 2]", "[-99, 1]", "[1, 1]", "1"], "not counted"),  # no output left
+        (["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "1"], "exact"),
+    ],
+)
+def test_hostile_scalar_arguments_leave_the_analysis_whole(
+    recorded: object, counted: str, tmp_path: Path
+) -> None:
+    dims = [[2, 3, 32, 32], [16, 3, 3, 3], [16], [], [], [], []]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::conv2d", "pid": 1, "tid": 1, "ts": 0, "dur": 10,
+         "args": {"Input Dims": dims, "Concrete Inputs": recorded}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 20, "dur": 10,
+         "args": {"Input Dims": [[4, 8], [8, 2]]}},
+    ]  # fmt: skip
+    path = tmp_path / "rank0.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    (step,) = perfsight.analyse(path, tmp_path / "out").table("flops_by_step").to_pylist()
+    conv = {
+        "approximated": 2 * 2 * 30 * 30 * 16 * 3 * 9,
+        "exact": 2 * 2 * 16 * 16 * 16 * 3 * 9,
+        "not counted": 0,
+    }
+    assert step["flops"] == conv[counted] + 2 * 4 * 8 * 2

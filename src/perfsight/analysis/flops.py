@@ -253,9 +253,11 @@ def _conv_backward(dims: Shapes, geometry: _ConvGeometry | None, mask: object) -
     return gradients * _conv_work(batch, positions, w)
 
 
-def _scalar(text: str) -> int | bool | list[int | bool] | None:
+def _scalar(text: object) -> int | bool | list[int | bool] | None:
     """One ``Concrete Inputs`` value: ``"[2, 2]"``, ``"1"``, ``"False"``, ``"[True, False]"``;
-    None for a tensor's ``""`` or anything else (a string argument such as ``"same"``)."""
+    None for a tensor's ``""`` or anything else (a string argument such as ``"same"``, a null)."""
+    if not isinstance(text, str):
+        return None
     text = text.strip()
     if text in ("True", "False"):
         return text == "True"
@@ -297,8 +299,8 @@ _BACKWARD_OUTPUT_MASK = 10
 def _geometry(name: str, scalars: Sequence[str]) -> _ConvGeometry | None:
     stride_at, padding_at, dilation_at, transposed_at = _CONV_ARGUMENTS[name]
     values = [_scalar(s) for s in scalars]
-    at = (stride_at, padding_at, dilation_at, transposed_at if type(transposed_at) is int else 0)
-    if max(at) >= len(values):
+    read = [stride_at, padding_at, dilation_at, *([] if isinstance(transposed_at, bool) else [transposed_at])]
+    if max(read) >= len(values):
         return None
     stride, padding, dilation = (_ints(values[i]) for i in (stride_at, padding_at, dilation_at))
     transposed = transposed_at if isinstance(transposed_at, bool) else values[transposed_at]
