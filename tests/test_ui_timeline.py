@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import urllib.parse
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,9 +24,11 @@ from _ui import (
     RULER_H,
     Server,
     Watched,
+    own_server_browser,  # noqa: F401 - fixture
     ui_browser,  # noqa: F401 - fixture
     ui_page,  # noqa: F401 - fixture
     ui_server,  # noqa: F401 - fixture
+    watched_page,
 )
 
 CANVAS = '[data-testid="timeline-canvas"]'
@@ -256,3 +259,39 @@ def test_hostile_names_are_shown_as_text_and_run_no_script(ui_page: Watched, ui_
     assert page.evaluate("document.querySelectorAll('img').length") == 0
     assert page.evaluate("document.querySelectorAll('script').length") == 1  # the UI's own bundle
     assert page.evaluate("typeof window.__pwned") == "undefined"
+
+
+def test_a_convolutions_details_show_its_recorded_stride_and_padding(
+    own_server_browser: Any, tmp_path: Path
+) -> None:
+    """A real profiled convolution: its details list the scalar arguments PyTorch recorded
+    (stride, padding, dilation, groups) beside its shapes, each tensor input named as one."""
+    torch = pytest.importorskip("torch")
+    base = tmp_path / "runs"
+    base.mkdir()
+    conv = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        conv(torch.randn(2, 3, 16, 16))
+    prof.export_chrome_trace(str(base / "conv.json"))
+    server = Server(base)
+    try:
+        server.wait_ready("conv.json")
+        hit = server.get("run/timeline/search", run="conv.json", q="aten::conv2d", limit=1)["hits"][0]
+        event = server.get("run/timeline/event", run="conv.json", rank=hit["rank"], id=hit["id"])
+        assert event["concrete_inputs"] == ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "1"]
+        with watched_page(own_server_browser) as watched:
+            page = watched.page
+            page.goto(server.page_url("timeline", "conv.json"))
+            page.wait_for_selector(f'{CANVAS}[data-loaded="true"]')
+            page.fill('[data-testid="timeline-search"]', "aten::conv2d")
+            page.press('[data-testid="timeline-search"]', "Enter")
+            details = page.locator('[data-testid="event-details"]')
+            details.locator('dt:text-is("Scalar arguments")').wait_for()
+            terms = details.locator("dt").all_text_contents()
+            values = details.locator("dd").all_text_contents()
+            shown = dict(zip(terms, values, strict=True))
+            assert shown["Name"] == "aten::conv2d"
+            assert shown["Scalar arguments"] == "tensor, tensor, tensor, [2, 2], [1, 1], [1, 1], 1"
+            assert not watched.errors and not watched.dialogs
+    finally:
+        server.stop()

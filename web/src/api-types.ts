@@ -1513,6 +1513,11 @@ export interface components {
             input_dims: number[][] | null;
             /** Input Types */
             input_types: string[] | null;
+            /**
+             * Concrete Inputs
+             * @description a convolution's scalar arguments as recorded (stride, padding, ...; "" for a tensor)
+             */
+            concrete_inputs: string[] | null;
             /** Grid */
             grid: number[] | null;
             /** Block */

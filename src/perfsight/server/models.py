@@ -409,6 +409,9 @@ class EventDetail(BaseModel):
     external_id: int
     input_dims: list[list[int]] | None
     input_types: list[str] | None
+    concrete_inputs: list[str] | None = Field(
+        description="a convolution's scalar arguments as recorded (stride, padding, ...; \"\" for a tensor)"
+    )
     grid: list[int] | None
     block: list[int] | None
     occupancy_pct: float | None

@@ -520,6 +520,7 @@ def event(opened: OpenedRun, rank: int | None, event_id: int) -> dict[str, Any]:
         "external_id": row["external_id"],
         "input_dims": row["input_dims"],
         "input_types": row["input_types"],
+        "concrete_inputs": row.get("concrete_inputs"),  # absent from a cache written before it
         "grid": row["grid"],
         "block": row["block"],
         "occupancy_pct": row["occupancy_pct"],

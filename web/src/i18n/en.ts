@@ -217,6 +217,8 @@ export const en = {
       step: "Step",
       shapes: "Input shapes",
       dtypes: "Input types",
+      scalars: "Scalar arguments",
+      tensor: "tensor",
       count: "Merged events",
       rank: "rank",
       grid: "Grid",

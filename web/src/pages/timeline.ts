@@ -270,6 +270,7 @@ export async function timelinePage(ctx: PageContext): Promise<void> {
     ];
     if (ev.input_dims) rows.push([f.shapes, fmt.shapes(ev.input_dims)]);
     if (ev.input_types) rows.push([f.dtypes, fmt.list(ev.input_types)]);
+    if (ev.concrete_inputs) rows.push([f.scalars, ev.concrete_inputs.map((v) => (v === "" ? f.tensor : v)).join(", ")]);
     if (ev.grid) rows.push([f.grid, fmt.list(ev.grid)]);
     if (ev.block) rows.push([f.block, fmt.list(ev.block)]);
     if (ev.bytes !== null) rows.push([f.bytes, fmt.bytes(ev.bytes)]);
