@@ -46,6 +46,7 @@ This module must not read files, and must not guess a device: no device in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -321,10 +322,6 @@ def _convolution(name: str, dims: Shapes, scalars: Sequence[str] | None) -> floa
     return _conv_forward(_shape(dims, 0), _shape(dims, 1), geometry)
 
 
-def _conv(name: str) -> Callable[[Shapes], float | None]:
-    return lambda dims: _convolution(name, dims, None)
-
-
 def _attention(q: list[int] | None, k: list[int] | None, v: list[int] | None, layout: str) -> float | None:
     if q is None or k is None or v is None or len(q) < 3 or len(k) < 3:
         return None
@@ -347,22 +344,13 @@ def _sdpa(layout: str, backward: bool) -> Callable[[Shapes], float | None]:
     return formula
 
 
-FLOP_FORMULAS: dict[str, Callable[[Shapes], float | None]] = {
+_SHAPE_FORMULAS: dict[str, Callable[[Shapes], float | None]] = {
     "aten::mm": lambda d: _mm(_shape(d, 0), _shape(d, 1)),
     "aten::addmm": lambda d: _mm(_shape(d, 1), _shape(d, 2)),
     "aten::bmm": lambda d: _bmm(_shape(d, 0), _shape(d, 1)),
     "aten::baddbmm": lambda d: _bmm(_shape(d, 1), _shape(d, 2)),
     "aten::matmul": lambda d: _matmul(_shape(d, 0), _shape(d, 1)),
     "aten::linear": _linear,
-    "aten::conv1d": _conv("aten::conv1d"),
-    "aten::conv2d": _conv("aten::conv2d"),
-    "aten::conv3d": _conv("aten::conv3d"),
-    "aten::convolution": _conv("aten::convolution"),
-    "aten::_convolution": _conv("aten::_convolution"),
-    "aten::convolution_backward": _conv("aten::convolution_backward"),
-    "aten::conv_transpose1d": _conv("aten::conv_transpose1d"),
-    "aten::conv_transpose2d": _conv("aten::conv_transpose2d"),
-    "aten::conv_transpose3d": _conv("aten::conv_transpose3d"),
     "aten::scaled_dot_product_attention": _sdpa("bhsd", False),
     "aten::_scaled_dot_product_attention_math": _sdpa("bhsd", False),
     "aten::_scaled_dot_product_flash_attention": _sdpa("bhsd", False),
@@ -380,7 +368,21 @@ FLOP_FORMULAS: dict[str, Callable[[Shapes], float | None]] = {
     "aten::_flash_attention_backward": _sdpa("bshd", True),
     "aten::_efficient_attention_backward": _sdpa("bshd", True),
 }
-"""Recognised operators and their FLOPs formula over the recorded input shapes."""
+"""The operators whose FLOPs follow from their recorded input shapes alone."""
+
+Formula = Callable[[Shapes, Sequence[str] | None], float | None]
+
+
+def _shapes_only(formula: Callable[[Shapes], float | None]) -> Formula:
+    return lambda dims, _scalars: formula(dims)
+
+
+FLOP_FORMULAS: dict[str, Formula] = {
+    **{name: _shapes_only(formula) for name, formula in _SHAPE_FORMULAS.items()},
+    **{name: functools.partial(_convolution, name) for name in _CONV_ARGUMENTS},
+}
+"""Recognised operators and their FLOPs formula over the recorded input shapes and, for the
+convolutions, the recorded scalar arguments."""
 
 
 _MAX_INPUTS = {
@@ -413,7 +415,7 @@ def flops_of(name: str, dims: Shapes | None, scalars: Sequence[str] | None = Non
     if formula is None or dims is None or len(dims) > most or (scalars is not None and len(scalars) > most):
         return None
     try:
-        value = _convolution(name, dims, scalars) if name in _CONV_ARGUMENTS else formula(dims)
+        value = formula(dims, scalars)
     except (TypeError, ValueError, IndexError):
         return None
     return value if value is not None and value >= 0 else None

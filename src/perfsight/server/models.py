@@ -410,7 +410,7 @@ class EventDetail(BaseModel):
     input_dims: list[list[int]] | None
     input_types: list[str] | None
     concrete_inputs: list[str] | None = Field(
-        description="a convolution's scalar arguments as recorded (stride, padding, ...; \"\" for a tensor)"
+        description='a convolution\'s scalar arguments as recorded (stride, padding, ...; "" for a tensor)'
     )
     grid: list[int] | None
     block: list[int] | None
