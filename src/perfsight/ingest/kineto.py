@@ -395,15 +395,13 @@ def dictionary_values(column: pa.ChunkedArray) -> pa.Array:
     return columns.combined(column).dictionary
 
 
-_CONCRETE_INPUT_NAMES = pa.array(sorted(CONCRETE_INPUT_OPS), pa.string())
-
-
 def concrete_inputs_kept(names: pa.ChunkedArray, values: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
     """``values`` (the ``Concrete Inputs`` of a batch's slices) kept only on rows named in
     ``CONCRETE_INPUT_OPS``, the only rows whose scalar arguments an analysis reads."""
     if values.null_count == len(values):
         return values
-    wanted = pc.is_in(dictionary_values(names), value_set=_CONCRETE_INPUT_NAMES)
+    # made here, not at import: pyarrow's pa.array checks for pandas, which analyses keep unloaded
+    wanted = pc.is_in(dictionary_values(names), value_set=pa.array(sorted(CONCRETE_INPUT_OPS), pa.string()))
     keep = by_dictionary(names, _bools(wanted))
     return pc.if_else(pa.array(keep), values, pa.scalar(None, values.type))
 
